@@ -1,0 +1,33 @@
+"""nbstream: watch a language model think in a Jupyter notebook.
+
+Streams text from a Hugging Face ``transformers`` model on a background thread, with honest
+end states (complete, failed, cancelled), a Stop that really stops generation, and a result
+that exists only when the run completed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._version import __version__
+from .generation import (
+    Generation,
+    GenerationCancelled,
+    GenerationError,
+    GenerationFailed,
+    stream,
+)
+from .models import default_model_dir, load_model
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = [
+    "Generation",
+    "GenerationCancelled",
+    "GenerationError",
+    "GenerationFailed",
+    "__version__",
+    "default_model_dir",
+    "load_model",
+    "stream",
+]

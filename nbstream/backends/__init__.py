@@ -1,0 +1,22 @@
+"""Backends: what produces a run's tokens. The lifecycle in ``generation.py`` is shared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Backend, Job, RunControl
+from .local import LocalBackend
+
+__all__ = ["Backend", "Job", "LocalBackend", "RunControl", "resolve_backend"]
+
+
+def resolve_backend(model: Any, tokenizer: Any) -> Backend:
+    """Pick the backend for what the caller passed as ``model``."""
+    if hasattr(model, "prepare") and hasattr(model, "queue_key"):
+        return model  # already a backend (e.g. a remote endpoint)
+    if model is None:
+        raise TypeError(
+            "no model given: pass a loaded transformers model and its tokenizer, "
+            "or use nbstream.load_model() for the embedded default model"
+        )
+    return LocalBackend(model, tokenizer)

@@ -1,0 +1,71 @@
+"""The seam between the run lifecycle (``generation.py``) and what produces the text.
+
+A backend turns a prompt and settings into a :class:`Job` (all checks happen there, before
+any thread starts); the job's ``run`` executes on the worker thread and feeds a
+:class:`~nbstream.streaming.TokenBuffer`. Everything else — queueing, states, stop,
+budget, metrics, decoding on the reader side — is written once, in ``generation.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+from ..streaming import Decoder, TokenBuffer
+
+
+class RunControl:
+    """What a running job consults to know whether to stop: the user's Stop, or the budget."""
+
+    def __init__(self, budget_s: float | None = None) -> None:
+        self.cancel_event = threading.Event()
+        self.budget_s = budget_s
+        self.deadline: float | None = None
+        self.timed_out = False
+
+    def start_clock(self) -> None:
+        if self.budget_s is not None:
+            self.deadline = time.monotonic() + self.budget_s
+
+    def should_stop(self) -> bool:
+        if self.cancel_event.is_set():
+            return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.timed_out = True
+            return True
+        return False
+
+
+class Job(Protocol):
+    """One prepared run: checked input, ready to execute on the worker thread."""
+
+    #: The exact prompt text the model sees (after any chat template), if known.
+    prompt_text: str | None
+    #: Number of prompt tokens, if known.
+    prompt_tokens: int | None
+    #: The effective settings of this run (the caller's merged with the model's defaults).
+    settings: dict[str, Any]
+
+    def decoder(self) -> Decoder:
+        """A fresh incremental decoder for this job's items."""
+
+    def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        """Generate into ``buffer`` until done or ``control.should_stop()``.
+
+        Returns the natural finish reason (``"eos"``, ``"length"`` or ``"stop"``); the
+        lifecycle overrides it when the control stopped the run. Raises on failure.
+        """
+
+    def count_tokens(self, buffer: TokenBuffer) -> int | None:
+        """How many tokens were generated so far (``None`` if the backend cannot tell)."""
+
+
+class Backend(Protocol):
+    """Something that can run prompts: a local model, or a server."""
+
+    def queue_key(self) -> Any:
+        """Runs with the same key share one FIFO queue: one at a time, never interleaved."""
+
+    def prepare(self, prompt: Any, settings: dict[str, Any]) -> Job:
+        """Check everything and build the job; raise ValueError/TypeError on bad input."""

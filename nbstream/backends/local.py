@@ -1,0 +1,257 @@
+"""The local backend: a loaded transformers causal LM, generating on the worker thread."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from ..settings import DEFAULT_MAX_NEW_TOKENS
+from ..streaming import TokenBuffer, TokenDecoder
+from .base import RunControl
+
+logger = logging.getLogger(__name__)
+
+_ROLES = {"system", "user", "assistant", "tool", "developer"}
+
+
+def _stop_criteria(control: RunControl):
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _ControlCriteria(StoppingCriteria):
+        # generate() checks its stopping criteria after every step, so a Stop (or a spent
+        # budget) halts generation within one decode step instead of letting it run on.
+        def __call__(self, input_ids, scores, **kwargs):
+            flag = control.should_stop()
+            return torch.full((input_ids.shape[0],), flag, dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_ControlCriteria()])
+
+
+def check_prompt(prompt: Any) -> None:
+    """Reject what cannot be a single prompt, with a message that says what to pass."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("the prompt is empty; pass some text")
+        _check_encodable(prompt, "the prompt")
+        return
+    if isinstance(prompt, (list, tuple)):
+        if not prompt:
+            raise ValueError("the message list is empty; pass at least one user message")
+        if all(isinstance(m, str) for m in prompt):
+            raise ValueError(
+                "nbstream streams one prompt at a time; got a batch of "
+                f"{len(prompt)} strings. Pass a single string, or start one run per prompt"
+            )
+        for i, message in enumerate(prompt):
+            if not isinstance(message, dict) or not {"role", "content"} <= set(message):
+                raise ValueError(
+                    f"message {i} must be a dict with 'role' and 'content', got {message!r:.80}"
+                )
+            role, content = message["role"], message["content"]
+            if role not in _ROLES:
+                raise ValueError(
+                    f"message {i} has role {role!r}; use one of {', '.join(sorted(_ROLES))}"
+                )
+            if not isinstance(content, str):
+                raise TypeError(f"message {i} content must be a str, got {type(content).__name__}")
+            _check_encodable(content, f"message {i}")
+        if not any(m["content"].strip() for m in prompt if m["role"] == "user"):
+            raise ValueError("the messages hold no user text; add a non-empty user message")
+        return
+    raise TypeError(
+        "the prompt must be a str or a list of {'role': ..., 'content': ...} messages, "
+        f"got {type(prompt).__name__}"
+    )
+
+
+def _check_encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} contains text that is not valid Unicode ({exc.reason} at position "
+            f"{exc.start}); remove the lone surrogate characters"
+        ) from None
+
+
+class LocalBackend:
+    """Runs prompts on a loaded ``transformers`` model in this process."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        if tokenizer is None:
+            raise TypeError(
+                "a local model needs its tokenizer: nbstream.stream(model, tokenizer, prompt)"
+            )
+        if not hasattr(model, "generate"):
+            raise TypeError(
+                f"expected a transformers model with .generate(), got {type(model).__name__}"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+
+    def queue_key(self) -> Any:
+        return self.model
+
+    def context_length(self) -> int | None:
+        config = getattr(self.model, "config", None)
+        for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    def render_prompt(self, prompt: Any) -> str:
+        """The exact text the model sees: through the chat template when it has one."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(prompt, str) and not template:
+            return prompt
+        if not template:
+            raise ValueError(
+                "this tokenizer has no chat template, so it cannot take a list of messages; "
+                "pass the prompt as plain text"
+            )
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        try:
+            return self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=True
+            )
+        except Exception as exc:
+            raise ValueError(
+                f"the tokenizer's chat template failed on these messages: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def prepare(self, prompt: Any, settings: dict[str, Any]) -> LocalJob:
+        check_prompt(prompt)
+        text = self.render_prompt(prompt)
+        # The chat template already wrote the special tokens; plain text gets the
+        # tokenizer's usual ones (e.g. a BOS).
+        add_special = not bool(getattr(self.tokenizer, "chat_template", None))
+        encoded = self.tokenizer(text, add_special_tokens=add_special, return_tensors="pt")
+        input_ids = encoded["input_ids"]
+        prompt_tokens = int(input_ids.shape[-1])
+        if prompt_tokens == 0:
+            raise ValueError("the prompt encodes to no tokens; pass some text")
+
+        config = self.model.generation_config
+        effective = dict(settings)
+        max_new = effective.get("max_new_tokens") or getattr(config, "max_new_tokens", None)
+        effective["max_new_tokens"] = max_new or DEFAULT_MAX_NEW_TOKENS
+        context = self.context_length()
+        if context is not None and prompt_tokens + effective["max_new_tokens"] > context:
+            raise ValueError(
+                f"the prompt ({prompt_tokens} tokens) plus max_new_tokens "
+                f"({effective['max_new_tokens']}) exceeds the model's context of {context} "
+                f"tokens; shorten the prompt or lower max_new_tokens to at most "
+                f"{max(context - prompt_tokens, 0)}"
+            )
+
+        temperature = effective.get("temperature")
+        do_sample = effective.get("do_sample")
+        if temperature == 0:
+            if do_sample:
+                raise ValueError(
+                    "temperature=0 means greedy decoding, which contradicts do_sample=True; "
+                    "set temperature above 0 or drop do_sample"
+                )
+            do_sample = False
+        elif temperature is not None and do_sample is None:
+            do_sample = True
+        if do_sample is None:
+            do_sample = bool(getattr(config, "do_sample", False))
+        effective["do_sample"] = do_sample
+
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": effective["max_new_tokens"],
+            "do_sample": do_sample,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+        }
+        if do_sample:
+            for name in ("temperature", "top_p", "top_k"):
+                if name in effective:
+                    kwargs[name] = effective[name]
+        if "repetition_penalty" in effective:
+            kwargs["repetition_penalty"] = effective["repetition_penalty"]
+        if getattr(config, "pad_token_id", None) is None:
+            # Without one, generate() warns on every call and picks the EOS itself.
+            pad = getattr(self.tokenizer, "pad_token_id", None)
+            eos = self._eos_ids()
+            if pad is None and eos:
+                pad = eos[0]
+            if pad is not None:
+                kwargs["pad_token_id"] = pad
+        return LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+
+    def _eos_ids(self) -> list[int]:
+        ids: list[int] = []
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.append(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.extend(int(i) for i in eos)
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(tok_eos, int) and tok_eos not in ids:
+            ids.append(tok_eos)
+        return ids
+
+
+class LocalJob:
+    def __init__(
+        self,
+        backend: LocalBackend,
+        encoded: Any,
+        kwargs: dict[str, Any],
+        settings: dict[str, Any],
+        prompt_text: str,
+        prompt_tokens: int,
+    ) -> None:
+        self.backend = backend
+        self.encoded = encoded
+        self.kwargs = kwargs
+        self.settings = settings
+        self.prompt_text = prompt_text
+        self.prompt_tokens = prompt_tokens
+
+    def decoder(self) -> TokenDecoder:
+        return TokenDecoder(self.backend.tokenizer)
+
+    def count_tokens(self, buffer: TokenBuffer) -> int:
+        # One put per decode step, one sequence: the number of items is the number of ids.
+        return len(buffer.items)
+
+    def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        model = self.backend.model
+        device = getattr(model, "device", None)
+        inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
+        with _seeded(self.settings.get("seed"), device):
+            model.generate(
+                **inputs,
+                **self.kwargs,
+                streamer=buffer,
+                stopping_criteria=_stop_criteria(control),
+            )
+        if buffer.items:
+            last = int(buffer.items[-1].reshape(-1)[-1])
+            if last in self.backend._eos_ids():
+                return "eos"
+        return "length"
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: Any) -> Iterator[None]:
+    """Seed sampling for this run only; the caller's global RNG state is restored after."""
+    if seed is None:
+        yield
+        return
+    import torch
+
+    devices = []
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        devices = [device.index or 0]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield

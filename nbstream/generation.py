@@ -1,0 +1,496 @@
+"""One run: its worker thread, its states, stop, budget, metrics, and reading its text.
+
+A run is ``queued`` while another run holds the same model (FIFO, never interleaved),
+``running`` once it has the model, then exactly one of ``complete``, ``failed`` or
+``cancelled``. The end state is decided by the worker from what actually happened: the end
+of the token stream is never taken as success on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from .backends import RunControl, resolve_backend
+from .backends.base import Backend, Job
+from .settings import validate_settings
+from .streaming import TokenBuffer
+
+logger = logging.getLogger(__name__)
+
+QUEUED, RUNNING = "queued", "running"
+COMPLETE, FAILED, CANCELLED = "complete", "failed", "cancelled"
+TERMINAL = frozenset({COMPLETE, FAILED, CANCELLED})
+METRIC_KEYS = (
+    "queued_s",
+    "ttft_s",
+    "first_chunk_s",
+    "tokens",
+    "tokens_per_s",
+    "elapsed_s",
+    "finish_reason",
+)
+# A reader woken more often than this only sees one more token each time; waiting a little
+# lets a fast model's tokens pile up so they are decoded and handed on together.
+_MIN_WAKE_INTERVAL_S = 0.005
+# After a KeyboardInterrupt in wait(), how long to wait for the worker to acknowledge Stop.
+_INTERRUPT_GRACE_S = 10.0
+
+
+class GenerationError(Exception):
+    """A run did not complete. ``partial_text`` holds what it produced before it ended."""
+
+    def __init__(self, message: str, generation: Generation | None = None) -> None:
+        super().__init__(message)
+        self.generation = generation
+
+    @property
+    def partial_text(self) -> str:
+        return self.generation.partial_text if self.generation is not None else ""
+
+
+class GenerationCancelled(GenerationError):
+    """The run was stopped (``stop()``, a Stop click, or a kernel interrupt)."""
+
+
+class GenerationFailed(GenerationError):
+    """The run raised, or overran its budget. The original exception is ``__cause__``."""
+
+
+class _ModelQueue:
+    """FIFO access to one model: one run at a time, in the order they were started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: Generation | None = None
+        self._waiting: deque[Generation] = deque()
+
+    def try_acquire(self, run: Generation) -> bool:
+        with self._lock:
+            if self._holder is None and not self._waiting:
+                self._holder = run
+                return True
+            self._waiting.append(run)
+            return False
+
+    def withdraw(self, run: Generation) -> bool:
+        """Take a queued run out of the line; False if it already got the model."""
+        with self._lock:
+            try:
+                self._waiting.remove(run)
+            except ValueError:
+                return False
+            return True
+
+    def release(self, run: Generation) -> None:
+        with self._lock:
+            if self._holder is not run:
+                return
+            self._holder = self._waiting.popleft() if self._waiting else None
+            if self._holder is not None:
+                self._holder._turn.set()
+
+    def snapshot(self) -> tuple[Generation | None, list[Generation]]:
+        with self._lock:
+            return self._holder, list(self._waiting)
+
+
+_queues: weakref.WeakKeyDictionary[Any, _ModelQueue] = weakref.WeakKeyDictionary()
+_strong_queues: dict[Any, _ModelQueue] = {}
+_queues_lock = threading.Lock()
+_live: weakref.WeakSet[Generation] = weakref.WeakSet()
+
+
+def _queue_for(key: Any) -> _ModelQueue:
+    with _queues_lock:
+        try:
+            table: Any = _queues
+            queue = table.get(key)
+        except TypeError:  # not weak-referenceable: keep it for the process
+            table = _strong_queues
+            queue = table.get(key)
+        if queue is None:
+            queue = table[key] = _ModelQueue()
+        return queue
+
+
+def active_runs() -> list[Generation]:
+    """Runs in this process that are queued or running."""
+    return [run for run in list(_live) if run.status not in TERMINAL]
+
+
+class Generation:
+    """A streamed run, started by :func:`stream`. Never blocks unless you ask it to.
+
+    Example::
+
+        >>> import nbstream
+        >>> model, tokenizer = nbstream.load_model()
+        >>> run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=20)
+        >>> for chunk in run:
+        ...     print(chunk, end="")
+        >>> run.status, run.result == run.partial_text
+        ('complete', True)
+    """
+
+    def __init__(self, backend: Backend, job: Job, settings: dict[str, Any]) -> None:
+        self._backend = backend
+        self._job = job
+        #: The settings this run was asked for (after validation).
+        self.settings = dict(job.settings)
+        self.prompt_text = job.prompt_text
+        self.prompt_tokens = job.prompt_tokens
+        self._lock = threading.Lock()
+        self._status = QUEUED
+        self._error: BaseException | None = None
+        self._finish_reason: str | None = None
+        self._control = RunControl(settings.get("budget_s"))
+        self._buffer = TokenBuffer()
+        self._decoder = job.decoder()
+        self._decode_lock = threading.Lock()
+        self._decoded = 0
+        self._chunks: list[str] = []
+        self._text = ""
+        self._finalized = False
+        self._first_chunk_at: float | None = None
+        self._created = time.perf_counter()
+        self._started: float | None = None
+        self._ended: float | None = None
+        self._turn = threading.Event()
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[Generation], Any]] = []
+        self._queue = _queue_for(backend.queue_key())
+        if self._queue.try_acquire(self):
+            self._status = RUNNING
+            self._started = self._created
+            self._turn.set()
+        self._thread = threading.Thread(
+            target=self._work, name=f"nbstream-run-{id(self):x}", daemon=True
+        )
+        _live.add(self)
+        self._thread.start()
+
+    # -- the worker ------------------------------------------------------------------------
+    def _work(self) -> None:
+        holds_model = False
+        try:
+            self._turn.wait()
+            # Woken either with the model, or (stopped while queued) withdrawn from the line.
+            holds_model = self._holder_is_self()
+            with self._lock:
+                if self._control.cancel_event.is_set():
+                    self._finish(CANCELLED, "cancelled", None)
+                    return
+                if self._started is None:
+                    self._started = time.perf_counter()
+                self._status = RUNNING
+            self._control.start_clock()
+            reason = self._job.run(self._buffer, self._control)
+            with self._lock:
+                if self._control.cancel_event.is_set():
+                    self._finish(CANCELLED, "cancelled", None)
+                elif self._control.timed_out:
+                    budget = self._control.budget_s
+                    self._finish(
+                        FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
+                    )
+                else:
+                    self._finish(COMPLETE, reason, None)
+        except BaseException as exc:  # any failure of the worker is a failed run, kept
+            logger.debug("run failed", exc_info=True)
+            with self._lock:
+                if self._status not in TERMINAL:
+                    self._finish(FAILED, "error", exc)
+        finally:
+            if holds_model:
+                self._queue.release(self)
+            self._buffer.close()
+            self._done.set()
+            self._run_callbacks()
+
+    def _holder_is_self(self) -> bool:
+        holder, _ = self._queue.snapshot()
+        return holder is self
+
+    def _finish(self, status: str, reason: str, error: BaseException | None) -> None:
+        # Called with self._lock held: the end state, its reason and its error change together.
+        self._ended = time.perf_counter()
+        self._finish_reason = reason
+        self._error = error
+        self._status = status
+
+    def _run_callbacks(self) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(self)
+            except Exception:
+                logger.exception("an nbstream done-callback raised; the run's state is unchanged")
+
+    def add_done_callback(self, callback: Callable[[Generation], Any]) -> None:
+        """Call ``callback(run)`` once the run has ended (on the worker thread).
+
+        Called at once if the run has already ended. Exceptions are logged, never change
+        the run's state.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        try:
+            callback(self)
+        except Exception:
+            logger.exception("an nbstream done-callback raised; the run's state is unchanged")
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        """``"queued"``, ``"running"``, ``"complete"``, ``"failed"`` or ``"cancelled"``."""
+        return self._status
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended a failed run (a ``TimeoutError`` for a budget overrun)."""
+        return self._error
+
+    @property
+    def result(self) -> str | None:
+        """The final text, only when the run completed; ``None`` otherwise."""
+        if self._status != COMPLETE or not self._done.is_set():
+            return None
+        self._pump()
+        return self._text
+
+    @property
+    def partial_text(self) -> str:
+        """The text decoded so far (all of it once the run has ended)."""
+        self._pump()
+        return self._text
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The generated token ids so far (local models)."""
+        self._pump()
+        ids = getattr(self._decoder, "ids", None)
+        return list(ids) if ids is not None else []
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Timings and counts; every key is present from the start, ``None`` until known.
+
+        Timings start when the run gets the model. ``tokens`` counts generated token ids
+        (not chunks); ``tokens_per_s`` is the decode rate after the first token.
+        """
+        self._pump()
+        times = self._buffer.times
+        started, ended = self._started, self._ended
+        tokens = self._job.count_tokens(self._buffer)
+        metrics: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+        if started is not None:
+            metrics["queued_s"] = started - self._created
+            now = ended if ended is not None else time.perf_counter()
+            metrics["elapsed_s"] = now - started
+            if times:
+                metrics["ttft_s"] = times[0] - started
+            if self._first_chunk_at is not None:
+                metrics["first_chunk_s"] = self._first_chunk_at - started
+        elif ended is not None:
+            metrics["queued_s"] = ended - self._created
+        metrics["tokens"] = tokens
+        if tokens and tokens >= 2 and len(times) >= 2 and times[-1] > times[0]:
+            metrics["tokens_per_s"] = (tokens - 1) / (times[-1] - times[0])
+        metrics["finish_reason"] = self._finish_reason
+        return metrics
+
+    # -- decoding on the reader side ---------------------------------------------------------
+    def _pump(self) -> None:
+        """Decode whatever the worker has produced since the last call (any reader thread)."""
+        if self._finalized:
+            return
+        with self._decode_lock:
+            if self._finalized:
+                return
+            ended = self._status in TERMINAL and self._buffer.closed
+            items = self._buffer.items
+            n = len(items)
+            if n > self._decoded:
+                new = items[self._decoded : n]
+                if self._first_chunk_at is None:
+                    self._feed_until_first_text(new)
+                else:
+                    self._append(self._decoder.feed(new))
+                self._decoded = n
+            if ended and self._decoded == len(items):
+                self._append(self._decoder.finish(self._text))
+                self._finalized = True
+
+    def _feed_until_first_text(self, new: list[Any]) -> None:
+        # One item at a time until text appears, so first_chunk_s is the time of the token
+        # that completed the first visible text, whoever decodes it and whenever.
+        base = self._decoded
+        for offset, item in enumerate(new):
+            text = self._decoder.feed([item])
+            if text:
+                self._first_chunk_at = self._buffer.times[base + offset]
+                self._append(text + self._decoder.feed(new[offset + 1 :]))
+                return
+
+    def _append(self, text: str) -> None:
+        if text:
+            self._chunks.append(text)
+            self._text += text
+
+    def _raise_for_end(self) -> None:
+        if self._status == CANCELLED:
+            raise GenerationCancelled("the run was cancelled", self)
+        if self._status == FAILED:
+            error = self._error
+            detail = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+            raise GenerationFailed(f"the run failed: {detail}", self) from error
+
+    # -- reading -----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[str]:
+        """Yield text chunks: replays from the first chunk, then follows the run live.
+
+        Ends normally after a complete run; raises ``GenerationCancelled`` or
+        ``GenerationFailed`` after any other end, once every chunk has been yielded.
+        """
+        index = 0
+        last_wake = 0.0
+        while True:
+            self._pump()
+            while index < len(self._chunks):
+                yield self._chunks[index]
+                index += 1
+            if self._finalized:
+                break
+            pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
+            if pause > 0:
+                time.sleep(pause)
+            self._buffer.wait_for_more(self._decoded)
+            last_wake = time.perf_counter()
+        self._raise_for_end()
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        """``async for chunk in run``: the same chunks as iteration, without blocking the loop."""
+        index = 0
+        while True:
+            self._pump()
+            while index < len(self._chunks):
+                yield self._chunks[index]
+                index += 1
+            if self._finalized:
+                break
+            await asyncio.to_thread(self._buffer.wait_for_more, self._decoded, 0.5)
+        self._raise_for_end()
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the run ends; return the final text if it completed.
+
+        Raises ``GenerationCancelled`` or ``GenerationFailed`` (subclasses of
+        ``GenerationError``) otherwise. An expired ``timeout`` raises ``TimeoutError`` and
+        the run goes on. A ``KeyboardInterrupt`` (the kernel's interrupt button) stops the
+        run, then propagates.
+        """
+        try:
+            finished = self._done.wait(timeout)
+        except KeyboardInterrupt:
+            self.stop()
+            self._done.wait(_INTERRUPT_GRACE_S)
+            raise
+        if not finished:
+            raise TimeoutError(
+                f"the run is still {self._status} after {timeout} s; it goes on "
+                "(call stop() to cancel it)"
+            )
+        self._raise_for_end()
+        result = self.result
+        assert result is not None
+        return result
+
+    async def wait_async(self, timeout: float | None = None) -> str:
+        """``await run.wait_async()``: like :meth:`wait`, without blocking the event loop."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._wait_quietly), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"the run is still {self._status} after {timeout} s; it goes on"
+            ) from None
+        except asyncio.CancelledError:
+            self.stop()
+            raise
+        return self.wait(0)
+
+    def _wait_quietly(self) -> None:
+        # Bounded waits so a cancelled await does not leave this helper thread behind for long.
+        while not self._done.wait(0.25):
+            pass
+
+    def stop(self) -> bool:
+        """Stop the run cooperatively; generation halts within one decode step.
+
+        Returns True if the run was queued or running (it will end ``cancelled``), False
+        if it had already ended.
+        """
+        with self._lock:
+            if self._status in TERMINAL or self._control.cancel_event.is_set():
+                return False
+            self._control.cancel_event.set()
+            queued = self._status == QUEUED
+        if queued and self._queue.withdraw(self):
+            self._turn.set()  # wake the worker so it ends cancelled without the model
+        return True
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the worker thread itself to exit; True if it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- display -----------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        metrics = self.metrics
+        text = self.partial_text
+        preview = text[:40] + ("…" if len(text) > 40 else "")
+        elapsed = metrics["elapsed_s"]
+        elapsed_txt = f"{elapsed:.1f}s" if elapsed is not None else "-"
+        return (
+            f"<Generation {self._status} tokens={metrics['tokens']} elapsed={elapsed_txt} "
+            f"text={preview!r}>"
+        )
+
+    def _repr_markdown_(self) -> str:
+        text = self.partial_text
+        if self._status == COMPLETE:
+            return text
+        return f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
+
+
+def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
+    """Start generating ``prompt`` on a background thread and return the run at once.
+
+    ``prompt`` is a string (for a chat model: one user message, through the chat template)
+    or a list of ``{"role": ..., "content": ...}`` messages. ``settings`` are
+    ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
+    ``do_sample``, ``seed`` and ``budget_s``; unset ones fall back to the model's
+    generation config. Every check happens before the thread starts.
+
+    Example::
+
+        >>> import nbstream
+        >>> model, tokenizer = nbstream.load_model()
+        >>> run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=30)
+        >>> text = run.wait()
+    """
+    clean = validate_settings(settings)
+    backend = resolve_backend(model, tokenizer)
+    job = backend.prepare(prompt, clean)
+    return Generation(backend, job, clean)

@@ -1,0 +1,114 @@
+"""Generation settings: the names nbstream accepts and how each is checked.
+
+Checked before any thread starts, so bad input never leaves anything running.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: Settings accepted by :func:`nbstream.stream` and the widgets, with what each means.
+SETTINGS: dict[str, str] = {
+    "max_new_tokens": "most tokens to generate (int > 0)",
+    "temperature": "0 means greedy; above 0 samples unless do_sample is given",
+    "top_p": "nucleus sampling mass, 0 < top_p <= 1",
+    "top_k": "sample among the k most likely tokens (int >= 0; 0 disables)",
+    "repetition_penalty": "> 0; 1 means none",
+    "do_sample": "sample (True) or pick the most likely token (False)",
+    "seed": "int >= 0: makes sampling reproducible without touching the global RNG",
+    "budget_s": "wall-clock budget in seconds; an overrun ends the run failed (timeout)",
+}
+
+# The engine owns these: it streams exactly one sequence through its own streamer and
+# stopping rules.
+_ENGINE_OWNED = {
+    "streamer",
+    "stopping_criteria",
+    "logits_processor",
+    "input_ids",
+    "attention_mask",
+    "return_dict_in_generate",
+    "generation_config",
+}
+_ONE_SEQUENCE = ("num_beams", "num_return_sequences")
+
+#: No model nbstream targets has a context this long; anything above is a typo.
+MAX_NEW_TOKENS_LIMIT = 1_000_000
+#: Used when neither the call nor the model's generation_config sets max_new_tokens
+#: (transformers' own fallback, max_length=20, cuts answers mid-sentence).
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check settings and return them as a plain dict (``None`` values dropped).
+
+    Raises ``TypeError`` for unknown names or wrong types and ``ValueError`` for values out
+    of range, each saying what is allowed.
+    """
+    clean: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name in _ONE_SEQUENCE:
+            if value in (None, 1):
+                continue
+            raise ValueError(
+                f"{name}={value!r}: nbstream streams exactly one sequence; "
+                f"drop {name} (beam search and several return sequences are not supported)"
+            )
+        if name in _ENGINE_OWNED:
+            raise TypeError(f"{name!r} is set by nbstream itself and cannot be passed")
+        if name not in SETTINGS:
+            allowed = ", ".join(SETTINGS)
+            raise TypeError(f"unknown setting {name!r}; allowed settings: {allowed}")
+        if value is None:
+            continue
+        clean[name] = _check(name, value)
+    return clean
+
+
+def _check(name: str, value: Any) -> Any:
+    if name == "max_new_tokens":
+        if not _is_int(value):
+            raise TypeError(f"max_new_tokens must be an int, got {value!r}")
+        if value <= 0:
+            raise ValueError(f"max_new_tokens must be positive, got {value}")
+        if value > MAX_NEW_TOKENS_LIMIT:
+            raise ValueError(
+                f"max_new_tokens={value} is absurd; use at most {MAX_NEW_TOKENS_LIMIT:,}"
+                " (and no more than the model's context allows)"
+            )
+        return value
+    if name == "do_sample":
+        if not isinstance(value, bool):
+            raise TypeError(f"do_sample must be True or False, got {value!r}")
+        return value
+    if name in ("seed", "top_k"):
+        if not _is_int(value):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+        return value
+    # The rest are real numbers.
+    if not _is_number(value):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if name == "temperature" and value < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {value}")
+    if name == "top_p" and not 0 < value <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {value}")
+    if name == "repetition_penalty" and value <= 0:
+        raise ValueError(f"repetition_penalty must be > 0 (1 means none), got {value}")
+    if name == "budget_s" and value <= 0:
+        raise ValueError(f"budget_s must be > 0 seconds, got {value}")
+    return value
