@@ -1,0 +1,309 @@
+"""``StreamWidget``: a notebook widget that streams a model's answer, with state and Stop.
+
+The kernel is the source of truth. Synced traits carry only what is small and changes
+rarely (state, metrics, error, run id); the text travels as custom messages: deltas with an
+offset, at most ``FRAME_RATE`` per second, and a full ``reset`` when a view asks (a view
+created mid-stream, a reloaded page, or a view that detected a gap). No synced trait
+holding the whole text is ever updated per frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from .generation import TERMINAL, Generation, stream
+from .settings import validate_settings
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent / "static"
+#: Deltas per second, at most, per widget.
+FRAME_RATE = 20
+_FRAME_S = 1.0 / FRAME_RATE
+# How long the follower sleeps between checks while a run is queued (no tokens to wake it).
+_POLL_S = 0.25
+
+# Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
+# the widgets its previous execution made.
+_by_cell: dict[str, list[tuple[str, weakref.ref[StreamWidget]]]] = {}
+_by_cell_lock = threading.Lock()
+
+
+def _cell_context() -> tuple[str | None, str | None]:
+    """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        kernel = getattr(shell, "kernel", None)
+        if kernel is None:
+            return None, None
+        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
+        cell_id = (parent.get("metadata") or {}).get("cellId")
+        msg_id = (parent.get("header") or {}).get("msg_id")
+        return cell_id, msg_id
+    except Exception:  # not in a kernel, or an older kernel: nothing to track
+        return None, None
+
+
+def _error_info(error: BaseException | None) -> dict[str, str] | None:
+    if error is None:
+        return None
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+class StreamWidget(anywidget.AnyWidget):
+    """Stream a model's answer into the notebook, with its state, Stop, and metrics.
+
+    ``StreamWidget()`` uses the embedded default model, shared by every widget in the
+    process; ``StreamWidget(model, tokenizer, **settings)`` any loaded causal LM (settings
+    as in :func:`nbstream.stream`). Runs of widgets sharing a model queue, never interleave.
+
+    Example::
+
+        >>> import nbstream
+        >>> w = nbstream.StreamWidget(max_new_tokens=64)
+        >>> w                                   # display it
+        >>> run = w.generate("Name two colors.")
+        >>> w.wait()                            # the text, if it completed
+        >>> w.result                            # None unless the last run completed
+
+    While a cell blocks the kernel (for instance in ``w.wait()``), the kernel cannot receive
+    the Stop click; use the kernel's interrupt button, which stops the run.
+    """
+
+    _esm = _STATIC / "widget.js"
+    _css = _STATIC / "widget.css"
+
+    # -- public synced state ----------------------------------------------------------------
+    #: idle, queued, running, complete, failed or cancelled.
+    status = traitlets.Unicode("idle").tag(sync=True)
+    #: The prompt box (two-way).
+    prompt = traitlets.Unicode("").tag(sync=True)
+    #: The last run's metrics, set when it starts and when it ends.
+    metrics = traitlets.Dict().tag(sync=True)
+    #: ``{"type", "message"}`` of the last run's error, or None.
+    error_info = traitlets.Dict(allow_none=True, default_value=None).tag(sync=True)
+    #: A problem with the input of the last Run click (nothing started), or "".
+    input_error = traitlets.Unicode("").tag(sync=True)
+    #: Incremented for every run, so views know when to clear their output.
+    run_id = traitlets.Int(0).tag(sync=True)
+
+    def __init__(
+        self, model: Any = None, tokenizer: Any = None, **settings: Any
+    ) -> None:
+        self._settings = validate_settings(settings)
+        if model is None:
+            from .models import load_model
+
+            model, tokenizer = load_model()
+        self._model = model
+        self._tokenizer = tokenizer
+        self._run: Generation | None = None
+        self._callbacks: list[Callable[[str], Any]] = []
+        self._lock = threading.Lock()
+        super().__init__()
+        self.on_msg(self._handle_message)
+        self._register_cell()
+
+    # -- Python API ---------------------------------------------------------------------------
+    def generate(self, prompt: Any = None, **settings: Any) -> Generation:
+        """Start a run and return the engine's :class:`~nbstream.Generation` at once.
+
+        ``prompt`` defaults to the prompt box; ``settings`` override the widget's for this
+        run. Raises ``RuntimeError`` if this widget already has a run queued or running.
+        """
+        if prompt is None:
+            prompt = self.prompt
+        merged = {**self._settings, **validate_settings(settings)}
+        with self._lock:
+            if self._run is not None and self._run.status not in TERMINAL:
+                raise RuntimeError(
+                    "this widget already has a run in progress; call stop() or wait() first"
+                )
+            run = stream(self._model, self._tokenizer, prompt, **merged)
+            self._run = run
+            with self.hold_sync():
+                if isinstance(prompt, str) and prompt != self.prompt:
+                    self.prompt = prompt
+                self.input_error = ""
+                self.error_info = None
+                self.metrics = run.metrics
+                self.run_id += 1
+                self.status = run.status
+            run_id = self.run_id
+        threading.Thread(
+            target=self._follow, args=(run, run_id), name=f"nbstream-view-{run_id}", daemon=True
+        ).start()
+        return run
+
+    def wait(self, timeout: float | None = None) -> str:
+        """As :meth:`Generation.wait` for the current run."""
+        if self._run is None:
+            raise RuntimeError("nothing to wait for: call generate() first")
+        return self._run.wait(timeout)
+
+    def stop(self) -> bool:
+        """Stop the current run; True if there was one to stop."""
+        run = self._run
+        return run.stop() if run is not None else False
+
+    def on_complete(self, callback: Callable[[str], Any]) -> None:
+        """Call ``callback(text)`` after each run that completes (never after others)."""
+        self._callbacks.append(callback)
+
+    @property
+    def run(self) -> Generation | None:
+        """The current (or last) run."""
+        return self._run
+
+    @property
+    def result(self) -> str | None:
+        """The last run's text, only if it completed; otherwise ``None``."""
+        return self._run.result if self._run is not None else None
+
+    @property
+    def partial_text(self) -> str:
+        """The current run's text so far (partial unless ``status == "complete"``)."""
+        return self._run.partial_text if self._run is not None else ""
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the last run, if it failed."""
+        return self._run.error if self._run is not None else None
+
+    @property
+    def traceback(self) -> str | None:
+        """The full traceback of the last run's error, if it failed."""
+        error = self.error
+        if error is None:
+            return None
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+    def close(self) -> None:
+        """Stop any run and close the widget (and its views)."""
+        self.stop()
+        super().close()
+
+    # -- streaming to the views ---------------------------------------------------------------
+    def _follow(self, run: Generation, run_id: int) -> None:
+        """Send the run's text to the views as coalesced deltas, then its end state."""
+        sent = 0
+        last_frame = 0.0
+        status = run.status
+        try:
+            while True:
+                finished = run.done
+                if run.status != status and not finished:
+                    status = run.status
+                    self._set_if_current(run_id, status=status, metrics=run.metrics)
+                text = run.partial_text
+                if len(text) > sent:
+                    pause = _FRAME_S - (time.perf_counter() - last_frame)
+                    if pause > 0 and not finished:
+                        time.sleep(pause)  # let more text pile up: one frame, not many
+                        finished = run.done
+                        text = run.partial_text
+                    self._send_delta(run, run_id, sent, text[sent:])
+                    sent = len(text)
+                    last_frame = time.perf_counter()
+                if finished:
+                    break
+                run._buffer.wait_for_more(run._decoded, _POLL_S)
+        except Exception:
+            logger.exception("nbstream: streaming to the view failed")
+        finally:
+            self._set_if_current(
+                run_id,
+                status=run.status,
+                metrics=run.metrics,
+                error_info=_error_info(run.error),
+            )
+        if run.status == "complete":
+            text = run.result or ""
+            for callback in list(self._callbacks):
+                try:
+                    callback(text)
+                except Exception:
+                    logger.exception("an on_complete callback raised; the run stays complete")
+
+    def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
+        if run_id != self.run_id or self.comm is None:
+            return
+        metrics = run.metrics
+        self.send(
+            {
+                "type": "delta",
+                "run_id": run_id,
+                "offset": offset,
+                "text": text,
+                "tokens": metrics["tokens"],
+                "elapsed_s": metrics["elapsed_s"],
+            }
+        )
+
+    def _set_if_current(self, run_id: int, **traits: Any) -> None:
+        if run_id != self.run_id or self.comm is None:
+            return
+        with self.hold_sync():
+            for name, value in traits.items():
+                setattr(self, name, value)
+
+    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "sync":
+            run = self._run
+            self.send(
+                {
+                    "type": "reset",
+                    "run_id": self.run_id,
+                    "view": content.get("view"),
+                    "text": run.partial_text if run is not None else "",
+                }
+            )
+        elif kind == "stop":
+            self.stop()
+        elif kind == "run":
+            self._run_from_view(content.get("prompt"))
+
+    def _run_from_view(self, prompt: Any) -> None:
+        if self._run is not None and self._run.status not in TERMINAL:
+            logger.debug("Run ignored: a run is already queued or running")
+            return
+        if isinstance(prompt, str):
+            self.prompt = prompt
+        try:
+            self.generate(self.prompt)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            self.input_error = str(exc)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _register_cell(self) -> None:
+        cell_id, msg_id = _cell_context()
+        if cell_id is None:
+            return
+        with _by_cell_lock:
+            entries = _by_cell.setdefault(cell_id, [])
+            stale = [ref() for mid, ref in entries if mid != msg_id]
+            entries[:] = [(mid, ref) for mid, ref in entries if mid == msg_id and ref() is not None]
+            entries.append((msg_id, weakref.ref(self)))
+        for widget in stale:
+            if widget is not None and widget is not self:
+                logger.debug("closing a widget made by an earlier run of this cell")
+                widget.close()
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait; this one stays cheap.
+        return f"<StreamWidget status={self.status!r} run_id={self.run_id}>"
