@@ -1,0 +1,94 @@
+"""Fixtures for the front-end tests: a static file server and headless Chromium.
+
+The built bundle (nbstream/static/widget.js) is loaded by tests/frontend/harness.html
+with a fake anywidget model; no Jupyter server is involved.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("NBSTREAM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    extensions_map = {  # noqa: RUF012 - class attribute of the stdlib handler
+        **SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript",
+        ".mjs": "text/javascript",
+        ".css": "text/css",
+    }
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def fe_server() -> Iterator[str]:
+    """Serve the repository root on 127.0.0.1; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(REPO))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def fe_browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        kwargs = {"args": CHROMIUM_ARGS, "headless": True}
+        if Path(CHROMIUM).exists():
+            kwargs["executable_path"] = CHROMIUM
+        browser = pw.chromium.launch(**kwargs)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def fe_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
+    """A fresh page with the harness loaded; fails the test on any page error."""
+    context = fe_browser.new_context(viewport={"width": 900, "height": 900})
+    page = context.new_page()
+    page_errors: list[str] = []
+    page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+    # Nothing outside the local server may be fetched (the bundle is self-contained).
+    outside: list[str] = []
+
+    def block_outside(route):
+        outside.append(route.request.url)
+        route.abort()
+
+    page.route(lambda url: not url.startswith(fe_server), block_outside)
+    page.goto(f"{fe_server}/tests/frontend/harness.html")
+    page.wait_for_function("window.__ready === true")
+    try:
+        yield page
+        errors = page.evaluate("window.__errors") + page_errors
+        assert errors == [], f"errors in the page: {errors}"
+        assert outside == [], f"the page tried to fetch {outside}"
+    finally:
+        context.close()
