@@ -38,6 +38,8 @@
  * @property {string} prompt        the prompt box (two-way: JS saves it on input and before a run)
  * @property {Metrics} metrics      run metrics (Python → JS)
  * @property {ErrorInfo} error_info error of a failed run (Python → JS)
+ * @property {string} [input_error] a problem with the input of the last Run click
+ *                                  (nothing started), or "" (Python → JS)
  * @property {number} run_id        incremented by Python at each new run; a new run clears the output
  */
 
@@ -75,7 +77,7 @@ const STATUSES = ["idle", "queued", "running", "complete", "failed", "cancelled"
 /** Word and glyph per status: the state is shown by word AND look, never colour alone. */
 const BADGE = {
   idle: ["idle", "○"],
-  queued: ["queued…", "⧗"],
+  queued: ["queued…", "◌"],
   running: ["running…", ""], // the glyph is a CSS spinner
   complete: ["complete", "✓"],
   failed: ["failed", "✕"],
@@ -359,6 +361,31 @@ function codePoints(s) {
   return n;
 }
 
+/** UTF-16 index where the last `k` code points of s start. @param {string} s @param {number} k */
+function indexFromEnd(s, k) {
+  let i = s.length;
+  for (; k > 0 && i > 0; k--) {
+    i--;
+    const c = s.charCodeAt(i);
+    if (c >= 0xdc00 && c <= 0xdfff && i > 0) {
+      const p = s.charCodeAt(i - 1);
+      if (p >= 0xd800 && p <= 0xdbff) i--;
+    }
+  }
+  return i;
+}
+
+/** UTF-16 index of code point k of s, or -1 if s is shorter. @param {string} s @param {number} k */
+function indexOfCodePoint(s, k) {
+  let i = 0;
+  for (; k > 0; k--) {
+    if (i >= s.length) return -1;
+    const c = s.charCodeAt(i);
+    i += c >= 0xd800 && c <= 0xdbff && i + 1 < s.length ? 2 : 1;
+  }
+  return i;
+}
+
 /** @param {unknown} x */
 function isNum(x) {
   return typeof x === "number" && Number.isFinite(x);
@@ -470,6 +497,8 @@ function render({ model, el }) {
   actions.append(runBtn, stopBtn);
   const promptRow = h("div", "nbstream-prompt-row");
   promptRow.append(prompt, actions);
+  const inputErrorId = `nbstream-input-error-${viewId}`;
+  const inputErrorEl = h("div", "nbstream-input-error", { role: "alert", id: inputErrorId });
 
   const badge = h("span", "nbstream-badge", { role: "status", "data-status": "idle" });
   const badgeText = h("span", "nbstream-badge-text");
@@ -611,6 +640,18 @@ function render({ model, el }) {
       partialLabel.remove();
     }
 
+    const inputError = String(model.get("input_error") ?? "");
+    if (inputError) {
+      inputErrorEl.textContent = inputError;
+      if (!inputErrorEl.isConnected) promptRow.after(inputErrorEl);
+      prompt.setAttribute("aria-invalid", "true");
+      prompt.setAttribute("aria-describedby", inputErrorId);
+    } else if (inputErrorEl.isConnected) {
+      inputErrorEl.remove();
+      prompt.removeAttribute("aria-invalid");
+      prompt.removeAttribute("aria-describedby");
+    }
+
     if (s === "failed") {
       const info = model.get("error_info") || {};
       const msg = [info.type, info.message].filter((x) => x).join(": ");
@@ -670,10 +711,24 @@ function render({ model, el }) {
     if (rid === runId) {
       if (isNum(msg.tokens)) liveTokens = msg.tokens;
       if (isNum(msg.elapsed_s)) liveElapsed = msg.elapsed_s;
-      if (Number(msg.offset) === cpLen) {
-        append(String(msg.text ?? ""));
+      const offset = Number(msg.offset);
+      const piece = String(msg.text ?? "");
+      if (offset === cpLen) {
+        append(piece);
         updateChrome();
         return;
+      }
+      if (offset >= 0 && offset < cpLen) {
+        // Overlap with text we already have (e.g. a reset that was ahead of
+        // the deltas). The run's text only grows, so a delta that agrees with
+        // it is no gap: keep what is new.
+        const have = text.slice(indexFromEnd(text, cpLen - offset));
+        const cut = indexOfCodePoint(piece, cpLen - offset);
+        if (cut < 0 ? have.startsWith(piece) : piece.slice(0, cut) === have) {
+          if (cut >= 0) append(piece.slice(cut));
+          updateChrome();
+          return;
+        }
       }
       updateMetrics();
     } else if (rid < runId) {
@@ -727,6 +782,7 @@ function render({ model, el }) {
   });
   onModel("change:metrics", updateMetrics);
   onModel("change:error_info", updateChrome);
+  onModel("change:input_error", updateChrome);
 
   // ---- prompt ----------------------------------------------------------------
   let promptDirty = false;
