@@ -384,6 +384,27 @@ def test_gap_sends_sync_and_reset_recovers(fe_page: Page) -> None:
     assert len([m for m in sent(page) if m["type"] == "sync"]) == 2
 
 
+def test_reset_ahead_of_deltas_is_not_a_gap(fe_page: Page) -> None:
+    """A reset may carry text the next delta repeats: the overlap is dropped, no sync."""
+    page = fe_page
+    mount(page, status="running", run_id=1)
+    vid = view_id(page)
+    emit(page, delta(1, 0, "ab😀"))
+    emit(page, {"type": "reset", "run_id": 1, "view": vid, "text": "ab😀cd🎉e"})
+    emit(page, delta(1, 3, "cd🎉efg"))  # overlaps "cd🎉e", adds "fg"
+    emit(page, delta(1, 5, "🎉"))  # entirely old: ignored
+    emit(page, delta(1, 9, "h"))
+    frame(page)
+    out = view(page).locator(".nbstream-output")
+    expect(out).to_have_text("ab😀cd🎉efgh")
+    assert [m["type"] for m in sent(page)] == ["sync"]
+    # An overlap that disagrees with the text is a gap.
+    emit(page, delta(1, 7, "XYZ"))
+    frame(page)
+    expect(out).to_have_text("ab😀cd🎉efgh")
+    assert [m["type"] for m in sent(page)] == ["sync", "sync"]
+
+
 def test_delta_for_unknown_newer_run_is_a_gap(fe_page: Page) -> None:
     page = fe_page
     mount(page, status="running", run_id=1)
@@ -585,6 +606,22 @@ def test_error_shown_only_when_failed(fe_page: Page) -> None:
     change(page, "error_info", None)
     change(page, "status", "queued")
     expect(root.locator(".nbstream-error")).to_have_count(0)
+
+
+def test_input_error_shown_with_the_prompt(fe_page: Page) -> None:
+    page = fe_page
+    mount(page)
+    root = view(page)
+    expect(root.locator(".nbstream-input-error")).to_have_count(0)
+    change(page, "input_error", "prompt must not be empty")
+    err = root.locator(".nbstream-input-error")
+    expect(err).to_have_text("prompt must not be empty")
+    prompt = page.get_by_role("textbox", name="Prompt")
+    expect(prompt).to_have_attribute("aria-invalid", "true")
+    expect(prompt).to_have_accessible_description("prompt must not be empty")
+    change(page, "input_error", "")
+    expect(root.locator(".nbstream-input-error")).to_have_count(0)
+    expect(prompt).not_to_have_attribute("aria-invalid", "true")
 
 
 def test_metrics_line_live_and_final(fe_page: Page) -> None:
