@@ -10,14 +10,17 @@
 its kernel is shut down when the test ends) on top of a session-wide server (`lab_server`,
 `notebook7_server`, started on first use) and one session-wide Chromium (`browser`).
 When a test fails, screenshots, console logs and the server log go to test-artifacts/<test>/
-and the tail of the server log is added to the report.
+and the tail of the server log is added to the report; each server's whole log is copied to
+test-artifacts/jupyter-<app>-server.log when the session ends.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -49,6 +52,11 @@ def _server(app: str) -> Iterator[JupyterServer]:
         server.start()
         yield server
     finally:
+        server.stop()
+        # keep the last session's server log (the server's own folder is deleted)
+        with contextlib.suppress(OSError):
+            ARTIFACTS.mkdir(exist_ok=True)
+            shutil.copyfile(server.log_path, ARTIFACTS / f"jupyter-{app}-server.log")
         server.cleanup()
 
 

@@ -225,11 +225,9 @@ class JupyterServer:
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root_dir}",
             "--ServerApp.open_browser=False",
-            "--ServerApp.disable_check_xsrf=True",
             # window.jupyterapp: lets the harness read kernel and cell state from the page
             f"--{app_class}.expose_app_in_browser=True",
             "--LanguageServerManager.autodetect=False",
-            "--ServerApp.shutdown_no_activity_timeout=0",
         ]
         if self._log_file is None:
             self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - see stop()
@@ -309,9 +307,6 @@ class JupyterServer:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
-
-    def sessions_for(self, path: str) -> list[dict[str, Any]]:
-        return [s for s in self.api("GET", "/api/sessions") if s.get("path") == path]
 
     def shutdown_sessions(self, path: str | None = None) -> None:
         """Delete sessions (and so shut their kernels down), all or those of one notebook."""
@@ -452,10 +447,10 @@ class Notebook:
         ws.on("framesent", lambda payload: keep("sent", payload))
         ws.on("framereceived", lambda payload: keep("received", payload))
 
-    @staticmethod
-    def _on_dialog(dialog: Any) -> None:
-        # The only native dialog JupyterLab raises is "leave page with unsaved changes?" on
-        # reload/close; accept it so that reload() never hangs.
+    def _on_dialog(self, dialog: Any) -> None:
+        # The native dialog JupyterLab raises is "leave page with unsaved changes?" on
+        # reload/close; accept it (and any alert/confirm) so that nothing hangs.
+        self.console.append(("harness", f"accepted native {dialog.type} dialog"))
         with contextlib.suppress(Exception):
             dialog.accept()
 
@@ -636,6 +631,10 @@ class Notebook:
             raise RuntimeError("the notebook has no kernel")
         return kid
 
+    def interrupt_kernel(self) -> None:
+        """Interrupt the kernel (as the toolbar's stop button does), through the REST API."""
+        self.server.api("POST", f"/api/kernels/{self.kernel_id()}/interrupt", timeout=30)
+
     def _kernel_client(self) -> BlockingKernelClient:
         kid = self.kernel_id()
         if self._client is not None and self._client_kernel == kid:
@@ -684,7 +683,6 @@ class Notebook:
         RuntimeError with the kernel's traceback. Its busy/idle status messages reach the
         page too (ws_messages() leaves them out).
         """
-        client = self._kernel_client()
         content = {
             "code": "",
             "silent": True,
@@ -693,11 +691,18 @@ class Notebook:
             "allow_stdin": False,
             "stop_on_error": False,
         }
-        msg = client.session.msg("execute_request", content)
-        if self._subshell is not None:
-            msg["header"]["subshell_id"] = self._subshell
-        client.shell_channel.send(msg)
-        reply = self._reply(client.shell_channel, msg["header"]["msg_id"], timeout)["content"]
+        for attempt in range(2):
+            client = self._kernel_client()
+            msg = client.session.msg("execute_request", content)
+            if self._subshell is not None:
+                msg["header"]["subshell_id"] = self._subshell
+            client.shell_channel.send(msg)
+            reply = self._reply(client.shell_channel, msg["header"]["msg_id"], timeout)
+            reply = reply["content"]
+            if reply.get("ename") != "UnknownSubshellError" or attempt:
+                break
+            # the kernel was restarted (same id and ports, no subshells): make a new one
+            self._close_client()
         if reply.get("status") != "ok":
             raise RuntimeError(f"kernel_eval({expr!r}) failed: {reply}")
         value = reply["user_expressions"]["value"]
