@@ -158,6 +158,7 @@ class Generation:
         self._chunks: list[str] = []
         self._text = ""
         self._finalized = False
+        self._decode_error: Exception | None = None
         self._first_chunk_at: float | None = None
         self._created = time.perf_counter()
         self._started: float | None = None
@@ -192,8 +193,13 @@ class Generation:
                 self._status = RUNNING
             self._control.start_clock()
             reason = self._job.run(self._buffer, self._control)
+            # Decode all of the text here, before the end state is decided: a decoder that
+            # fails (here or in a reader) fails the run, and a complete run's text is final.
+            self._pump(final=True)
             with self._lock:
-                if self._control.cancel_event.is_set():
+                if self._decode_error is not None:
+                    self._finish(FAILED, "error", self._decode_error)
+                elif self._control.cancel_event.is_set():
                     self._finish(CANCELLED, "cancelled", None)
                 elif self._control.timed_out:
                     budget = self._control.budget_s
@@ -211,8 +217,10 @@ class Generation:
             if holds_model:
                 self._queue.release(self)
             self._buffer.close()
-            self._done.set()
-            self._run_callbacks()
+            with self._lock:  # with add_done_callback's check: no callback is ever missed
+                self._done.set()
+                callbacks = list(self._callbacks)
+            self._run_callbacks(callbacks)
 
     def _holder_is_self(self) -> bool:
         holder, _ = self._queue.snapshot()
@@ -225,8 +233,8 @@ class Generation:
         self._error = error
         self._status = status
 
-    def _run_callbacks(self) -> None:
-        for callback in list(self._callbacks):
+    def _run_callbacks(self, callbacks: list[Callable[[Generation], Any]]) -> None:
+        for callback in callbacks:
             try:
                 callback(self)
             except Exception:
@@ -312,25 +320,36 @@ class Generation:
         return metrics
 
     # -- decoding on the reader side ---------------------------------------------------------
-    def _pump(self) -> None:
-        """Decode whatever the worker has produced since the last call (any reader thread)."""
+    def _pump(self, final: bool = False) -> None:
+        """Decode whatever the worker has produced since the last call (any thread).
+
+        ``final``: the worker has finished generating; decode the rest and close the text.
+        A decoder that raises never raises into a reader: the run ends failed with it.
+        """
         if self._finalized:
             return
         with self._decode_lock:
             if self._finalized:
                 return
-            ended = self._status in TERMINAL and self._buffer.closed
+            ended = final or (self._status in TERMINAL and self._buffer.closed)
             items = self._buffer.items
             n = len(items)
-            if n > self._decoded:
-                new = items[self._decoded : n]
-                if self._first_chunk_at is None:
-                    self._feed_until_first_text(new)
-                else:
-                    self._append(self._decoder.feed(new))
-                self._decoded = n
-            if ended and self._decoded == len(items):
-                self._append(self._decoder.finish(self._text))
+            if self._decode_error is None:
+                try:
+                    if n > self._decoded:
+                        new = items[self._decoded : n]
+                        if self._first_chunk_at is None:
+                            self._feed_until_first_text(new)
+                        else:
+                            self._append(self._decoder.feed(new))
+                    if ended and n == len(items):
+                        self._append(self._decoder.finish(self._text))
+                except Exception as exc:
+                    logger.debug("decoding failed", exc_info=True)
+                    self._decode_error = exc
+                    self._control.cancel_event.set()  # stop the model; the run ends failed
+            self._decoded = n
+            if ended and n == len(items):
                 self._finalized = True
 
     def _feed_until_first_text(self, new: list[Any]) -> None:
@@ -371,7 +390,7 @@ class Generation:
             while index < len(self._chunks):
                 yield self._chunks[index]
                 index += 1
-            if self._finalized:
+            if self._finalized and self._status in TERMINAL:
                 break
             pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
             if pause > 0:
@@ -388,7 +407,7 @@ class Generation:
             while index < len(self._chunks):
                 yield self._chunks[index]
                 index += 1
-            if self._finalized:
+            if self._finalized and self._status in TERMINAL:
                 break
             await asyncio.to_thread(self._buffer.wait_for_more, self._decoded, 0.5)
         self._raise_for_end()
@@ -419,20 +438,24 @@ class Generation:
 
     async def wait_async(self, timeout: float | None = None) -> str:
         """``await run.wait_async()``: like :meth:`wait`, without blocking the event loop."""
+        gave_up = threading.Event()
         try:
-            await asyncio.wait_for(asyncio.to_thread(self._wait_quietly), timeout)
+            await asyncio.wait_for(asyncio.to_thread(self._wait_quietly, gave_up), timeout)
         except asyncio.TimeoutError:
+            gave_up.set()
             raise TimeoutError(
                 f"the run is still {self._status} after {timeout} s; it goes on"
             ) from None
         except asyncio.CancelledError:
+            gave_up.set()
             self.stop()
             raise
         return self.wait(0)
 
-    def _wait_quietly(self) -> None:
-        # Bounded waits so a cancelled await does not leave this helper thread behind for long.
-        while not self._done.wait(0.25):
+    def _wait_quietly(self, gave_up: threading.Event) -> None:
+        # Bounded waits, so an await that timed out or was cancelled does not leave this
+        # helper thread behind (asyncio.run() would wait for it to end before returning).
+        while not self._done.wait(0.25) and not gave_up.is_set():
             pass
 
     def stop(self) -> bool:

@@ -1,0 +1,173 @@
+"""Shared fixtures for the engine tests.
+
+Nothing may download: the hub is switched off here, at import, before anything imports
+transformers (pytest imports this file before any test module).
+
+Fixtures: ``tiny`` / ``tiny_line`` (the tiny random model, see nbstream.testing),
+``real_model`` (the embedded default model), ``probe`` (a forward hook that holds the model
+at a gate, counts decode steps and injects faults), ``no_leftover_runs`` (stops and reaps
+what a test left running; fails on a worker that never ends), ``greedy`` (a non-streamed
+greedy reference decode).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+# One intra-op thread: the engine runs the model on a worker thread while the test's thread
+# reads, and on a 2-core machine two OpenMP threads spinning against them (and against
+# whatever else the machine runs) make the tiny model 10x slower, the default model worse.
+torch.set_num_threads(1)
+
+RUN_THREAD_PREFIX = "nbstream-run-"
+
+
+def run_threads() -> set[threading.Thread]:
+    """The engine's worker threads that are alive now."""
+    return {t for t in threading.enumerate() if t.name.startswith(RUN_THREAD_PREFIX)}
+
+
+@pytest.fixture(scope="session")
+def tiny() -> tuple[Any, Any]:
+    """A 2-layer random Llama with SmolLM2's tokenizer (fast; ends on EOS or newlines)."""
+    from nbstream.testing import tiny_model
+
+    return tiny_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_line() -> tuple[Any, Any]:
+    """The tiny model that never ends early: exactly max_new_tokens tokens on one line."""
+    from nbstream.testing import tiny_model
+
+    return tiny_model(one_line=True)
+
+
+@pytest.fixture(scope="session")
+def real_model() -> tuple[Any, Any]:
+    """The embedded default model (SmolLM2-135M-Instruct), loaded once."""
+    import nbstream
+
+    return nbstream.load_model()
+
+
+@pytest.fixture
+def no_leftover_runs() -> Iterator[None]:
+    """Fail a test that leaves a run behind; stop and reap whatever it left.
+
+    Every worker must end on its own (nothing waits forever): a thread still alive after
+    its run was stopped and given 30 s is a hang, and fails the test.
+    """
+    from nbstream.generation import active_runs
+
+    before = run_threads()
+    yield
+    leftovers = active_runs()
+    for run in leftovers:
+        run.stop()
+    hung = []
+    for thread in run_threads() - before:
+        thread.join(30)
+        if thread.is_alive():
+            hung.append(thread.name)
+    assert not hung, f"worker threads that never ended: {hung}"
+
+
+class Probe:
+    """A forward hook on a model: counts calls (one per decode step), records the thread of
+    each, and can hold the model at a gate or make a given call raise (fault injection)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.threads: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.held = threading.Event()  # set once a forward call is waiting at the gate
+        self.fail_at: int | None = None
+        self.error: BaseException | None = None
+        self.on_call: Any = None
+        self._handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, module: Any, args: Any, output: Any) -> None:
+        self.threads.append(threading.get_ident())
+        calls = len(self.threads)
+        if not self.gate.is_set():
+            self.held.set()
+            if not self.gate.wait(60):
+                raise RuntimeError("test gate never opened")
+        if self.fail_at == calls and self.error is not None:
+            raise self.error
+        if self.on_call is not None:
+            self.on_call(calls)
+
+    @property
+    def calls(self) -> int:
+        return len(self.threads)
+
+    def hold(self) -> None:
+        """Make the model's next forward call wait until release(); ``held`` tells when."""
+        self.held.clear()
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def remove(self) -> None:
+        self.gate.set()
+        self._handle.remove()
+
+
+@pytest.fixture
+def probe() -> Iterator[Any]:
+    """``probe(model)`` attaches a :class:`Probe`; all are opened and removed afterwards."""
+    probes: list[Probe] = []
+
+    def attach(model: Any) -> Probe:
+        p = Probe(model)
+        probes.append(p)
+        return p
+
+    yield attach
+    for p in probes:
+        p.remove()
+
+
+def render(tokenizer: Any, prompt: Any) -> str:
+    """The text a model sees for ``prompt``, computed independently of nbstream."""
+    if isinstance(prompt, str) and not tokenizer.chat_template:
+        return prompt
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def greedy_reference(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: int):
+    """Non-streamed greedy ``generate`` in the calling thread: (generated ids, decoded text)."""
+    import torch
+
+    text = render(tokenizer, prompt)
+    encoded = tokenizer(text, add_special_tokens=not tokenizer.chat_template, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **encoded,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    ids = out[0, encoded["input_ids"].shape[-1] :].tolist()
+    return ids, tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="session")
+def greedy() -> Any:
+    return greedy_reference
