@@ -18,6 +18,7 @@ from .generation import (
     stream,
 )
 from .models import default_model_dir, load_model
+from .widget import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
@@ -26,6 +27,7 @@ __all__ = [
     "GenerationCancelled",
     "GenerationError",
     "GenerationFailed",
+    "StreamWidget",
     "__version__",
     "default_model_dir",
     "load_model",

@@ -110,6 +110,9 @@ class StreamWidget(anywidget.AnyWidget):
         self._model = model
         self._tokenizer = tokenizer
         self._run: Generation | None = None
+        # Characters of the current run's text already sent as deltas: a reset carries
+        # exactly that much, so the next delta continues it without a gap.
+        self._sent = 0
         self._callbacks: list[Callable[[str], Any]] = []
         self._lock = threading.Lock()
         super().__init__()
@@ -133,6 +136,7 @@ class StreamWidget(anywidget.AnyWidget):
                 )
             run = stream(self._model, self._tokenizer, prompt, **merged)
             self._run = run
+            self._sent = 0
             with self.hold_sync():
                 if isinstance(prompt, str) and prompt != self.prompt:
                     self.prompt = prompt
@@ -155,7 +159,8 @@ class StreamWidget(anywidget.AnyWidget):
 
     def stop(self) -> bool:
         """Stop the current run; True if there was one to stop."""
-        run = self._run
+        # getattr: close() runs from __del__ even when __init__ failed part-way.
+        run = getattr(self, "_run", None)
         return run.stop() if run is not None else False
 
     def on_complete(self, callback: Callable[[str], Any]) -> None:
@@ -214,8 +219,9 @@ class StreamWidget(anywidget.AnyWidget):
                         time.sleep(pause)  # let more text pile up: one frame, not many
                         finished = run.done
                         text = run.partial_text
-                    self._send_delta(run, run_id, sent, text[sent:])
-                    sent = len(text)
+                    with self._lock:
+                        self._send_delta(run, run_id, sent, text[sent:])
+                        sent = self._sent = len(text)
                     last_frame = time.perf_counter()
                 if finished:
                     break
@@ -264,15 +270,16 @@ class StreamWidget(anywidget.AnyWidget):
             return
         kind = content.get("type")
         if kind == "sync":
-            run = self._run
-            self.send(
-                {
-                    "type": "reset",
-                    "run_id": self.run_id,
-                    "view": content.get("view"),
-                    "text": run.partial_text if run is not None else "",
-                }
-            )
+            with self._lock:
+                run = self._run
+                self.send(
+                    {
+                        "type": "reset",
+                        "run_id": self.run_id,
+                        "view": content.get("view"),
+                        "text": run.partial_text[: self._sent] if run is not None else "",
+                    }
+                )
         elif kind == "stop":
             self.stop()
         elif kind == "run":

@@ -1,0 +1,104 @@
+"""The terminal front end: ``python -m nbstream "prompt"`` and ``python -m nbstream prepare``.
+
+Streams with the same engine as the widgets, ends with the state and a metrics line, and
+exits non-zero when the run failed (1) or was cancelled (130, as for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_FAILED = 1
+EXIT_CANCELLED = 130
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """One line: tokens, time to first token, decode rate, elapsed, finish reason."""
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} s"
+
+    rate = metrics.get("tokens_per_s")
+    parts = [
+        f"{metrics.get('tokens') if metrics.get('tokens') is not None else '-'} tokens",
+        f"first token {seconds(metrics.get('ttft_s'))}",
+        f"{rate:.1f} tok/s" if rate is not None else "- tok/s",
+        f"elapsed {seconds(metrics.get('elapsed_s'))}",
+        f"finish {metrics.get('finish_reason') or '-'}",
+    ]
+    return " · ".join(parts)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nbstream",
+        description="Stream a language model's answer to the terminal. "
+        "`nbstream prepare` converts the embedded default model ahead of time.",
+    )
+    parser.add_argument("prompt", help="the prompt (or `prepare`)")
+    parser.add_argument("--model", help="hub id or folder (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--repetition-penalty", type=float)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--budget", dest="budget_s", type=float, help="wall-clock budget, seconds")
+    return parser
+
+
+def prepare() -> int:
+    from .models import default_model_dir
+
+    folder = default_model_dir()
+    print(folder)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["prepare"]:
+        return prepare()
+    options = _parser().parse_args(args)
+
+    from . import GenerationError, load_model, stream
+
+    settings = {
+        name: getattr(options, name)
+        for name in (
+            "max_new_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "repetition_penalty",
+            "seed",
+            "budget_s",
+        )
+        if getattr(options, name) is not None
+    }
+    model, tokenizer = load_model(options.model)
+    try:
+        run = stream(model, tokenizer, options.prompt, **settings)
+    except (TypeError, ValueError) as exc:
+        print(f"nbstream: {exc}", file=sys.stderr)
+        return 2
+    try:
+        try:
+            for chunk in run:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            run.stop()
+            run.join(10)
+    except GenerationError:
+        pass
+    sys.stdout.write("\n")
+    status = run.status
+    label = status if status == "complete" else f"{status} (partial output above)"
+    if status == "failed" and run.error is not None:
+        label += f": {type(run.error).__name__}: {run.error}"
+    print(f"[{label}] {format_metrics(run.metrics)}", file=sys.stderr)
+    return {"complete": 0, "cancelled": EXIT_CANCELLED}.get(status, EXIT_FAILED)

@@ -1,0 +1,272 @@
+"""StreamWidget's kernel side without a browser: state, messages, Stop, result semantics.
+
+The widget is driven the way its front end drives it (custom messages), and what it sends
+to the views is captured from ``send`` and ``send_state``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import nbstream
+from nbstream import widget as widget_module
+from nbstream.testing import tiny_model
+
+
+class Recorder:
+    """Captures what a widget sends to its views."""
+
+    def __init__(self, w: nbstream.StreamWidget) -> None:
+        self.messages: list[tuple[float, dict]] = []
+        self.states: list[dict] = []
+        original_send_state = w.send_state
+
+        def send(content, buffers=None):
+            self.messages.append((time.perf_counter(), content))
+
+        def send_state(key=None):
+            self.states.append({"keys": key})
+            original_send_state(key)
+
+        w.send = send
+        w.send_state = send_state
+
+    def deltas(self, run_id: int | None = None) -> list[dict]:
+        return [
+            m
+            for _, m in self.messages
+            if m["type"] == "delta" and (run_id is None or m["run_id"] == run_id)
+        ]
+
+
+def wait_status(w, statuses, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while w.status not in statuses:
+        assert time.monotonic() < deadline, f"status stayed {w.status!r}"
+        time.sleep(0.01)
+
+
+def wait_followers(timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while any(t.name.startswith(("nbstream-view-", "nbstream-run-")) for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a widget or run thread outlived its run"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def tiny():
+    return tiny_model()
+
+
+@pytest.fixture
+def long_tiny():
+    return tiny_model(one_line=True)
+
+
+def test_starts_idle_with_no_result(tiny):
+    w = nbstream.StreamWidget(*tiny)
+    assert w.status == "idle"
+    assert w.result is None and w.partial_text == "" and w.error is None
+    with pytest.raises(RuntimeError, match="generate"):
+        w.wait()
+
+
+def test_complete_run_deltas_rebuild_the_result(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=300)
+    rec = Recorder(w)
+    run = w.generate("Hello there")
+    assert w.status in ("queued", "running")
+    text = w.wait()
+    wait_status(w, {"complete"})
+    wait_followers()
+    deltas = rec.deltas(w.run_id)
+    assert deltas, "no text reached the views"
+    offset = 0
+    for delta in deltas:
+        assert delta["offset"] == offset  # contiguous: no gaps, no repeats
+        offset += len(delta["text"])
+    assert "".join(d["text"] for d in deltas) == text == w.result == run.result
+    assert w.metrics["tokens"] == 300 and w.metrics["finish_reason"] == "length"
+    assert w.error_info is None
+
+
+def test_frames_are_coalesced_to_twenty_per_second(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=600)
+    rec = Recorder(w)
+    w.generate("Hello there")
+    w.wait()
+    wait_followers()
+    times = [t for t, m in rec.messages if m["type"] == "delta"]
+    tokens = w.metrics["tokens"]
+    assert len(times) < tokens  # never one frame per token
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # The last frame may follow the previous one early (the run ended); the rest are paced.
+    assert all(g >= 0.045 for g in gaps[:-1]), min(gaps[:-1])
+
+
+def test_no_synced_trait_carries_the_text_or_changes_per_frame(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=400)
+    rec = Recorder(w)
+    w.generate("Hello there")
+    text = w.wait()
+    wait_followers()
+    state = w.get_state()
+    assert all(text not in str(value) for value in state.values() if isinstance(value, str))
+    frames = len(rec.deltas())
+    assert frames > 3
+    # State updates happen at start and end only, however many frames there were.
+    assert len(rec.states) <= 4, rec.states
+
+
+def test_sync_returns_the_full_text_so_far(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=300)
+    rec = Recorder(w)
+    w._handle_message(w, {"type": "sync", "view": "v1"}, [])
+    assert rec.messages[-1][1] == {"type": "reset", "run_id": 0, "view": "v1", "text": ""}
+    w.generate("Hello there")
+    text = w.wait()
+    wait_followers()
+    w._handle_message(w, {"type": "sync", "view": "v2"}, [])
+    reply = rec.messages[-1][1]
+    assert reply["type"] == "reset" and reply["view"] == "v2"
+    assert reply["text"] == text and reply["run_id"] == w.run_id
+
+
+def test_stop_message_cancels_and_keeps_partial_text(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    rec = Recorder(w)
+    run = w.generate("Hello there")
+    while not run.partial_text:
+        time.sleep(0.01)
+    w._handle_message(w, {"type": "stop"}, [])
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait()
+    wait_status(w, {"cancelled"})
+    wait_followers()
+    assert w.result is None
+    assert w.partial_text and run.metrics["tokens"] < 8000
+    assert "".join(d["text"] for d in rec.deltas()) == w.partial_text
+    assert w.metrics["finish_reason"] == "cancelled"
+
+
+def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    w.prompt = "Hello there"
+    for _ in range(10):
+        w._handle_message(w, {"type": "run", "prompt": "Hello there"}, [])
+    assert w.run_id == 1
+    runs = [t for t in threading.enumerate() if t.name.startswith("nbstream-run-")]
+    assert len(runs) == 1
+    with pytest.raises(RuntimeError, match="in progress"):
+        w.generate("another")
+    w.stop()
+    wait_followers()
+    assert w.status == "cancelled"
+
+
+def test_bad_prompt_from_the_view_is_reported_and_starts_nothing(tiny):
+    w = nbstream.StreamWidget(*tiny)
+    w._handle_message(w, {"type": "run", "prompt": "   "}, [])
+    assert "empty" in w.input_error
+    assert w.status == "idle" and w.run_id == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("nbstream-run-")]
+    w._handle_message(w, {"type": "run", "prompt": "Hi"}, [])
+    assert w.input_error == ""
+    w.wait()
+
+
+def test_failure_shows_error_and_no_result(tiny):
+    model, tokenizer = tiny
+    calls = {"n": 0}
+
+    def explode(module, args, output):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("injected fault at step 5")
+
+    handle = model.register_forward_hook(explode)
+    try:
+        w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=50)
+        w.generate("Hello there")
+        with pytest.raises(nbstream.GenerationFailed):
+            w.wait()
+        wait_followers()
+    finally:
+        handle.remove()
+    assert w.status == "failed"
+    assert w.result is None
+    assert w.error_info == {"type": "RuntimeError", "message": "injected fault at step 5"}
+    assert "injected fault at step 5" in w.traceback and "Traceback" in w.traceback
+    assert w.metrics["finish_reason"] == "error"
+
+
+def test_on_complete_only_after_complete_runs(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=30)
+    seen: list[str] = []
+    w.on_complete(seen.append)
+    w.on_complete(lambda text: 1 / 0)  # a failing callback changes nothing
+    w.generate("Hello")
+    text = w.wait()
+    wait_followers()
+    assert seen == [text] and w.status == "complete"
+    w.generate("Hello", max_new_tokens=8000)
+    time.sleep(0.2)
+    w.stop()
+    wait_followers()
+    assert seen == [text]
+
+
+def test_settings_validated_and_overridable(tiny):
+    with pytest.raises(TypeError, match="allowed settings"):
+        nbstream.StreamWidget(*tiny, max_tokens=5)
+    with pytest.raises(ValueError, match="temperature"):
+        nbstream.StreamWidget(*tiny, temperature=-1)
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=7)
+    run = w.generate("Hello")
+    w.wait()
+    assert run.metrics["tokens"] <= 7
+    run = w.generate("Hello", max_new_tokens=3)
+    w.wait()
+    assert run.metrics["tokens"] <= 3 and run.settings["max_new_tokens"] == 3
+
+
+def test_close_stops_the_run(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    run = w.generate("Hello")
+    while not run.partial_text:
+        time.sleep(0.01)
+    w.close()
+    assert run.join(10)
+    assert run.status == "cancelled"
+    wait_followers()
+
+
+def test_rerunning_a_cell_closes_its_earlier_widget(long_tiny, monkeypatch):
+    context = {"value": ("cell-1", "exec-1")}
+    monkeypatch.setattr(widget_module, "_cell_context", lambda: context["value"])
+    first = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    sibling = nbstream.StreamWidget(*long_tiny)  # same execution: kept
+    run = first.generate("Hello")
+    context["value"] = ("cell-1", "exec-2")  # the cell runs again
+    nbstream.StreamWidget(*long_tiny)
+    assert run.join(10) and run.status == "cancelled"
+    assert first.comm is None and sibling.comm is None
+    context["value"] = ("cell-2", "exec-3")
+    other = nbstream.StreamWidget(*long_tiny)
+    assert other.comm is not None
+    wait_followers()
+
+
+def test_widgets_sharing_a_model_queue(long_tiny):
+    a = nbstream.StreamWidget(*long_tiny, max_new_tokens=200)
+    b = nbstream.StreamWidget(*long_tiny, max_new_tokens=200)
+    a.generate("Hello")
+    b.generate("Hello")
+    assert b.status == "queued"
+    wait_status(b, {"running", "complete"})
+    assert a.status == "complete"  # b started only after a finished
+    assert a.wait() == b.wait()
+    wait_followers()
