@@ -54,3 +54,37 @@ def tiny_model(*, one_line: bool = False, seed: int = 0) -> tuple[Any, Any]:
         )
     _cache[key] = (model, tokenizer)
     return model, tokenizer
+
+
+def forced_model(text: str) -> tuple[Any, Any]:
+    """Return ``(model, tokenizer)``: a tiny model that always answers exactly ``text``.
+
+    A fault-injection fake for what a real model will not produce on demand (for instance
+    an HTML payload, to check that the widget keeps it inert): a forward hook replaces each
+    step's logits so that greedy decoding emits the tokens of ``text``, then the end token.
+    A fresh model each call, so the hook touches no other test's model.
+    """
+    import torch
+
+    base, tokenizer = tiny_model()
+    model = type(base)(base.config)
+    model.load_state_dict(base.state_dict())
+    model.eval()
+    model.generation_config = base.generation_config
+    targets = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    state = {"step": 0}
+
+    def force(module: Any, args: Any, kwargs: Any, output: Any) -> Any:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        if input_ids is not None and input_ids.shape[1] > 1:
+            state["step"] = 0  # a prefill: a new run starts
+        target = targets[min(state["step"], len(targets) - 1)]
+        state["step"] += 1
+        last = output.logits[:, -1, :]
+        last.fill_(-1e9)
+        last[:, target] = 0.0
+        return output
+
+    with torch.no_grad():
+        model.register_forward_hook(force, with_kwargs=True)
+    return model, tokenizer
