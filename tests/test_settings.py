@@ -1,0 +1,229 @@
+"""Settings: validation, what each one does to a run, and the model's defaults."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import render
+
+import nbstream
+from nbstream.settings import DEFAULT_MAX_NEW_TOKENS, SETTINGS, validate_settings
+
+pytestmark = pytest.mark.usefixtures("no_leftover_runs")
+
+ALLOWED = (
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "do_sample",
+    "seed",
+    "budget_s",
+)
+
+
+def generate_reference(model, tokenizer, prompt, **kwargs):
+    """Plain ``model.generate`` in this thread, decoded the way nbstream promises."""
+    encoded = tokenizer(render(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**encoded, pad_token_id=tokenizer.pad_token_id, **kwargs)
+    return tokenizer.decode(out[0, encoded["input_ids"].shape[-1] :], skip_special_tokens=True)
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def test_the_allowed_settings():
+    assert tuple(SETTINGS) == ALLOWED
+
+
+def test_unknown_setting_names_the_allowed_ones():
+    with pytest.raises(TypeError) as info:
+        validate_settings({"max_tokens": 10})
+    message = str(info.value)
+    assert "max_tokens" in message
+    for name in ALLOWED:
+        assert name in message
+
+
+def test_valid_settings_pass_and_none_is_unset():
+    clean = validate_settings(
+        {
+            "max_new_tokens": 12,
+            "temperature": 1,
+            "top_p": 0.9,
+            "top_k": 0,
+            "repetition_penalty": 1.1,
+            "do_sample": True,
+            "seed": 0,
+            "budget_s": 2,
+            "num_beams": 1,
+            "num_return_sequences": None,
+        }
+    )
+    assert clean == {
+        "max_new_tokens": 12,
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "top_k": 0,
+        "repetition_penalty": 1.1,
+        "do_sample": True,
+        "seed": 0,
+        "budget_s": 2.0,
+    }
+    assert isinstance(clean["temperature"], float)
+    assert validate_settings({"temperature": None, "seed": None}) == {}
+
+
+@pytest.mark.parametrize(
+    "settings, exc",
+    [
+        ({"max_new_tokens": True}, TypeError),
+        ({"max_new_tokens": "20"}, TypeError),
+        ({"max_new_tokens": 1_000_001}, ValueError),
+        ({"temperature": True}, TypeError),
+        ({"temperature": -1e-9}, ValueError),
+        ({"temperature": float("-inf")}, ValueError),
+        ({"top_p": 1.5}, ValueError),
+        ({"top_p": math.nan}, ValueError),
+        ({"top_k": 2.0}, TypeError),
+        ({"repetition_penalty": -1}, ValueError),
+        ({"seed": 1.5}, TypeError),
+        ({"seed": -3}, ValueError),
+        ({"do_sample": 1}, TypeError),
+        ({"budget_s": -1}, ValueError),
+        ({"budget_s": math.nan}, ValueError),
+        ({"num_beams": 4}, ValueError),
+        ({"num_return_sequences": 2}, ValueError),
+        ({"stopping_criteria": []}, TypeError),
+        ({"logits_processor": []}, TypeError),
+        ({"generation_config": None}, TypeError),
+        ({"input_ids": None}, TypeError),
+    ],
+)
+def test_invalid_settings(settings, exc):
+    with pytest.raises(exc) as info:
+        validate_settings(settings)
+    assert next(iter(settings)) in str(info.value)
+
+
+def test_max_new_tokens_limit_is_accepted():
+    assert validate_settings({"max_new_tokens": 1_000_000}) == {"max_new_tokens": 1_000_000}
+
+
+# -- what each setting does ---------------------------------------------------------------------
+
+
+def test_seed_reproduces_and_leaves_the_global_rng_alone(tiny):
+    model, tokenizer = tiny
+    torch.manual_seed(1234)
+    before = torch.random.get_rng_state()
+    texts = [
+        nbstream.stream(model, tokenizer, "Hi", max_new_tokens=30, temperature=1.0, seed=42).wait()
+        for _ in range(2)
+    ]
+    assert torch.equal(torch.random.get_rng_state(), before)
+    other = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=30, temperature=1.0, seed=43)
+    greedy = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=30).wait()
+    assert texts[0] == texts[1]
+    assert other.wait() != texts[0]
+    assert texts[0] != greedy  # it really sampled
+    # The caller's sequence continues as if no seeded run had happened.
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10, temperature=1.0, seed=42).wait()
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_temperature_zero_is_greedy(tiny_line, greedy):
+    model, tokenizer = tiny_line
+    reference = greedy(model, tokenizer, "Hello", 20)[1]
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, temperature=0)
+    assert run.wait() == reference
+    assert run.settings["do_sample"] is False
+
+
+def test_temperature_above_zero_samples(tiny_line, greedy):
+    model, tokenizer = tiny_line
+    reference = greedy(model, tokenizer, "Hello", 20)[1]
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, temperature=1.0, seed=0)
+    assert run.settings["do_sample"] is True
+    assert run.wait() != reference
+
+
+def test_do_sample_false_wins_over_temperature(tiny_line, greedy):
+    model, tokenizer = tiny_line
+    reference = greedy(model, tokenizer, "Hello", 20)[1]
+    run = nbstream.stream(
+        model, tokenizer, "Hello", max_new_tokens=20, temperature=1.5, do_sample=False, seed=0
+    )
+    assert run.wait() == reference
+    assert run.settings["do_sample"] is False
+
+
+def test_top_k_and_top_p_reach_the_sampler(tiny_line, greedy):
+    # Sampling among the 1 most likely token (or a vanishing nucleus) is greedy decoding.
+    model, tokenizer = tiny_line
+    reference = greedy(model, tokenizer, "Hello", 20)[1]
+    for setting in ({"top_k": 1}, {"top_p": 1e-9}):
+        run = nbstream.stream(
+            model, tokenizer, "Hello", max_new_tokens=20, temperature=5.0, seed=1, **setting
+        )
+        assert run.wait() == reference, setting
+
+
+def test_repetition_penalty_reaches_generate(tiny_line, greedy):
+    model, tokenizer = tiny_line
+    plain = greedy(model, tokenizer, "Hello", 20)[1]
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, repetition_penalty=3.0)
+    text = run.wait()
+    assert text != plain
+    assert text == generate_reference(
+        model, tokenizer, "Hello", do_sample=False, max_new_tokens=20, repetition_penalty=3.0
+    )
+
+
+def test_unset_settings_fall_back_to_the_generation_config(tiny_line, monkeypatch):
+    model, tokenizer = tiny_line
+    monkeypatch.setattr(model.generation_config, "max_new_tokens", 7)
+    run = nbstream.stream(model, tokenizer, "Hello")
+    run.wait()
+    assert run.settings["max_new_tokens"] == 7
+    assert run.metrics["tokens"] == 7
+    # An explicit setting wins.
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=3)
+    run.wait()
+    assert run.metrics["tokens"] == 3
+
+
+def test_do_sample_falls_back_to_the_generation_config(tiny_line, greedy, monkeypatch):
+    model, tokenizer = tiny_line
+    reference = greedy(model, tokenizer, "Hello", 20)[1]
+    monkeypatch.setattr(model.generation_config, "do_sample", True)
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, seed=3)
+    assert run.settings["do_sample"] is True
+    assert run.wait() != reference
+    # temperature=0 still means greedy, whatever the config says.
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, temperature=0)
+    assert run.wait() == reference
+
+
+def test_without_any_max_new_tokens_the_engine_default_applies(tiny_line):
+    model, tokenizer = tiny_line
+    assert model.generation_config.max_new_tokens is None
+    run = nbstream.stream(model, tokenizer, "Hello")
+    assert run.settings["max_new_tokens"] == DEFAULT_MAX_NEW_TOKENS
+    run.stop()
+    with pytest.raises(nbstream.GenerationCancelled):
+        run.wait()
+
+
+def test_budget_is_kept_in_the_runs_settings(tiny_line):
+    model, tokenizer = tiny_line
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=2, budget_s=60)
+    run.wait()
+    assert run.settings["budget_s"] == 60.0
