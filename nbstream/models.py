@@ -9,6 +9,7 @@ save model and tokenizer); later loads read that folder in about a second.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -16,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +195,8 @@ def _load(folder, device_map, dtype, adapter, trust_remote_code, kwargs):
         options["dtype"] = dtype
     logger.info("Loading %s", folder)
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(folder, **options)
+    with _quiet_progress():
+        model = AutoModelForCausalLM.from_pretrained(folder, **options)
     if adapter is not None:
         try:
             from peft import PeftModel
@@ -204,3 +207,18 @@ def _load(folder, device_map, dtype, adapter, trust_remote_code, kwargs):
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """Hide transformers' per-load "Loading weights" bar: a cached load takes a second, and
+    the bar would land in every notebook's output. The user's own setting is restored."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()

@@ -48,7 +48,8 @@ def tiny_model(*, one_line: bool = False, seed: int = 0) -> tuple[Any, Any]:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     if one_line:
-        newline_ids = [i for t, i in tokenizer.get_vocab().items() if "\n" in tokenizer.convert_tokens_to_string([t])]
+        vocab = tokenizer.get_vocab().items()
+        newline_ids = [i for t, i in vocab if "\n" in tokenizer.convert_tokens_to_string([t])]
         model.generation_config.suppress_tokens = sorted(
             {*newline_ids, *tokenizer.all_special_ids}
         )

@@ -25,7 +25,8 @@ def _stop_criteria(control: RunControl):
         # budget) halts generation within one decode step instead of letting it run on.
         def __call__(self, input_ids, scores, **kwargs):
             flag = control.should_stop()
-            return torch.full((input_ids.shape[0],), flag, dtype=torch.bool, device=input_ids.device)
+            batch = input_ids.shape[0]
+            return torch.full((batch,), flag, dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([_ControlCriteria()])
 
