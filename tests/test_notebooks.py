@@ -1,0 +1,30 @@
+"""The notebooks run top to bottom on the embedded default model, headless."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["quickstart.ipynb"])
+def test_notebook_runs_top_to_bottom(name, tmp_path):
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError on any error
+    outputs = "\n".join(
+        str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for o in cell.outputs
+    )
+    if name == "quickstart.ipynb":
+        # The tour shows each end state honestly.
+        assert "complete" in outputs
+        assert "cancelled | result: None" in outputs
+        assert "failed timeout | result: None" in outputs
