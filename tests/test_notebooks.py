@@ -15,7 +15,8 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 @pytest.mark.parametrize("name", ["quickstart.ipynb"])
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources=resources)
     client.execute()  # raises CellExecutionError on any error
     outputs = "\n".join(
         str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
