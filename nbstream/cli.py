@@ -65,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _parser().parse_args(args)
 
     from . import GenerationError, load_model, stream
+    from .backends.local import check_prompt
+    from .settings import validate_settings
 
     settings = {
         name: getattr(options, name)
@@ -79,7 +81,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if getattr(options, name) is not None
     }
-    model, tokenizer = load_model(options.model)
+    # Check what needs no model first: a typo should not wait for a model load (or the
+    # default model's first conversion) to be reported.
+    try:
+        validate_settings(settings)
+        check_prompt(options.prompt)
+    except (TypeError, ValueError) as exc:
+        print(f"nbstream: {exc}", file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer = load_model(options.model)
+    except (ImportError, OSError) as exc:  # no default model package, no such model
+        print(f"nbstream: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         run = stream(model, tokenizer, options.prompt, **settings)
     except (TypeError, ValueError) as exc:
