@@ -32,6 +32,13 @@ def wait_until(predicate, timeout=30.0):
         time.sleep(0.002)
 
 
+def test_error_classes():
+    assert issubclass(nbstream.GenerationCancelled, nbstream.GenerationError)
+    assert issubclass(nbstream.GenerationFailed, nbstream.GenerationError)
+    assert not issubclass(nbstream.GenerationCancelled, nbstream.GenerationFailed)
+    assert issubclass(nbstream.GenerationError, Exception)
+
+
 # -- a complete run ---------------------------------------------------------------------------
 
 
@@ -456,6 +463,7 @@ def test_budget_overrun_fails_with_timeout(tiny_line):
     assert isinstance(run.error, TimeoutError)
     assert info.value.__cause__ is run.error
     assert run.result is None
+    assert run.partial_text  # text was shown (a step always runs before the check)
     assert run.metrics["tokens"] < LONG
     with pytest.raises(nbstream.GenerationFailed):
         list(run)
