@@ -8,6 +8,10 @@ Fixtures: ``tiny`` / ``tiny_line`` (the tiny random model, see nbstream.testing)
 at a gate, counts decode steps and injects faults), ``no_leftover_runs`` (stops and reaps
 what a test left running; fails on a worker that never ends), ``greedy`` (a non-streamed
 greedy reference decode).
+
+Test modules use these as fixtures and never ``from conftest import ...``: tests/browser and
+tests/frontend have conftest.py files of their own, and whichever was imported last is the
+module named ``conftest`` when a test module is collected.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-from conftest import render, run_threads
 
 import nbstream
 from nbstream.generation import METRIC_KEYS, active_runs
@@ -21,6 +20,11 @@ from nbstream.generation import METRIC_KEYS, active_runs
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
 
 LONG = 4000  # tokens: far more than any test lets a one-line run produce before it stops it
+
+
+def run_threads() -> set[threading.Thread]:
+    """The engine's worker threads alive now."""
+    return {t for t in threading.enumerate() if t.name.startswith("nbstream-run-")}
 
 
 def wait_until(predicate, timeout=30.0):
@@ -700,7 +704,9 @@ def test_message_list_prompt(tiny_line, greedy):
     ]
     run = nbstream.stream(model, tokenizer, messages, max_new_tokens=10)
     text = run.wait()
-    assert run.prompt_text == render(tokenizer, messages)
+    assert run.prompt_text == tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
     assert "You are terse." in run.prompt_text
     assert text == greedy(model, tokenizer, messages, 10)[1]
 

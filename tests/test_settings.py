@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from conftest import render
 
 import nbstream
 from nbstream.settings import DEFAULT_MAX_NEW_TOKENS, SETTINGS, validate_settings
@@ -27,7 +26,10 @@ ALLOWED = (
 
 def generate_reference(model, tokenizer, prompt, **kwargs):
     """Plain ``model.generate`` in this thread, decoded the way nbstream promises."""
-    encoded = tokenizer(render(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
+    encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**encoded, pad_token_id=tokenizer.pad_token_id, **kwargs)
     return tokenizer.decode(out[0, encoded["input_ids"].shape[-1] :], skip_special_tokens=True)
