@@ -68,20 +68,24 @@ def real_model() -> tuple[Any, Any]:
 
 @pytest.fixture
 def no_leftover_runs() -> Iterator[None]:
-    """Fail a test that leaves a run behind; stop and reap whatever it left.
+    """Start with no run in the process; afterwards stop and reap whatever the test left.
 
-    Every worker must end on its own (nothing waits forever): a thread still alive after
-    its run was stopped and given 30 s is a hang, and fails the test.
+    Runs left by earlier tests (of any module) are stopped first, so a test can rely on a
+    model being free. Every worker must end on its own (nothing waits forever): a thread
+    still alive after its run was stopped and given 30 s is a hang, and fails the test.
     """
     from nbstream.generation import active_runs
 
-    before = run_threads()
+    for run in active_runs():
+        run.stop()
+    for thread in run_threads():
+        thread.join(30)
     yield
     leftovers = active_runs()
     for run in leftovers:
         run.stop()
     hung = []
-    for thread in run_threads() - before:
+    for thread in run_threads():
         thread.join(30)
         if thread.is_alive():
             hung.append(thread.name)
