@@ -263,7 +263,16 @@ class Generation:
 
     @property
     def done(self) -> bool:
+        """True once the run has ended (its state is final and its text complete)."""
         return self._done.is_set()
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until the run has ended, at most ``timeout`` seconds; never raises.
+
+        Returns :attr:`done`. Unlike :meth:`wait`, it neither returns the text nor raises
+        the run's error: for code that only needs to know when the run is over.
+        """
+        return self._done.wait(timeout)
 
     @property
     def error(self) -> BaseException | None:

@@ -216,8 +216,9 @@ class StreamWidget(anywidget.AnyWidget):
                 if len(text) > sent:
                     pause = _FRAME_S - (time.perf_counter() - last_frame)
                     if pause > 0 and not finished:
-                        time.sleep(pause)  # let more text pile up: one frame, not many
-                        finished = run.done
+                        # Let more text pile up (one frame, not many), but send at once
+                        # when the run ends rather than holding its last text back.
+                        finished = run.wait_done(pause)
                         text = run.partial_text
                     with self._lock:
                         self._send_delta(run, run_id, sent, text[sent:])
@@ -247,6 +248,7 @@ class StreamWidget(anywidget.AnyWidget):
         if run_id != self.run_id or self.comm is None:
             return
         metrics = run.metrics
+        elapsed = metrics["elapsed_s"]
         self.send(
             {
                 "type": "delta",
@@ -254,7 +256,8 @@ class StreamWidget(anywidget.AnyWidget):
                 "offset": offset,
                 "text": text,
                 "tokens": metrics["tokens"],
-                "elapsed_s": metrics["elapsed_s"],
+                # Rounded: the metrics line shows tenths, and every byte here is per frame.
+                "elapsed_s": None if elapsed is None else round(elapsed, 2),
             }
         )
 
