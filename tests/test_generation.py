@@ -835,3 +835,16 @@ def test_runs_on_different_models_do_not_queue(tiny, tiny_line, probe):
     assert a.status == "running"
     p.release()
     a.wait(60)
+
+
+def test_wait_done_never_raises(tiny_line, probe):
+    model, tokenizer = tiny_line
+    p = probe(model)
+    p.hold()
+    p.fail_at, p.error = 1, Boom("dies")
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=5)
+    assert run.wait_done(0.05) is False
+    assert not run.done
+    p.release()
+    assert run.wait_done(30) is True
+    assert run.done and run.status == "failed"
