@@ -58,7 +58,7 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for name, value in settings.items():
         if name in _ONE_SEQUENCE:
-            if value in (None, 1):
+            if value is None or (_is_int(value) and value == 1):
                 continue
             raise ValueError(
                 f"{name}={value!r}: nbstream streams exactly one sequence; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -139,6 +140,29 @@ def test_seed_reproduces_and_leaves_the_global_rng_alone(tiny):
     torch.manual_seed(1234)
     nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10, temperature=1.0, seed=42).wait()
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_seed_reproduces_while_another_thread_draws_random_numbers(tiny):
+    model, tokenizer = tiny
+    alone = nbstream.stream(
+        model, tokenizer, "Hi", max_new_tokens=40, temperature=1.0, seed=7
+    ).wait()
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            torch.rand(16)
+
+    noise = threading.Thread(target=draw)
+    noise.start()
+    try:
+        busy = nbstream.stream(
+            model, tokenizer, "Hi", max_new_tokens=40, temperature=1.0, seed=7
+        ).wait()
+    finally:
+        stop.set()
+        noise.join()
+    assert busy == alone
 
 
 def test_temperature_zero_is_greedy(tiny_line, greedy):

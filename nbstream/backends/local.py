@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from ..settings import DEFAULT_MAX_NEW_TOKENS
@@ -228,13 +226,24 @@ class LocalJob:
         model = self.backend.model
         device = getattr(model, "device", None)
         inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
-        with _seeded(self.settings.get("seed"), device):
-            model.generate(
-                **inputs,
-                **self.kwargs,
-                streamer=buffer,
-                stopping_criteria=_stop_criteria(control),
-            )
+        kwargs = dict(self.kwargs)
+        seed = self.settings.get("seed")
+        if seed is not None and kwargs.get("do_sample"):
+            # Sample with a private generator instead of torch's global one: reproducible
+            # even while other threads draw random numbers, and the caller's RNG is never
+            # touched. generate() then runs greedy over logits where only the drawn token
+            # survives, after its own processors (repetition penalty, suppressed tokens).
+            sampler = _seeded_sampler(seed, kwargs, model.generation_config, device)
+            kwargs["logits_processor"] = [sampler]
+            for name in ("temperature", "top_p", "top_k"):
+                kwargs.pop(name, None)
+            kwargs["do_sample"] = False
+        model.generate(
+            **inputs,
+            **kwargs,
+            streamer=buffer,
+            stopping_criteria=_stop_criteria(control),
+        )
         if buffer.items:
             last = int(buffer.items[-1].reshape(-1)[-1])
             if last in self.backend._eos_ids():
@@ -242,17 +251,37 @@ class LocalJob:
         return "length"
 
 
-@contextlib.contextmanager
-def _seeded(seed: int | None, device: Any) -> Iterator[None]:
-    """Seed sampling for this run only; the caller's global RNG state is restored after."""
-    if seed is None:
-        yield
-        return
+def _seeded_sampler(seed: int, kwargs: dict[str, Any], config: Any, device: Any) -> Any:
+    """A logits processor that samples as transformers does, from a generator of its own."""
     import torch
+    from transformers import (
+        LogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
-    devices = []
-    if device is not None and getattr(device, "type", "cpu") == "cuda":
-        devices = [device.index or 0]
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
+    # The same defaults transformers' sampling would use (the model's generation config).
+    temperature = kwargs.get("temperature", getattr(config, "temperature", None))
+    top_k = kwargs.get("top_k", getattr(config, "top_k", None))
+    top_p = kwargs.get("top_p", getattr(config, "top_p", None))
+    warpers: list[Any] = []
+    if temperature is not None and temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(float(temperature)))
+    if top_k:
+        warpers.append(TopKLogitsWarper(int(top_k)))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(float(top_p)))
+    generator = torch.Generator(device=device if device is not None else "cpu")
+    generator.manual_seed(seed)
+
+    class _SeededSampler(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            for warper in warpers:
+                scores = warper(input_ids, scores)
+            probs = torch.softmax(scores.float(), dim=-1)
+            chosen = torch.multinomial(probs, num_samples=1, generator=generator)
+            forced = torch.full_like(scores, float("-inf"))
+            return forced.scatter_(1, chosen, 0.0)
+
+    return _SeededSampler()
