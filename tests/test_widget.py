@@ -6,6 +6,7 @@ to the views is captured from ``send`` and ``send_state``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -51,7 +52,8 @@ def wait_status(w, statuses, timeout=60.0):
 
 def wait_followers(timeout=30.0):
     deadline = time.monotonic() + timeout
-    while any(t.name.startswith(("nbstream-view-", "nbstream-run-")) for t in threading.enumerate()):
+    prefixes = ("nbstream-view-", "nbstream-run-")
+    while any(t.name.startswith(prefixes) for t in threading.enumerate()):
         assert time.monotonic() < deadline, "a widget or run thread outlived its run"
         time.sleep(0.01)
 
@@ -102,7 +104,7 @@ def test_frames_are_coalesced_to_twenty_per_second(long_tiny):
     times = [t for t, m in rec.messages if m["type"] == "delta"]
     tokens = w.metrics["tokens"]
     assert len(times) < tokens  # never one frame per token
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # The last frame may follow the previous one early (the run ended); the rest are paced.
     assert all(g >= 0.045 for g in gaps[:-1]), min(gaps[:-1])
 
