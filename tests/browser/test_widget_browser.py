@@ -467,8 +467,14 @@ def test_run_button_starts_exactly_one_run(lab):
     nb.run_cell(1)
     v = view(nb, 1)
     prompt = v.get_by_role("textbox", name="Prompt", exact=True)
-    prompt.fill("Name two colors.")
     run = v.get_by_role("button", name="Run", exact=True)
+    # an empty prompt starts nothing and says why
+    run.click()
+    expect(v.get_by_role("alert")).to_have_text("the prompt is empty; pass some text")
+    assert kval(nb, "w.run_id") == 0
+    expect(v).to_have_attribute("data-status", "idle")
+
+    prompt.fill("Name two colors.")
     nb.clear_ws_frames()
     # Ten clicks in one task: all of them before the kernel can answer the first.
     run.evaluate("(b) => { for (let i = 0; i < 10; i++) b.click(); }")
@@ -484,6 +490,7 @@ def test_run_button_starts_exactly_one_run(lab):
     assert kval(nb, "w.prompt") == "Name two colors."
     assert "Name two colors." in kval(nb, "w.run.prompt_text")
     assert kval(nb, "w.input_error") == ""
+    expect(v.get_by_role("alert")).to_have_count(0)
     result = kval(nb, "w.result")
     assert result
     show_raw(v)
