@@ -21,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -345,7 +346,13 @@ class JupyterServer:
         return path
 
     def notebook_url(self, name: str) -> str:
-        prefix = "/lab/tree/" if self.app == "lab" else "/notebooks/"
+        # A fresh Lab workspace per page: otherwise Lab restores the tabs an earlier page of
+        # this server had open, and the notebook asked for may sit behind a hidden tab.
+        prefix = (
+            f"/lab/workspaces/nb-{uuid.uuid4().hex[:12]}/tree/"
+            if self.app == "lab"
+            else "/notebooks/"
+        )
         return f"{self.url}{prefix}{urllib.request.quote(name)}?token={self.token}"
 
 

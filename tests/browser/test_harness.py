@@ -143,3 +143,13 @@ def test_notebook7(notebook7):
     nb.reload()
     assert nb.output(0) == "nb7 42"
     assert nb.console_errors() == []
+
+
+@pytest.mark.browser
+def test_a_second_notebook_opens_in_view(lab):
+    first = lab.open_notebook(["a = 'first'"], name="first.ipynb")
+    first.run_cell(0)
+    second = lab.open_notebook(["b = 'second'", "b"], name="second.ipynb")
+    second.run_cell(0)
+    second.run_cell(1)
+    assert "second" in second.output(1)
