@@ -179,3 +179,36 @@ def greedy_reference(model: Any, tokenizer: Any, prompt: Any, max_new_tokens: in
 @pytest.fixture(scope="session")
 def greedy() -> Any:
     return greedy_reference
+
+
+# -- one Chromium for the whole session ------------------------------------------------------
+# Playwright's sync API runs an event loop in the main thread while it is open, so a second
+# `sync_playwright()` in the same session fails ("Sync API inside the asyncio loop"). The
+# browser and front-end suites therefore share this one instance.
+CHROMIUM = os.environ.get("NBSTREAM_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright (never `playwright install`)."""
+    from playwright.sync_api import sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        raise RuntimeError(
+            f"{CHROMIUM} not found; install it with: apt-get install -y chromium "
+            "(`make test` does), never `playwright install`"
+        )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -18,31 +18,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import re
 import shutil
 from collections.abc import Iterator
 
 import pytest
-from jupyter_harness import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, Jupyter, JupyterServer
+from jupyter_harness import REPO_ROOT, Jupyter, JupyterServer
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    """One headless Debian Chromium for the whole session."""
-    from playwright.sync_api import sync_playwright
-
-    if not os.access(CHROMIUM, os.X_OK):
-        raise RuntimeError(
-            f"{CHROMIUM} not found; install it with: "
-            "apt-get install -y chromium (never `playwright install`)"
-        )
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
-        yield browser
-        browser.close()
+def browser(chromium: object) -> object:
+    """One headless Debian Chromium for the whole session (shared with tests/frontend)."""
+    return chromium
 
 
 def _server(app: str) -> Iterator[JupyterServer]:

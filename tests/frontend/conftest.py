@@ -7,27 +7,15 @@ with a fake anywidget model; no Jupyter server is involved.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("NBSTREAM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
 class _QuietHandler(SimpleHTTPRequestHandler):
     extensions_map = {  # noqa: RUF012 - class attribute of the stdlib handler
         **SimpleHTTPRequestHandler.extensions_map,
@@ -56,16 +44,9 @@ def fe_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def fe_browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        kwargs = {"args": CHROMIUM_ARGS, "headless": True}
-        if Path(CHROMIUM).exists():
-            kwargs["executable_path"] = CHROMIUM
-        browser = pw.chromium.launch(**kwargs)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def fe_browser(chromium: Browser) -> Browser:
+    """The session's Chromium (tests/conftest.py), shared with the browser suite."""
+    return chromium
 
 
 @pytest.fixture
