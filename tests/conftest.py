@@ -182,9 +182,10 @@ def greedy() -> Any:
 
 
 # -- one Chromium for the whole session ------------------------------------------------------
-# Playwright's sync API runs an event loop in the main thread while it is open, so a second
-# `sync_playwright()` in the same session fails ("Sync API inside the asyncio loop"). The
-# browser and front-end suites therefore share this one instance.
+# Playwright's sync API runs an event loop in the main thread while it is open: a second
+# `sync_playwright()` fails ("Sync API inside the asyncio loop"), and so does any later
+# `asyncio.run()` (the async engine tests, nbclient). So one instance is shared by the browser
+# and front-end suites, and it is closed at the end of each test module.
 CHROMIUM = os.environ.get("NBSTREAM_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -196,7 +197,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright (never `playwright install`)."""
     from playwright.sync_api import sync_playwright

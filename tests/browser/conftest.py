@@ -28,9 +28,9 @@ from jupyter_harness import REPO_ROOT, Jupyter, JupyterServer
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium: object) -> object:
-    """One headless Debian Chromium for the whole session (shared with tests/frontend)."""
+    """The module's headless Debian Chromium (tests/conftest.py)."""
     return chromium
 
 

@@ -43,9 +43,9 @@ def fe_server() -> Iterator[str]:
         thread.join(timeout=5)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fe_browser(chromium: Browser) -> Browser:
-    """The session's Chromium (tests/conftest.py), shared with the browser suite."""
+    """The module's Chromium (tests/conftest.py)."""
     return chromium
 
 
