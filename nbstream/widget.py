@@ -32,6 +32,8 @@ FRAME_RATE = 20
 _FRAME_S = 1.0 / FRAME_RATE
 # How long the follower sleeps between checks while a run is queued (no tokens to wake it).
 _POLL_S = 0.25
+# How long wait() gives the view thread to publish a finished run's end state.
+_JOIN_S = 5.0
 
 # Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
 # the widgets its previous execution made.
@@ -110,6 +112,7 @@ class StreamWidget(anywidget.AnyWidget):
         self._model = model
         self._tokenizer = tokenizer
         self._run: Generation | None = None
+        self._follower: threading.Thread | None = None
         # Characters of the current run's text already sent as deltas: a reset carries
         # exactly that much, so the next delta continues it without a gap.
         self._sent = 0
@@ -146,16 +149,24 @@ class StreamWidget(anywidget.AnyWidget):
                 self.run_id += 1
                 self.status = run.status
             run_id = self.run_id
-        threading.Thread(
+        self._follower = threading.Thread(
             target=self._follow, args=(run, run_id), name=f"nbstream-view-{run_id}", daemon=True
-        ).start()
+        )
+        self._follower.start()
         return run
 
     def wait(self, timeout: float | None = None) -> str:
         """As :meth:`Generation.wait` for the current run."""
-        if self._run is None:
+        run, follower = self._run, self._follower
+        if run is None:
             raise RuntimeError("nothing to wait for: call generate() first")
-        return self._run.wait(timeout)
+        try:
+            return run.wait(timeout)
+        finally:
+            # Once the run is over, let the view thread publish the end state, so that
+            # w.status, w.metrics and the views agree when wait() returns.
+            if run.done and follower is not None:
+                follower.join(_JOIN_S)
 
     def stop(self) -> bool:
         """Stop the current run; True if there was one to stop."""

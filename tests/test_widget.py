@@ -221,6 +221,20 @@ def test_on_complete_only_after_complete_runs(long_tiny):
     assert seen == [text]
 
 
+def test_status_is_final_when_wait_returns(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    run = w.generate("Hello")
+    while not run.partial_text:
+        time.sleep(0.01)
+    w.stop()
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait()
+    assert w.status == "cancelled" and w.metrics["finish_reason"] == "cancelled"
+    w.generate("Hello", max_new_tokens=5)
+    w.wait()
+    assert w.status == "complete" and w.metrics["tokens"] == 5
+
+
 def test_settings_validated_and_overridable(tiny):
     with pytest.raises(TypeError, match="allowed settings"):
         nbstream.StreamWidget(*tiny, max_tokens=5)
