@@ -61,8 +61,9 @@ test: install chromium
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS))
 
-bench: prepare
-	$(PY) -m benchmarks.engine
+bench: prepare chromium
+	@$(call timed,engine benchmark,$(PY) -m benchmarks.engine)
+	@$(call timed,widget benchmark,$(PY) -m benchmarks.widget)
 
 clean:
 	rm -rf $(VENV) js/node_modules test-artifacts
