@@ -1,0 +1,1 @@
+"""Benchmarks for nbstream: run ``python -m benchmarks.engine`` (see its ``--help``)."""
