@@ -103,12 +103,7 @@ class TokenDecoder:
         self._printed = 0  # offset-window fallback: characters already emitted
 
     def feed(self, items: list[Any]) -> str:
-        ids: list[int] = []
-        for item in items:
-            if isinstance(item, int):
-                ids.append(item)
-            else:
-                ids.extend(int(i) for i in item.reshape(-1).tolist())
+        ids = _to_ids(items)
         self._ids.extend(ids)
         if self._backend is not None:
             pieces = []
@@ -139,6 +134,22 @@ class TokenDecoder:
     @property
     def ids(self) -> list[int]:
         return list(self._ids)
+
+
+def _to_ids(items: list[Any]) -> list[int]:
+    """Token ids from what ``generate`` put: one small CPU tensor per step.
+
+    One ``torch.cat`` per batch of items rather than a tensor op per token: each op hands
+    the GIL back and forth with the generating thread.
+    """
+    if not items:
+        return []
+    if all(isinstance(item, int) for item in items):
+        return list(items)
+    import torch
+
+    tensors = [torch.as_tensor(item).reshape(-1) for item in items]
+    return [int(i) for i in torch.cat(tensors).tolist()]
 
 
 class TextDecoder:

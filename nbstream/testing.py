@@ -50,9 +50,10 @@ def tiny_model(*, one_line: bool = False, seed: int = 0) -> tuple[Any, Any]:
     if one_line:
         vocab = tokenizer.get_vocab().items()
         newline_ids = [i for t, i in vocab if "\n" in tokenizer.convert_tokens_to_string([t])]
-        model.generation_config.suppress_tokens = sorted(
-            {*newline_ids, *tokenizer.all_special_ids}
-        )
+        # sequence_bias, not suppress_tokens: transformers' suppress_tokens runs a
+        # vocabulary-wide isin every step, which costs more than this model's forward.
+        banned = sorted({*newline_ids, *tokenizer.all_special_ids})
+        model.generation_config.sequence_bias = [[[i], float("-inf")] for i in banned]
     _cache[key] = (model, tokenizer)
     return model, tokenizer
 

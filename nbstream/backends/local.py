@@ -21,10 +21,18 @@ def _stop_criteria(control: RunControl):
     class _ControlCriteria(StoppingCriteria):
         # generate() checks its stopping criteria after every step, so a Stop (or a spent
         # budget) halts generation within one decode step instead of letting it run on.
+        def __init__(self) -> None:
+            self._answers: dict[tuple, Any] = {}
+
         def __call__(self, input_ids, scores, **kwargs):
             flag = control.should_stop()
-            batch = input_ids.shape[0]
-            return torch.full((batch,), flag, dtype=torch.bool, device=input_ids.device)
+            # The same two tensors every step: no allocation on the generating thread.
+            key = (flag, input_ids.shape[0], input_ids.device)
+            answer = self._answers.get(key)
+            if answer is None:
+                answer = torch.full(key[1:2], flag, dtype=torch.bool, device=input_ids.device)
+                self._answers[key] = answer
+            return answer
 
     return StoppingCriteriaList([_ControlCriteria()])
 
