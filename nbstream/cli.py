@@ -15,6 +15,11 @@ EXIT_FAILED = 1
 EXIT_CANCELLED = 130
 
 
+def _say(line: str) -> None:
+    """A status line for the person at the terminal (stderr: stdout carries the text)."""
+    sys.stderr.write(line + "\n")
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
     """One line: tokens, time to first token, decode rate, elapsed, finish reason."""
 
@@ -56,9 +61,9 @@ def prepare() -> int:
     try:
         folder = default_model_dir()
     except DefaultModelMissing as exc:
-        print(f"nbstream: {exc}", file=sys.stderr)
+        _say(f"nbstream: {exc}")
         return EXIT_FAILED
-    print(folder)
+    sys.stdout.write(f"{folder}\n")
     return 0
 
 
@@ -91,17 +96,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         validate_settings(settings)
         check_prompt(options.prompt)
     except (TypeError, ValueError) as exc:
-        print(f"nbstream: {exc}", file=sys.stderr)
+        _say(f"nbstream: {exc}")
         return 2
     try:
         model, tokenizer = load_model(options.model)
     except (ImportError, OSError) as exc:  # no default model package, no such model
-        print(f"nbstream: {exc}", file=sys.stderr)
+        _say(f"nbstream: {exc}")
         return EXIT_FAILED
     try:
         run = stream(model, tokenizer, options.prompt, **settings)
     except (TypeError, ValueError) as exc:
-        print(f"nbstream: {exc}", file=sys.stderr)
+        _say(f"nbstream: {exc}")
         return 2
     try:
         try:
@@ -118,5 +123,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = status if status == "complete" else f"{status} (partial output above)"
     if status == "failed" and run.error is not None:
         label += f": {type(run.error).__name__}: {run.error}"
-    print(f"[{label}] {format_metrics(run.metrics)}", file=sys.stderr)
+    _say(f"[{label}] {format_metrics(run.metrics)}")
     return {"complete": 0, "cancelled": EXIT_CANCELLED}.get(status, EXIT_FAILED)
