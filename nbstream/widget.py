@@ -232,8 +232,10 @@ class StreamWidget(anywidget.AnyWidget):
                         finished = run.wait_done(pause)
                         text = run.partial_text
                     with self._lock:
-                        self._send_delta(run, run_id, sent, text[sent:])
-                        sent = self._sent = len(text)
+                        if run_id == self.run_id:  # a newer run owns the views now
+                            self._send_delta(run, run_id, sent, text[sent:])
+                            self._sent = len(text)
+                    sent = len(text)
                     last_frame = time.perf_counter()
                 if finished:
                     break
