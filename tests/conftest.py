@@ -22,6 +22,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,13 @@ import torch
 # reads, and on a 2-core machine two OpenMP threads spinning against them (and against
 # whatever else the machine runs) make the tiny model 10x slower, the default model worse.
 torch.set_num_threads(1)
+
+# A run started in the background by a non-interactive shell (`make test &`, some CI
+# runners) inherits SIGINT ignored, and then neither this process nor the CLI subprocesses
+# it starts can be interrupted: the Ctrl-C / kernel-interrupt tests would test nothing. A
+# caught signal (unlike an ignored one) is reset to the default in child processes.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 RUN_THREAD_PREFIX = "nbstream-run-"
 
