@@ -101,9 +101,7 @@ class StreamWidget(anywidget.AnyWidget):
     #: Incremented for every run, so views know when to clear their output.
     run_id = traitlets.Int(0).tag(sync=True)
 
-    def __init__(
-        self, model: Any = None, tokenizer: Any = None, **settings: Any
-    ) -> None:
+    def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         self._settings = validate_settings(settings)
         if model is None:
             from .models import load_model

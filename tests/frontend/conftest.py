@@ -16,6 +16,8 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 class _QuietHandler(SimpleHTTPRequestHandler):
     extensions_map = {  # noqa: RUF012 - class attribute of the stdlib handler
         **SimpleHTTPRequestHandler.extensions_map,

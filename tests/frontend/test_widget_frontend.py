@@ -6,6 +6,7 @@ The built bundle runs in headless Chromium against a fake anywidget model
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import subprocess
@@ -779,6 +780,112 @@ def test_work_per_frame_does_not_grow_with_length(fe_page: Page) -> None:
     assert max(r["nodes"] for r in renders) < 80
     assert view(page).locator(".nbstream-block").count() >= n
     expect(view(page).locator(".nbstream-output p")).to_have_count(n - n // 10 * 2)
+
+
+def long_open_block(kind: str) -> str:
+    """One block of about 24k characters that stays open while it streams."""
+    rng = random.Random(7)
+    words = ["model", "token", "stream", "river", "lighthouse", "keeper", "bottle", "message"]
+
+    def sentence(k: int) -> str:
+        w = [rng.choice(words) for _ in range(rng.randint(6, 14))]
+        if k % 7 == 1:
+            w[2] = f"**{w[2]} {w[3]}**"
+            del w[3]
+        elif k % 7 == 3:
+            w[1] = f"`code {k}`"
+        elif k % 7 == 5:
+            w[4] = f"[{w[4]}](https://example.com/{k})"
+        elif k % 7 == 6:
+            w[0] = f"*{w[0]}*"
+        return " ".join(w).capitalize() + "."
+
+    if kind == "paragraph":  # a one-line answer: no newline at all
+        return " ".join(sentence(k) for k in range(400))
+    if kind == "soft-lines":  # one paragraph, many lines
+        return "\n".join(sentence(k) for k in range(400))
+    if kind == "fence":
+        lines = [f"    v_{k} = compute({k}, '{rng.choice(words)}')  # step {k}" for k in range(500)]
+        return "```python\ndef main():\n" + "\n".join(lines) + "\n"
+    if kind == "list":
+        return "\n".join(f"- {sentence(k)}" for k in range(350))
+    if kind == "table":
+        rows = [f"| {k} | {rng.choice(words)} | {sentence(k)} |" for k in range(300)]
+        return "| n | word | text |\n|---|:---:|---|\n" + "\n".join(rows)
+    if kind == "tokens":  # what a tiny random model writes: markup characters, never closed
+        pieces = [*words, "*", "_", "`", "[", "]", "(", ")", "#", "|", "<", ">", "&", "~", "**"]
+        return "Once " + " ".join(rng.choice(pieces) for _ in range(5500))
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["paragraph", "soft-lines", "fence", "list", "table", "tokens"])
+def test_long_open_block_costs_flat_and_ends_as_one_shot(fe_page: Page, kind: str) -> None:
+    """A block that never closes while it streams (a one-line answer, a long code fence,
+    list or table) is not parsed again whole on every frame; when the run ends, the DOM is
+    exactly the one-shot rendering of the text."""
+    page = fe_page
+    text = long_open_block(kind)
+    assert len(text) > 20_000 and "\n\n" not in text
+    mount(page, status="running", run_id=1)
+    page.evaluate("window.__nbstreamRenderTimes = []")
+    chunk = 60
+    stream(page, text, runId=1, chunk=chunk)
+    renders = page.evaluate("window.__nbstreamRenderTimes")
+    n = len(text)
+    late = [r["parsed"] for r in renders if r["chars"] > n - 5000]
+    mid = [r["parsed"] for r in renders if 5000 < r["chars"] <= 10_000]
+    assert len(late) >= 50 and len(mid) >= 50
+    # Re-parsing the open block whole would cost at least its length every frame.
+    assert max(late) < 10_000, max(late)
+    # ...and the cost does not creep up as the block grows.
+    assert max(late) <= 1.5 * max(mid) + 2 * chunk, (max(late), max(mid))
+    assert max(r["nodes"] for r in renders) < 120
+    out = view(page).locator(".nbstream-output")
+    # Still streaming: all the text is there, nothing got lost or doubled at a cut.
+    shown = re.sub(r"\s+", "", out.locator(".nbstream-rendered").text_content() or "")
+    if kind == "fence":
+        assert out.locator("pre code").text_content() == text.split("\n", 1)[1]
+    elif kind in ("paragraph", "soft-lines"):
+        plain = re.sub(r"\*|`|\[|\]\(https://example.com/\d+\)", "", text)
+        assert shown == re.sub(r"\s+", "", plain)
+    change(page, "status", "complete")
+    frame(page)
+    streamed = out.locator(".nbstream-rendered").inner_html()
+    assert "nbstream-chunk" not in streamed
+    mount(page, status="complete", run_id=1)
+    emit(page, {"type": "reset", "run_id": 1, "view": None, "text": text}, i=1)
+    frame(page)
+    one_shot = view(page, 1).locator(".nbstream-rendered").inner_html()
+    assert streamed == one_shot
+
+
+def test_long_paragraph_stays_inert_while_frozen(fe_page: Page) -> None:
+    """Hostile markup spread through a long one-line answer stays inert in the parts
+    frozen while streaming, not only in the final rendering."""
+    page = fe_page
+    bait = (
+        "<img src=x onerror=window.__pwned=1> [click](javascript:window.__pwned=1) "
+        "<script>window.__pwned=1</script> [ok](https://example.com/a) "
+    )
+    text = " ".join(f"word{k} " + (bait if k % 40 == 0 else "filler text here") for k in range(900))
+    mount(page, status="running", run_id=1)
+    page.evaluate("window.__nbstreamRenderTimes = []")
+    stream(page, text, runId=1, chunk=50)
+    renders = page.evaluate("window.__nbstreamRenderTimes")
+    assert max(r["parsed"] for r in renders if r["chars"] > len(text) - 3000) < len(text) / 3
+    out = view(page).locator(".nbstream-output")
+    for tag in ("script", "img"):
+        expect(out.locator(tag)).to_have_count(0)
+    bad = out.evaluate(
+        """e => [...e.querySelectorAll('*')].flatMap(n => [...n.attributes]
+              .filter(a => a.name.startsWith('on') || /javascript:/i.test(a.value))
+              .map(a => n.tagName + ' ' + a.name))"""
+    )
+    assert bad == []
+    expect(out.get_by_role("link", name="ok")).to_have_count(text.count("[ok]"))
+    for link in out.get_by_text("click").all()[:3]:
+        link.click()
+    assert page.evaluate("typeof window.__pwned") == "undefined"
 
 
 def test_prose_stream_only_adds_nodes(fe_page: Page) -> None:
