@@ -8,6 +8,7 @@ that exists only when the run completed.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ._version import __version__
 from .generation import (
@@ -21,6 +22,15 @@ from .models import default_model_dir, load_model
 from .widget import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext nbstream``: register the ``%%nbstream`` and ``%nbstream`` magics."""
+    # Imported here, so `import nbstream` does not pull in IPython's magics machinery.
+    from .magic import load_ipython_extension as load
+
+    load(ipython)
+
 
 __all__ = [
     "Generation",

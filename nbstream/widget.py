@@ -21,6 +21,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from ._display import fallback_bundle
 from .generation import TERMINAL, Generation, stream
 from .settings import validate_settings
 
@@ -34,6 +35,9 @@ _FRAME_S = 1.0 / FRAME_RATE
 _POLL_S = 0.25
 # How long wait() gives the view thread to publish a finished run's end state.
 _JOIN_S = 5.0
+# Names of the view threads (one per run), which publish a run's end state to the views and
+# to the saved output: `%nbstream stop` waits for them.
+VIEW_THREAD_PREFIX = "nbstream-view-"
 
 # Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
 # the widgets its previous execution made.
@@ -56,6 +60,14 @@ def _cell_context() -> tuple[str | None, str | None]:
         return cell_id, msg_id
     except Exception:  # not in a kernel, or an older kernel: nothing to track
         return None, None
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def _error_info(error: BaseException | None) -> dict[str, str] | None:
@@ -116,6 +128,10 @@ class StreamWidget(anywidget.AnyWidget):
         self._sent = 0
         self._callbacks: list[Callable[[str], Any]] = []
         self._lock = threading.Lock()
+        # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
+        # rewritten (update_display) when a run ends, since they were captured before it did.
+        self._display_id: str | None = None
+        self._published_status = "idle"
         super().__init__()
         self.on_msg(self._handle_message)
         self._register_cell()
@@ -147,8 +163,16 @@ class StreamWidget(anywidget.AnyWidget):
                 self.run_id += 1
                 self.status = run.status
             run_id = self.run_id
+            # A saved output must not go on claiming the previous run's end state while
+            # this one streams. Published before the view thread exists, so its end-of-run
+            # update always comes after this one.
+            if self._published_status in TERMINAL:
+                self._publish_fallback()
         self._follower = threading.Thread(
-            target=self._follow, args=(run, run_id), name=f"nbstream-view-{run_id}", daemon=True
+            target=self._follow,
+            args=(run, run_id),
+            name=f"{VIEW_THREAD_PREFIX}{run_id}",
+            daemon=True,
         )
         self._follower.start()
         return run
@@ -247,6 +271,9 @@ class StreamWidget(anywidget.AnyWidget):
                 metrics=run.metrics,
                 error_info=_error_info(run.error),
             )
+            with self._lock:
+                if run_id == self.run_id:
+                    self._publish_fallback()
         if run.status == "complete":
             text = run.result or ""
             for callback in list(self._callbacks):
@@ -324,6 +351,65 @@ class StreamWidget(anywidget.AnyWidget):
             if widget is not None and widget is not self:
                 logger.debug("closing a widget made by an earlier run of this cell")
                 widget.close()
+
+    # -- display ------------------------------------------------------------------------------
+    def _fallback(self) -> tuple[str, dict[str, str]]:
+        """(the state it shows, the text/plain and text/markdown fallbacks)."""
+        run = self._run
+        if run is None:
+            return "idle", fallback_bundle("idle", "")
+        # Read once: the state must be the one the text was read under (the text of an
+        # ended run is final, so a state read first never labels unfinished text complete).
+        status = run.status
+        text = run.partial_text
+        return status, fallback_bundle(status, text, run.metrics, _error_info(run.error))
+
+    def _bundle(self) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+        bundle = super()._repr_mimebundle_()
+        if bundle is None:
+            return None
+        data, metadata = bundle
+        status, fallback = self._fallback()
+        return status, {**data, **fallback}, metadata
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        # The widget view for live front ends, plus text/plain and text/markdown with the
+        # text and its state for everything that cannot run widgets (nbconvert, GitHub).
+        bundle = self._bundle()
+        return None if bundle is None else bundle[1:]
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        bundle = self._bundle() if self.comm is not None else None
+        if bundle is None:  # closed: no view to show, only what it held
+            display(self._fallback()[1], raw=True)
+            return
+        status, data, metadata = bundle
+        display_id = None
+        # Only a kernel's front end keeps outputs that update_display can rewrite; a terminal
+        # IPython would print the update at some later moment, from the view thread.
+        if _in_kernel():
+            display_id = self._display_id = f"nbstream-{self.model_id}"
+        display(data, raw=True, metadata=metadata, display_id=display_id)
+        self._published_status = status
+
+    def _publish_fallback(self) -> None:
+        """Rewrite the static fallback of every output showing this widget (any thread)."""
+        if self._display_id is None or self.comm is None:
+            return
+        bundle = self._bundle()
+        if bundle is None:
+            return
+        status, data, metadata = bundle
+        try:
+            from IPython.display import update_display
+
+            update_display(data, raw=True, metadata=metadata, display_id=self._display_id)
+        except Exception:  # the kernel is shutting down: the live view is gone anyway
+            logger.debug("could not update the widget's saved output", exc_info=True)
+            return
+        self._published_status = status
 
     def __repr__(self) -> str:
         # The default repr serializes every trait; this one stays cheap.

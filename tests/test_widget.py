@@ -286,3 +286,125 @@ def test_widgets_sharing_a_model_queue(long_tiny):
     assert a.status == "complete"  # b started only after a finished
     assert a.wait() == b.wait()
     wait_followers()
+
+
+# -- display: the widget view plus a static fallback ---------------------------------------------
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def bundle(w):
+    data, _metadata = w._repr_mimebundle_()
+    return data
+
+
+def test_display_bundle_keeps_the_view_and_says_idle(tiny):
+    w = nbstream.StreamWidget(*tiny)
+    data = bundle(w)
+    assert data[WIDGET_VIEW]["model_id"] == w.model_id  # live front ends render the widget
+    assert data["text/plain"] == "nbstream · idle · no run yet"
+    assert "idle" in data["text/markdown"] and "no run yet" in data["text/markdown"]
+
+
+def test_display_fallback_of_a_complete_run_holds_the_answer(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=20)
+    w.generate("Hello")
+    text = w.wait()
+    data = bundle(w)
+    assert (
+        data["text/plain"]
+        == f"nbstream · complete · 20 tokens · {w.metrics['elapsed_s']:.1f} s\n\n{text}"
+    )
+    assert data["text/markdown"].startswith("**nbstream** · **complete** · 20 tokens")
+    assert data["text/markdown"].endswith(text)
+    assert "partial" not in data["text/plain"]
+    wait_followers()
+
+
+def test_display_fallback_marks_a_stopped_answer_partial(long_tiny):
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    run = w.generate("Hello")
+    while not run.partial_text:
+        time.sleep(0.01)
+    w.stop()
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait()
+    data = bundle(w)
+    head, _, body = data["text/plain"].partition("\n\n")
+    assert head.startswith("nbstream · cancelled · partial answer")
+    assert body == w.partial_text
+    assert "**cancelled** · *partial answer" in data["text/markdown"]
+    wait_followers()
+
+
+def test_display_fallback_of_a_failed_run_names_the_error(tiny):
+    model, tokenizer = tiny
+    calls = {"n": 0}
+
+    def explode(module, args, output):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected fault at step 3")
+
+    handle = model.register_forward_hook(explode)
+    try:
+        w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=50)
+        w.generate("Hello there")
+        with pytest.raises(nbstream.GenerationFailed):
+            w.wait()
+    finally:
+        handle.remove()
+    plain = bundle(w)["text/plain"]
+    assert plain.startswith("nbstream · failed (RuntimeError: injected fault at step 3)")
+    assert "partial answer" in plain
+    wait_followers()
+
+
+def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_tiny, monkeypatch):
+    import IPython.display
+
+    published: list[tuple[str, str, str]] = []  # (kind, display_id, first line of text/plain)
+
+    def record(kind):
+        def publish(data, *, display_id=None, **kwargs):
+            published.append((kind, display_id, data["text/plain"].splitlines()[0]))
+
+        return publish
+
+    monkeypatch.setattr(widget_module, "_in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", record("display"))
+    monkeypatch.setattr(IPython.display, "update_display", record("update"))
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=10)
+    w._ipython_display_()
+    w.generate("Hello")
+    w.wait()  # returns once the end state is published, saved output included
+    w.generate("Hello", max_new_tokens=5)
+    w.wait()
+    wait_followers()
+    kinds = [(kind, first.split(" · ")[1]) for kind, _, first in published]
+    # Shown idle; complete at the end of run 1; the second run first replaces the first
+    # run's "complete" (which would otherwise stand for it), then its own end.
+    assert kinds == [
+        ("display", "idle"),
+        ("update", "complete"),
+        ("update", "running"),
+        ("update", "complete"),
+    ]
+    assert {display_id for _, display_id, _ in published} == {f"nbstream-{w.model_id}"}
+    assert published[-1][2].startswith("nbstream · complete · 5 tokens")
+
+
+def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monkeypatch):
+    import IPython.display
+
+    published = []
+    monkeypatch.setattr(widget_module, "_in_kernel", lambda: False)
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: published.append(k))
+    monkeypatch.setattr(IPython.display, "update_display", lambda *a, **k: published.append(k))
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=5)
+    w._ipython_display_()
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    # A terminal IPython prints updates when they come: the view thread would print the
+    # answer into whatever the user is typing. One display, without a display id.
+    assert published == [{"metadata": {}, "raw": True, "display_id": None}]

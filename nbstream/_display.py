@@ -1,0 +1,66 @@
+"""Static fallbacks for a widget's output: what nbconvert, GitHub, nbviewer and terminals show.
+
+A live front end renders the widget view; everything else reads the ``text/plain`` and
+``text/markdown`` entries saved next to it. They carry the state in their first line, so a
+stopped or failed run's text is never mistaken for a finished answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .generation import COMPLETE, TERMINAL
+
+# What a saved output says about a run that had not ended when the output was last written.
+_UNFINISHED = "still streaming when this output was saved; the answer is incomplete"
+
+
+def _figures(metrics: dict[str, Any]) -> list[str]:
+    parts = []
+    tokens = metrics.get("tokens")
+    if tokens is not None:
+        parts.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
+    elapsed = metrics.get("elapsed_s")
+    if elapsed is not None:
+        parts.append(f"{elapsed:.1f} s")
+    return parts
+
+
+def _state(status: str, error_info: dict[str, str] | None) -> tuple[str, str | None]:
+    """(state words, the note that marks the text partial or None when it is the answer)."""
+    if status == COMPLETE:
+        return "complete", None
+    if status == "failed":
+        detail = ""
+        if error_info:
+            detail = f" ({error_info.get('type', 'error')}: {error_info.get('message', '')})"
+        return f"failed{detail}", "partial answer: the run failed before it finished"
+    if status == "cancelled":
+        return "cancelled", "partial answer: the run was stopped before it finished"
+    if status in TERMINAL:  # a state added later: never claim an answer for it
+        return status, "partial answer"
+    return status, _UNFINISHED
+
+
+def fallback_bundle(
+    status: str,
+    text: str,
+    metrics: dict[str, Any] | None = None,
+    error_info: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """``{"text/plain": ..., "text/markdown": ...}`` for a widget in ``status`` showing ``text``.
+
+    ``status`` is ``"idle"`` for a widget that never ran; otherwise a run's state.
+    """
+    if status == "idle":
+        line = "nbstream · idle · no run yet"
+        return {"text/plain": line, "text/markdown": "**nbstream** · idle · *no run yet*"}
+    state, note = _state(status, error_info)
+    figures = _figures(metrics or {})
+    plain_head = " · ".join(["nbstream", state, *([note] if note else []), *figures])
+    md_head = " · ".join(
+        ["**nbstream**", f"**{state}**", *([f"*{note}*"] if note else []), *figures]
+    )
+    if not text:
+        return {"text/plain": plain_head, "text/markdown": md_head}
+    return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}

@@ -1,0 +1,329 @@
+"""IPython integration: ``%load_ext nbstream``, the ``%%nbstream`` cell magic and ``%nbstream``.
+
+``%%nbstream [options]`` streams the answer to the cell's text into a
+:class:`~nbstream.StreamWidget` shown as the cell's output, and returns at once: the kernel
+stays free while the answer streams. ``%nbstream status`` lists loaded models and the runs
+that are queued or running; ``%nbstream stop`` stops them all.
+
+Example (in a notebook)::
+
+    %load_ext nbstream
+
+    %%nbstream --max-new-tokens 60 -o answer
+    Name two colors of {thing}.
+
+    answer.wait()        # in a later cell: blocks until the run ends, returns the text
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import keyword
+import logging
+import shlex
+import string
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from .generation import Generation, active_runs
+from .settings import validate_settings
+
+logger = logging.getLogger(__name__)
+
+# How long `%nbstream stop` waits for each run to acknowledge: a stop lands within one decode
+# step, so this only matters for a model stuck in a single very slow step.
+_STOP_WAIT_S = 10.0
+_PREVIEW = 40
+
+# Option dest -> setting name, for the options that are generation settings.
+_SETTING_OPTIONS = {
+    "max_new_tokens": "--max-new-tokens",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "expect": "--expect",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are IPython usage errors (shown without a traceback)."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.format_usage()}{self.prog}: error: {message}")
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(
+        prog="%%nbstream",
+        description=(
+            "Stream a model's answer to the cell's text into a StreamWidget. {name} in the "
+            "text is filled from the notebook's variables; write {{ and }} for literal braces."
+        ),
+        add_help=False,
+        allow_abbrev=False,  # --max would otherwise silently mean --max-new-tokens
+    )
+    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="most tokens to generate")
+    parser.add_argument(
+        "--temperature", type=float, metavar="T", help="0 means greedy; above 0 samples"
+    )
+    parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass, (0, 1]")
+    parser.add_argument("--seed", type=int, metavar="N", help="makes sampling reproducible")
+    parser.add_argument(
+        "--expect", choices=["json"], help="the run completes only if its answer parses as JSON"
+    )
+    parser.add_argument(
+        "--system", metavar="TEXT", help="a system message sent before the cell's text"
+    )
+    parser.add_argument(
+        "--model",
+        metavar="NAME_OR_PATH",
+        help="a hub id or local folder, loaded once per process (default: the embedded model)",
+    )
+    parser.add_argument(
+        "-o",
+        dest="name",
+        metavar="NAME",
+        help="bind the widget to NAME; NAME.result is the answer once the run completes",
+    )
+    # Continuing a chat needs the chat widget; a named error beats "unrecognized arguments".
+    parser.add_argument("--chat", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+_PARSER = _build_parser()
+_LINE_USAGE = "usage: %nbstream status | %nbstream stop"
+
+
+class _Namespace(Mapping[str, Any]):
+    """The user namespace for str.format_map; a missing name says which one."""
+
+    def __init__(self, namespace: Mapping[str, Any]) -> None:
+        self._ns = namespace
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._ns[key]
+        except KeyError:
+            raise _Missing(key) from None
+
+    def __iter__(self) -> Any:
+        return iter(self._ns)
+
+    def __len__(self) -> int:
+        return len(self._ns)
+
+
+class _Missing(KeyError):
+    pass
+
+
+def expand(template: str, namespace: Mapping[str, Any]) -> str:
+    """Fill ``{name}`` placeholders of ``template`` from ``namespace`` (``{{``/``}}`` escape).
+
+    Raises ``UsageError`` naming the missing variable, or the faulty placeholder.
+    """
+    hint = "write {{ and }} for literal braces"
+    try:
+        return string.Formatter().vformat(template, (), _Namespace(namespace))
+    except _Missing as exc:
+        name = exc.args[0]
+        raise UsageError(
+            f"%%nbstream: {{{name}}} in the cell names no variable in the notebook: "
+            f"{name!r} is not defined ({hint}); nothing was started"
+        ) from None
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(
+            f"%%nbstream: a {{placeholder}} in the cell could not be filled: {exc} ({hint}); "
+            "nothing was started"
+        ) from None
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings = {}
+    for dest, option in _SETTING_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        try:
+            settings.update(validate_settings({dest: value}))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"%%nbstream: argument {option}: {exc}") from None
+    return settings
+
+
+def _check_name(name: str | None) -> None:
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise UsageError(f"%%nbstream: argument -o: {name!r} is not a valid Python name")
+
+
+def _load(model: str | None) -> tuple[Any, Any]:
+    from .models import load_model
+
+    return load_model(model)
+
+
+def _run_line(run: Generation) -> str:
+    metrics = run.metrics
+    elapsed = metrics["elapsed_s"]
+    text = run.partial_text.replace("\n", " ")
+    preview = text[:_PREVIEW] + ("…" if len(text) > _PREVIEW else "")
+    timing = f"{elapsed:.1f} s" if elapsed is not None else "-"
+    return f"{run.status:<8} {metrics['tokens']:>5} tokens  {timing:>7}  {preview!r}"
+
+
+def _loaded_models() -> list[str]:
+    from . import models
+
+    default = None
+    with contextlib.suppress(ImportError, FileNotFoundError):  # no default model: no label
+        default = str(models.default_model_dir(convert=False))
+    with models._lock:
+        keys = list(models._loaded)
+    lines = []
+    for key in keys:
+        folder, adapter = key[0], key[3]
+        label = f"{models.DEFAULT_NAME} (embedded default)" if folder == default else folder
+        if adapter is not None:
+            label += f" + adapter {adapter}"
+        lines.append(label)
+    return lines
+
+
+class Report:
+    """What ``%nbstream status`` and ``%nbstream stop`` return: plain text and Markdown."""
+
+    def __init__(self, title: str, sections: dict[str, list[str]]) -> None:
+        self.title = title
+        self.sections = sections
+
+    def __repr__(self) -> str:
+        lines = [self.title]
+        for heading, items in self.sections.items():
+            lines.append(f"{heading}:")
+            lines.extend(f"  {item}" for item in items or ["(none)"])
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        lines = [f"**{self.title}**", ""]
+        for heading, items in self.sections.items():
+            lines.append(f"{heading}:")
+            lines.append("")
+            lines.extend([f"- `{item}`" for item in items] or ["- (none)"])
+            lines.append("")
+        return "\n".join(lines)
+
+
+def status_report() -> Report:
+    """Loaded models and the runs that are queued or running."""
+    runs = active_runs()
+    running = [r for r in runs if r.status == "running"]
+    queued = [r for r in runs if r.status == "queued"]
+    models = _loaded_models()
+    title = (
+        f"nbstream: {len(models)} model(s) loaded, {len(running)} run(s) running, "
+        f"{len(queued)} queued"
+    )
+    return Report(
+        title,
+        {
+            "models": models,
+            "running": [_run_line(r) for r in running],
+            "queued": [_run_line(r) for r in queued],
+        },
+    )
+
+
+def stop_all() -> Report:
+    """Stop every queued and running run; wait (briefly) until each has ended."""
+    from .widget import VIEW_THREAD_PREFIX
+
+    runs = [run for run in active_runs() if run.stop()]
+    deadline = time.monotonic() + _STOP_WAIT_S
+    for run in runs:
+        run.wait_done(max(0.0, deadline - time.monotonic()))
+    # A widget publishes its run's end state (to its views and its saved output) from its
+    # view thread just after the run ends: wait for that too, so that when `stop` returns
+    # every output says "cancelled", and a headless run (nbconvert) records it in this cell.
+    for thread in threading.enumerate():
+        if thread.name.startswith(VIEW_THREAD_PREFIX):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    still = [run for run in runs if not run.done]
+    title = f"nbstream: stopped {len(runs) - len(still)} run(s)"
+    if still:
+        title += f"; {len(still)} still ending"
+    return Report(title, {"stopped": [_run_line(r) for r in runs]})
+
+
+@magics_class
+class NbstreamMagics(Magics):
+    """The ``%%nbstream`` cell magic and the ``%nbstream status|stop`` line magic."""
+
+    @line_cell_magic
+    def nbstream(self, line: str, cell: str | None = None) -> Any:
+        if cell is None:
+            return self._line(line)
+        self._cell(line, cell)
+        return None
+
+    def _line(self, line: str) -> Report:
+        command = line.strip()
+        if command == "status":
+            return status_report()
+        if command == "stop":
+            return stop_all()
+        hint = " (the prompt goes in a %%nbstream cell)" if command else ""
+        raise UsageError(f"{_LINE_USAGE}\n%nbstream: unknown command {command!r}{hint}")
+
+    def _cell(self, line: str, cell: str) -> None:
+        from IPython.display import display
+
+        from .widget import StreamWidget
+
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"{_PARSER.format_usage()}%%nbstream: error: {exc}") from None
+        args = _PARSER.parse_args(argv)
+        if args.chat:
+            raise UsageError(
+                "%%nbstream: argument --chat: not available yet (it continues a ChatWidget "
+                "conversation, and this version of nbstream has no ChatWidget); drop --chat "
+                "for a fresh prompt"
+            )
+        _check_name(args.name)
+        settings = _settings(args)
+        text = expand(cell, self.shell.user_ns if self.shell is not None else {})
+        prompt: Any = text
+        if args.system is not None:
+            prompt = [
+                {"role": "system", "content": args.system},
+                {"role": "user", "content": text},
+            ]
+        model, tokenizer = _load(args.model)
+        widget = StreamWidget(model, tokenizer, **settings)
+        try:
+            widget.generate(prompt)
+        except (TypeError, ValueError) as exc:  # the prompt itself, checked before any thread
+            widget.close()
+            raise UsageError(f"%%nbstream: {exc}; nothing was started") from None
+        if args.name is not None and self.shell is not None:
+            self.shell.user_ns[args.name] = widget
+        display(widget)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics; called by ``%load_ext nbstream``."""
+    ipython.register_magics(NbstreamMagics)
+
+
+NbstreamMagics.nbstream.__doc__ = (
+    f"Stream a model's answer into the notebook.\n\n{_PARSER.format_help()}\n"
+    "Line magic:\n  %nbstream status   loaded models, queued and running runs\n"
+    "  %nbstream stop     stop every queued and running run\n"
+)
