@@ -9,6 +9,8 @@ of the token stream is never taken as success on its own.
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import logging
 import threading
 import time
@@ -19,8 +21,9 @@ from typing import Any
 
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
+from .record import build_record
 from .settings import validate_settings
-from .streaming import TokenBuffer
+from .streaming import StopFilter, TokenBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,46 @@ class GenerationCancelled(GenerationError):
 
 class GenerationFailed(GenerationError):
     """The run raised, or overran its budget. The original exception is ``__cause__``."""
+
+
+class InvalidJSON(ValueError):
+    """The final text of a run with ``expect="json"`` does not parse as JSON.
+
+    ``lineno``, ``colno`` and ``pos`` say where (as :class:`json.JSONDecodeError`, which
+    is the ``__cause__``); the text itself stays the run's ``partial_text``.
+    """
+
+    def __init__(self, message: str, error: json.JSONDecodeError) -> None:
+        super().__init__(message)
+        self.lineno = error.lineno
+        self.colno = error.colno
+        self.pos = error.pos
+
+
+def _parse_json(text: str, finish_reason: str | None, settings: dict[str, Any]) -> Any:
+    """The value of ``text``; raises :class:`InvalidJSON` saying where and what to do."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        near = text[max(0, exc.pos - 20) : exc.pos + 20]
+        where = f"line {exc.lineno}, column {exc.colno} (character {exc.pos})"
+        message = f"the answer is not valid JSON (expect='json'): {exc.msg} at {where}"
+        if near:
+            message += f", near {near!r}"
+        if not text.strip():
+            hint = "the answer is empty"
+        elif finish_reason == "length":
+            hint = (
+                f"the answer was cut off at max_new_tokens={settings.get('max_new_tokens')}; "
+                "raise max_new_tokens"
+            )
+        elif text.lstrip().startswith("```"):
+            hint = "the answer is wrapped in a Markdown code fence; ask for bare JSON"
+        else:
+            hint = "ask the model for JSON only (an example in the prompt helps)"
+        raise InvalidJSON(
+            f"{message}. Hint: {hint}; the text is kept as partial_text", exc
+        ) from exc
 
 
 class _ModelQueue:
@@ -145,7 +188,11 @@ class Generation:
         self._job = job
         #: The settings this run was asked for (after validation).
         self.settings = dict(job.settings)
+        #: The prompt as given: a string or a list of messages.
+        self.prompt = getattr(job, "prompt", None)
+        #: The exact text the model sees (chat template and special tokens included).
         self.prompt_text = job.prompt_text
+        #: How many tokens ``prompt_text`` is.
         self.prompt_tokens = job.prompt_tokens
         self._lock = threading.Lock()
         self._status = QUEUED
@@ -154,6 +201,11 @@ class Generation:
         self._control = RunControl(settings.get("budget_s"))
         self._buffer = TokenBuffer()
         self._decoder = job.decoder()
+        stops = self.settings.get("stop")
+        self._stops = StopFilter(stops) if stops else None
+        self._value: Any = None
+        self._record: dict[str, Any] | None = None
+        self._created_at = time.time()
         self._decode_lock = threading.Lock()
         self._decoded = 0
         self._chunks: list[str] = []
@@ -197,18 +249,35 @@ class Generation:
             # Decode all of the text here, before the end state is decided: a decoder that
             # fails (here or in a reader) fails the run, and a complete run's text is final.
             self._pump(final=True)
+            if self._stops is not None and self._stops.found is not None:
+                reason = "stop"
+            # A stop string in the text means the answer was over, whatever came after it
+            # (a Stop click, the budget running out): the run is complete.
+            ended_by_stop = reason == "stop"
+            value, invalid = None, None
+            if self.settings.get("expect") == "json" and self._decode_error is None:
+                # Only ever the final text: a partial answer is not expected to parse.
+                try:
+                    value = _parse_json(self._text, reason, self.settings)
+                except InvalidJSON as exc:
+                    invalid = exc
             with self._lock:
+                cancelled = self._control.cancel_event.is_set()
                 if self._decode_error is not None:
                     self._finish(FAILED, "error", self._decode_error)
-                elif self._control.cancel_event.is_set():
+                elif ended_by_stop or not (cancelled or self._control.timed_out):
+                    if invalid is not None:
+                        self._finish(FAILED, "error", invalid)
+                    else:
+                        self._value = value
+                        self._finish(COMPLETE, reason, None)
+                elif cancelled:
                     self._finish(CANCELLED, "cancelled", None)
-                elif self._control.timed_out:
+                else:
                     budget = self._control.budget_s
                     self._finish(
                         FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
                     )
-                else:
-                    self._finish(COMPLETE, reason, None)
         except BaseException as exc:  # any failure of the worker is a failed run, kept
             logger.debug("run failed", exc_info=True)
             with self._lock:
@@ -279,6 +348,43 @@ class Generation:
     def error(self) -> BaseException | None:
         """The exception that ended a failed run (a ``TimeoutError`` for a budget overrun)."""
         return self._error
+
+    @property
+    def value(self) -> Any:
+        """The parsed JSON of a complete run with ``expect="json"``; ``None`` otherwise."""
+        if self._status != COMPLETE or not self._done.is_set():
+            return None
+        return self._value
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """What reproduces this run, once it has ended (any end state); ``None`` before.
+
+        A JSON-serializable dict: ``model``, ``prompt``, ``prompt_tokens``, ``settings``
+        (every setting in effect), ``seed`` (the one sampling used, drawn if none was
+        given), ``status``, ``metrics``, ``versions`` and more; see :mod:`nbstream.record`.
+        :func:`nbstream.rerun` starts the same run again from it.
+
+        Example::
+
+            >>> run = nbstream.stream(model, tokenizer, "Hi", temperature=0.8)
+            >>> text = run.wait()
+            >>> nbstream.rerun(run.record, model, tokenizer).wait() == text
+            True
+        """
+        if not self._done.is_set():
+            return None
+        if self._record is None:
+            # Built once, on first use, off the generating thread.
+            self._record = build_record(
+                backend=self._backend,
+                job=self._job,
+                status=self._status,
+                metrics=self.metrics,
+                error=self._error,
+                created_at=self._created_at,
+            )
+        return copy.deepcopy(self._record)  # each caller may edit its own copy
 
     @property
     def result(self) -> str | None:
@@ -353,7 +459,7 @@ class Generation:
                         else:
                             self._append(self._decoder.feed(new))
                     if ended and n == len(items):
-                        self._append(self._decoder.finish(self._text))
+                        self._finish_text()
                 except Exception as exc:
                     logger.debug("decoding failed", exc_info=True)
                     self._decode_error = exc
@@ -367,16 +473,40 @@ class Generation:
         # that completed the first visible text, whoever decodes it and whenever.
         base = self._decoded
         for offset, item in enumerate(new):
-            text = self._decoder.feed([item])
-            if text:
+            if self._append(self._decoder.feed([item])):
                 self._first_chunk_at = self._buffer.times[base + offset]
-                self._append(text + self._decoder.feed(new[offset + 1 :]))
+                self._append(self._decoder.feed(new[offset + 1 :]))
+                return
+            if self._stops is not None and self._stops.found is not None:
+                self._decoder.feed(new[offset + 1 :])  # no text will follow; keep the ids
                 return
 
-    def _append(self, text: str) -> None:
+    def _finish_text(self) -> None:
+        stops = self._stops
+        if stops is None:
+            self._append(self._decoder.finish(self._text))
+            return
+        if stops.found is None:
+            self._append(self._decoder.finish(self._text + stops.held))
+            # No token will follow: what was held back can no longer begin a stop string.
+            self._release(stops.flush())
+
+    def _append(self, text: str) -> bool:
+        """Add decoded text, through the stop strings if any; True if any became visible."""
+        stops = self._stops
+        if stops is not None and text:
+            text = stops.feed(text)
+            if stops.found is not None:
+                # Halt the model if the worker has not noticed yet (see _StopStringWatch).
+                self._control.stop_found.set()
+        return self._release(text)
+
+    def _release(self, text: str) -> bool:
         if text:
             self._chunks.append(text)
             self._text += text
+            return True
+        return False
 
     def _raise_for_end(self) -> None:
         if self._status == CANCELLED:
@@ -513,8 +643,13 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     ``prompt`` is a string (for a chat model: one user message, through the chat template)
     or a list of ``{"role": ..., "content": ...}`` messages. ``settings`` are
     ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
-    ``do_sample``, ``seed`` and ``budget_s``; unset ones fall back to the model's
-    generation config. Every check happens before the thread starts.
+    ``do_sample``, ``seed``, ``budget_s``, ``stop`` and ``expect``; unset ones fall back
+    to the model's generation config. Every check happens before the thread starts.
+
+    ``stop=["\n\n", "END"]`` ends the run ``complete`` (``finish_reason="stop"``) as soon
+    as the text contains one of them; the stop string and what follows are never shown.
+    ``expect="json"`` completes the run only if its final text parses as JSON (then
+    ``run.value`` holds it); otherwise it fails with the parse error, the text kept.
 
     Example::
 

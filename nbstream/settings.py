@@ -19,7 +19,13 @@ SETTINGS: dict[str, str] = {
     "do_sample": "sample (True) or pick the most likely token (False)",
     "seed": "int >= 0: makes sampling reproducible without touching the global RNG",
     "budget_s": "wall-clock budget in seconds; an overrun ends the run failed (timeout)",
+    "stop": "list of strings: the run ends complete (finish_reason 'stop') at the first one, "
+    "which is left out of the text, as is anything after it",
+    "expect": "'json': the run completes only if its final text parses as JSON (run.value)",
 }
+
+#: The values ``expect`` accepts.
+EXPECT_VALUES = ("json",)
 
 # The engine owns these: it streams exactly one sequence through its own streamer and
 # stopping rules.
@@ -76,6 +82,16 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check(name: str, value: Any) -> Any:
+    if name == "stop":
+        return _check_stop(value)
+    if name == "expect":
+        if not isinstance(value, str):
+            raise TypeError(f"expect must be the string 'json', got {value!r:.80}")
+        if value not in EXPECT_VALUES:
+            raise ValueError(
+                f"expect={value!r} is not supported; the only structured output is expect='json'"
+            )
+        return value
     if name == "max_new_tokens":
         if not _is_int(value):
             raise TypeError(f"max_new_tokens must be an int, got {value!r}")
@@ -112,3 +128,25 @@ def _check(name: str, value: Any) -> Any:
     if name == "budget_s" and value <= 0:
         raise ValueError(f"budget_s must be > 0 seconds, got {value}")
     return value
+
+
+def _check_stop(value: Any) -> list[str]:
+    # A bare string is the likeliest mistake; iterating it would stop at every character.
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"stop must be a list of strings, e.g. stop=['\\n\\n', 'END'], got {value!r:.80}"
+        )
+    if not value:
+        raise ValueError("stop must hold at least one string; leave it unset for no stop strings")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise TypeError(f"stop[{i}] must be a str, got {type(item).__name__}")
+        if not item:
+            raise ValueError(f"stop[{i}] is empty; every stop string needs at least one character")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"stop[{i}] is not valid Unicode ({exc.reason} at position {exc.start})"
+            ) from None
+    return list(dict.fromkeys(value))  # a list (JSON-friendly), duplicates dropped

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -150,6 +151,64 @@ def _to_ids(items: list[Any]) -> list[int]:
 
     tensors = [torch.as_tensor(item).reshape(-1) for item in items]
     return [int(i) for i in torch.cat(tensors).tolist()]
+
+
+class StopFilter:
+    """Cuts decoded text at the first stop string, on the reader's side.
+
+    :meth:`feed` returns the text that can be shown now. It holds back only a tail that
+    could still be the start of a stop string (at most the longest one's length less one
+    character) and releases it as soon as it can no longer match. Each call looks at the
+    held tail and the new text only, never at the whole text so far.
+
+    The stop string that ends first wins (ties: the longer one), which is where generation
+    halts, so the result does not depend on how the text was split into pieces.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        if not stops or not all(stops):
+            raise ValueError("StopFilter needs at least one non-empty stop string")
+        self.stops = tuple(stops)
+        self._firsts = frozenset(stop[0] for stop in self.stops)
+        self._longest = max(len(stop) for stop in self.stops)
+        #: Text held back because it could still begin a stop string.
+        self.held = ""
+        #: The stop string found, once one has been.
+        self.found: str | None = None
+
+    def feed(self, text: str) -> str:
+        """Take new text; return what can be released now ("" once a stop string is found)."""
+        if self.found is not None or not text:
+            return ""
+        window = self.held + text
+        best: tuple[int, int] | None = None  # (end, -length) of the earliest-ending match
+        for stop in self.stops:
+            start = window.find(stop)
+            if start >= 0:
+                key = (start + len(stop), -len(stop))
+                if best is None or key < best:
+                    best, self.found = key, stop
+        if best is not None:
+            self.held = ""
+            return window[: best[0] + best[1]]
+        keep = self._hold_from(window)
+        self.held = window[keep:]
+        return window[:keep]
+
+    def flush(self) -> str:
+        """The text is over: release what was held (it can no longer become a stop string)."""
+        held, self.held = self.held, ""
+        return held
+
+    def _hold_from(self, window: str) -> int:
+        # The earliest position whose suffix is a prefix of some stop string: everything
+        # before it can never be part of a match, whatever comes next.
+        for pos in range(max(0, len(window) - self._longest + 1), len(window)):
+            if window[pos] in self._firsts:
+                tail = window[pos:]
+                if any(stop.startswith(tail) for stop in self.stops):
+                    return pos
+        return len(window)
 
 
 class TextDecoder:

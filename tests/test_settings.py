@@ -22,6 +22,8 @@ ALLOWED = (
     "do_sample",
     "seed",
     "budget_s",
+    "stop",
+    "expect",
 )
 
 
@@ -105,12 +107,42 @@ def test_valid_settings_pass_and_none_is_unset():
         ({"logits_processor": []}, TypeError),
         ({"generation_config": None}, TypeError),
         ({"input_ids": None}, TypeError),
+        ({"stop": "END"}, TypeError),
+        ({"stop": []}, ValueError),
+        ({"stop": ["END", ""]}, ValueError),
+        ({"stop": ["END", 3]}, TypeError),
+        ({"stop": {"END"}}, TypeError),
+        ({"stop": ["\ud800"]}, ValueError),
+        ({"expect": "xml"}, ValueError),
+        ({"expect": "JSON "}, ValueError),
+        ({"expect": True}, TypeError),
+        ({"expect": {"type": "object"}}, TypeError),
     ],
 )
 def test_invalid_settings(settings, exc):
     with pytest.raises(exc) as info:
         validate_settings(settings)
     assert next(iter(settings)) in str(info.value)
+
+
+def test_stop_and_expect_are_kept_as_given():
+    clean = validate_settings({"stop": ("END", "\n\n", "END"), "expect": "json"})
+    # A list (as JSON has), in order, each stop string once.
+    assert clean == {"stop": ["END", "\n\n"], "expect": "json"}
+    assert validate_settings({"stop": None, "expect": None}) == {}
+
+
+def test_a_bare_string_for_stop_says_to_pass_a_list():
+    with pytest.raises(TypeError, match=r"list of strings, e\.g\. stop=\["):
+        validate_settings({"stop": "END"})
+
+
+def test_bad_stop_or_expect_starts_nothing(tiny):
+    model, tokenizer = tiny
+    for bad in ({"stop": "END"}, {"expect": "yaml"}):
+        with pytest.raises((TypeError, ValueError)):
+            nbstream.stream(model, tokenizer, "Hi", **bad)
+    assert not [t for t in threading.enumerate() if t.name.startswith("nbstream-run-")]
 
 
 def test_max_new_tokens_limit_is_accepted():

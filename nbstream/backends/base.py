@@ -16,10 +16,13 @@ from ..streaming import Decoder, TokenBuffer
 
 
 class RunControl:
-    """What a running job consults to know whether to stop: the user's Stop, or the budget."""
+    """What a running job consults to know whether to stop: the user's Stop, the budget, or
+    a stop string in the text (the run then ends complete)."""
 
     def __init__(self, budget_s: float | None = None) -> None:
         self.cancel_event = threading.Event()
+        #: Set by whoever first sees a stop string (the job, or a reader decoding the text).
+        self.stop_found = threading.Event()
         self.budget_s = budget_s
         self.deadline: float | None = None
         self.timed_out = False
@@ -29,7 +32,7 @@ class RunControl:
             self.deadline = time.monotonic() + self.budget_s
 
     def should_stop(self) -> bool:
-        if self.cancel_event.is_set():
+        if self.cancel_event.is_set() or self.stop_found.is_set():
             return True
         if self.deadline is not None and time.monotonic() >= self.deadline:
             self.timed_out = True
@@ -46,6 +49,13 @@ class Job(Protocol):
     prompt_tokens: int | None
     #: The effective settings of this run (the caller's merged with the model's defaults).
     settings: dict[str, Any]
+    #: The prompt as the caller gave it (a string or a list of messages).
+    prompt: Any
+    #: Every setting in effect, as passed to the model (for the run's record); ``None``
+    #: values for what does not apply (sampling parameters of a greedy run).
+    in_effect: dict[str, Any]
+    #: The seed sampling uses: the caller's, or one drawn for a sampled run given none.
+    seed: int | None
 
     def decoder(self) -> Decoder:
         """A fresh incremental decoder for this job's items."""

@@ -14,18 +14,64 @@ logger = logging.getLogger(__name__)
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
-def _stop_criteria(control: RunControl):
+class _StopStringWatch:
+    """Notices, on the generating thread, the token that completes a stop string.
+
+    Cheap per step: one token id read and a dict lookup. Only a token whose text could end
+    a stop string (it contains a stop string's last character, or part of a character cut
+    between tokens) costs a decode, of the last few generated tokens, never the whole text.
+    transformers' ``StopStringCriteria`` does the matching with tensor ops instead: about
+    0.1 ms per step (a few % of a fast model's step) and a vocabulary-wide scan per run.
+    The reader side (:class:`~nbstream.streaming.StopFilter`) cuts the text itself, and
+    also signals a stop this watch could miss (a stop string across a special token).
+    """
+
+    def __init__(self, tokenizer: Any, stops: list[str], prompt_tokens: int) -> None:
+        self._tokenizer = tokenizer
+        self._stops = tuple(stops)
+        self._last_chars = frozenset(stop[-1] for stop in stops)
+        # Some decoders (SentencePiece's) drop the leading space of a lone token's text, so
+        # a stop string ending in a space has to be checked after every token.
+        self._every_token = " " in self._last_chars
+        # Every generated token that shows text adds at least one byte, so this many
+        # tokens cover the longest stop string (plus one for a character cut at the start).
+        self._window = max(len(stop.encode("utf-8")) for stop in stops) + 2
+        self._prompt_tokens = prompt_tokens
+        self._candidates: dict[int, bool] = {}
+
+    def hit(self, input_ids: Any) -> bool:
+        token = int(input_ids[0, -1])
+        candidate = self._candidates.get(token)
+        if candidate is None:
+            # Once per distinct token id of the run (a few µs each), never per step.
+            piece = self._tokenizer.decode([token], skip_special_tokens=True)
+            candidate = (
+                self._every_token or "\ufffd" in piece or not self._last_chars.isdisjoint(piece)
+            )
+            self._candidates[token] = candidate
+        if not candidate:
+            return False
+        start = max(self._prompt_tokens, int(input_ids.shape[1]) - self._window)
+        tail = self._tokenizer.decode(input_ids[0, start:].tolist(), skip_special_tokens=True)
+        return any(stop in tail for stop in self._stops)
+
+
+def _stop_criteria(control: RunControl, watch: _StopStringWatch | None = None) -> Any:
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     class _ControlCriteria(StoppingCriteria):
         # generate() checks its stopping criteria after every step, so a Stop (or a spent
         # budget) halts generation within one decode step instead of letting it run on.
+        # One criterion for all reasons: each criterion in the list costs a tensor op a step.
         def __init__(self) -> None:
-            self._answers: dict[tuple, Any] = {}
+            self._answers: dict[tuple[Any, ...], Any] = {}
 
-        def __call__(self, input_ids, scores, **kwargs):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
             flag = control.should_stop()
+            if not flag and watch is not None and watch.hit(input_ids):
+                control.stop_found.set()
+                flag = True
             # The same two tensors every step: no allocation on the generating thread.
             key = (flag, input_ids.shape[0], input_ids.device)
             answer = self._answers.get(key)
@@ -142,6 +188,8 @@ class LocalBackend:
         prompt_tokens = int(input_ids.shape[-1])
         if prompt_tokens == 0:
             raise ValueError("the prompt encodes to no tokens; pass some text")
+        if add_special:
+            text = self._with_added_tokens(text, input_ids[0].tolist())
 
         config = self.model.generation_config
         effective = dict(settings)
@@ -183,6 +231,28 @@ class LocalBackend:
                     kwargs[name] = effective[name]
         if "repetition_penalty" in effective:
             kwargs["repetition_penalty"] = effective["repetition_penalty"]
+        seed = effective.get("seed")
+        if do_sample and seed is None:
+            seed = _draw_seed()
+        if do_sample:
+            # Explicit values, resolved as generate() would: the record states them, and the
+            # seeded sampler applies exactly these.
+            for name in ("temperature", "top_p", "top_k"):
+                kwargs.setdefault(name, _config_value(config, name))
+        in_effect = {
+            "max_new_tokens": effective["max_new_tokens"],
+            "do_sample": do_sample,
+            "temperature": kwargs.get("temperature"),
+            "top_p": kwargs.get("top_p"),
+            "top_k": kwargs.get("top_k"),
+            "repetition_penalty": kwargs.get(
+                "repetition_penalty", _config_value(config, "repetition_penalty")
+            ),
+            "seed": seed,
+            "stop": effective.get("stop"),
+            "expect": effective.get("expect"),
+            "budget_s": effective.get("budget_s"),
+        }
         if getattr(config, "pad_token_id", None) is None:
             # Without one, generate() warns on every call and picks the EOS itself.
             pad = getattr(self.tokenizer, "pad_token_id", None)
@@ -191,7 +261,25 @@ class LocalBackend:
                 pad = eos[0]
             if pad is not None:
                 kwargs["pad_token_id"] = pad
-        return LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        job.prompt = prompt
+        job.in_effect = in_effect
+        job.seed = seed
+        return job
+
+    def _with_added_tokens(self, text: str, ids: list[int]) -> str:
+        """``text`` with the special tokens the tokenizer added around it (e.g. a BOS)."""
+        plain = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        n = len(plain)
+        for start in range(len(ids) - n + 1):
+            if ids[start : start + n] == plain:
+                convert = self.tokenizer.convert_ids_to_tokens
+                before = "".join(convert(ids[:start])) if start else ""
+                after = "".join(convert(ids[start + n :])) if start + n < len(ids) else ""
+                return before + text + after
+        # The added tokens changed how the text itself splits: show what the ids say.
+        decoded: str = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return decoded
 
     def _eos_ids(self) -> list[int]:
         ids: list[int] = []
@@ -222,6 +310,9 @@ class LocalJob:
         self.settings = settings
         self.prompt_text = prompt_text
         self.prompt_tokens = prompt_tokens
+        self.prompt: Any = None
+        self.in_effect: dict[str, Any] = dict(settings)
+        self.seed: int | None = settings.get("seed")
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
@@ -235,7 +326,7 @@ class LocalJob:
         device = getattr(model, "device", None)
         inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
         kwargs = dict(self.kwargs)
-        seed = self.settings.get("seed")
+        seed = self.seed
         if seed is not None and kwargs.get("do_sample"):
             # Sample with a private generator instead of torch's global one: reproducible
             # even while other threads draw random numbers, and the caller's RNG is never
@@ -246,17 +337,51 @@ class LocalJob:
             for name in ("temperature", "top_p", "top_k"):
                 kwargs.pop(name, None)
             kwargs["do_sample"] = False
+        stops = self.settings.get("stop")
+        watch = (
+            _StopStringWatch(self.backend.tokenizer, stops, self.prompt_tokens) if stops else None
+        )
         model.generate(
             **inputs,
             **kwargs,
             streamer=buffer,
-            stopping_criteria=_stop_criteria(control),
+            stopping_criteria=_stop_criteria(control, watch),
         )
+        if control.stop_found.is_set():
+            return "stop"
         if buffer.items:
             last = int(buffer.items[-1].reshape(-1)[-1])
             if last in self.backend._eos_ids():
                 return "eos"
         return "length"
+
+
+# transformers' own fallbacks for what a generation config leaves unset (transformers 5
+# reads them from GenerationConfig._get_default_generation_params; 4.x set them directly).
+_GENERATE_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition_penalty": 1.0}
+
+
+def _config_value(config: Any, name: str) -> Any:
+    """The value generate() uses for ``name`` when the call does not set it."""
+    value = getattr(config, name, None)
+    if value is not None:
+        return value
+    defaults = getattr(type(config), "_get_default_generation_params", None)
+    if callable(defaults):
+        return defaults().get(name, _GENERATE_DEFAULTS.get(name))
+    return _GENERATE_DEFAULTS.get(name)
+
+
+def _draw_seed() -> int:
+    """A seed for a sampled run given none, so that its record can reproduce it.
+
+    Drawn from torch's global generator: ``torch.manual_seed(n)`` before an unseeded run
+    still decides what it samples, as it did when sampling drew from that generator. Below
+    2**32: a JSON number any reader (JavaScript included) keeps exact.
+    """
+    import torch
+
+    return int(torch.randint(0, 2**32, (1,)).item())
 
 
 def _seeded_sampler(seed: int, kwargs: dict[str, Any], config: Any, device: Any) -> Any:

