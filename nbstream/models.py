@@ -32,7 +32,7 @@ _CONVERSION_VERSION = 1
 _STAMP = "nbstream-conversion.json"
 
 _lock = threading.RLock()
-_loaded: dict[tuple, tuple[Any, Any]] = {}
+_loaded: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 class DefaultModelMissing(ImportError):
@@ -98,7 +98,7 @@ def default_model_dir(*, convert: bool = True) -> Path:
 
 def _is_current(folder: Path, stamp: dict[str, Any]) -> bool:
     try:
-        return json.loads((folder / _STAMP).read_text()) == stamp
+        return bool(json.loads((folder / _STAMP).read_text()) == stamp)
     except (OSError, ValueError):
         return False
 
@@ -185,7 +185,14 @@ def load_model(
         return model, tokenizer
 
 
-def _load(folder, device_map, dtype, adapter, trust_remote_code, kwargs):
+def _load(
+    folder: str | os.PathLike[str],
+    device_map: Any,
+    dtype: Any,
+    adapter: str | os.PathLike[str] | None,
+    trust_remote_code: bool,
+    kwargs: dict[str, Any],
+) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     options: dict[str, Any] = {"trust_remote_code": trust_remote_code, **kwargs}

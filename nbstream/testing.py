@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_cache: dict[tuple, tuple[Any, Any]] = {}
+_cache: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 def tiny_model(*, one_line: bool = False, seed: int = 0) -> tuple[Any, Any]:

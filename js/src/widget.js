@@ -83,6 +83,9 @@ const BADGE = {
   failed: ["failed", "✕"],
   cancelled: ["cancelled", "■"],
 };
+/** nbstream's version, put in by js/build.mjs from nbstream/_version.py. */
+// eslint-disable-next-line no-undef
+const VERSION = typeof __NBSTREAM_VERSION__ === "string" ? __NBSTREAM_VERSION__ : "unknown";
 const ACTIVE = new Set(["queued", "running"]);
 const PARTIAL = new Set(["queued", "running", "failed", "cancelled"]);
 
@@ -1235,7 +1238,7 @@ function render({ model, el }) {
   let disposed = false;
 
   // ---- DOM ---------------------------------------------------------------
-  const root = h("div", "nbstream", { "data-status": "idle" });
+  const root = h("div", "nbstream", { "data-status": "idle", "data-version": VERSION });
 
   const prompt = h("textarea", "nbstream-prompt", {
     "aria-label": "Prompt",

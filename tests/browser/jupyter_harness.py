@@ -170,8 +170,10 @@ class JupyterServer:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(content))
         env = dict(os.environ)
-        # The package under test need not be installed: the kernel imports it from the repo.
-        pythonpath = [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        # The package under test need not be installed: the kernel imports it from the repo,
+        # unless the run tests an installed copy (tests/test_packaging.py sets this).
+        repo = [] if os.environ.get("NBSTREAM_EXPECT_INSTALLED") else [str(REPO_ROOT)]
+        pythonpath = [*repo, *filter(None, [env.get("PYTHONPATH")])]
         env.update(KERNEL_ENV)
         env.update(
             {

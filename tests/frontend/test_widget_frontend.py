@@ -936,6 +936,14 @@ def test_autoscroll_follows_until_user_scrolls_up(fe_page: Page) -> None:
 # ---------------------------------------------------------------------------
 
 
+def test_front_end_carries_the_package_version(fe_page: Page) -> None:
+    """The version lives in nbstream/_version.py; the bundle is built with a copy of it."""
+    import nbstream
+
+    mount(fe_page)
+    expect(view(fe_page)).to_have_attribute("data-version", nbstream.__version__)
+
+
 def test_committed_bundle_matches_sources(tmp_path: Path) -> None:
     """Rebuilding from js/src gives byte-identical nbstream/static files."""
     js = REPO / "js"

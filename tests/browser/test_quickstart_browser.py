@@ -1,0 +1,66 @@
+"""The quickstart notebook, run cell by cell in a real JupyterLab in Chromium.
+
+tests/test_notebooks.py executes it headlessly (nbclient); this runs it the way a reader does,
+so the widget views it displays are rendered by the front end: each view must end in the
+state its kernel object is in. The packaging test (tests/test_packaging.py) runs this file
+again with nbstream installed from the wheel into a fresh virtual environment, and sets
+NBSTREAM_EXPECT_INSTALLED to that environment's prefix: the kernel must import nbstream
+from there, not from this source tree.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+# One torch thread in the kernel, as in every browser test: on a busy 2-core machine,
+# OpenMP threads spinning against other processes slow decoding many times over.
+SETUP = "import torch\ntorch.set_num_threads(1)"
+
+
+def test_quickstart_tour_in_jupyterlab(lab):
+    code = [
+        c.source for c in nbformat.read(QUICKSTART, as_version=4).cells if c.cell_type == "code"
+    ]
+    nb = lab.open_notebook([SETUP, *code], name="quickstart.ipynb")
+    for i in range(len(code) + 1):
+        nb.run_cell(i, timeout=300)
+        text = "\n".join(nb.outputs(i))
+        # An exception a cell does not catch shows IPython's traceback header.
+        assert "Traceback (most recent call last)" not in text, f"cell {i} raised:\n{text}"
+
+    expected = os.environ.get("NBSTREAM_EXPECT_INSTALLED")
+    where = nb.kernel_eval("__import__('nbstream').__file__").strip("'\"")
+    if expected:
+        assert Path(where).resolve().is_relative_to(Path(expected).resolve()), where
+    else:
+        assert Path(where).resolve().is_relative_to(REPO), where
+
+    # Every widget view shows what its kernel object says, and a finished run's view
+    # carries the DOM contract (status, partial marking, error element).
+    views = nb.page.locator(".nbstream")
+    assert views.count() >= 1
+    status = nb.kernel_eval("w.status").strip("'\"")
+    deadline = time.monotonic() + 30
+    while views.first.get_attribute("data-status") != status and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = views.first
+    expect(first).to_have_attribute("data-status", status)
+    assert status in {"complete", "failed", "cancelled"}
+    partial = "false" if status == "complete" else "true"
+    expect(first.locator(".nbstream-output")).to_have_attribute("data-partial", partial)
+    expect(first.locator(".nbstream-error")).to_have_count(1 if status == "failed" else 0)
+    expect(first.get_by_role("button", name="Run", exact=True)).to_be_enabled()
+    expect(first.get_by_role("button", name="Stop", exact=True)).to_be_disabled()
+    expect(first).to_have_attribute(
+        "data-version", nb.kernel_eval("nbstream.__version__").strip("'\"")
+    )
