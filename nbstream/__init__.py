@@ -19,6 +19,7 @@ from .generation import (
     stream,
 )
 from .models import default_model_dir, load_model
+from .record import rerun
 from .widget import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -41,5 +42,6 @@ __all__ = [
     "__version__",
     "default_model_dir",
     "load_model",
+    "rerun",
     "stream",
 ]

@@ -211,6 +211,16 @@ class StreamWidget(anywidget.AnyWidget):
         return self._run.result if self._run is not None else None
 
     @property
+    def value(self) -> Any:
+        """The last run's parsed JSON, only if it completed with ``expect="json"``."""
+        return self._run.value if self._run is not None else None
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The last run's reproducibility record once it has ended (see ``Generation.record``)."""
+        return self._run.record if self._run is not None else None
+
+    @property
     def partial_text(self) -> str:
         """The current run's text so far (partial unless ``status == "complete"``)."""
         return self._run.partial_text if self._run is not None else ""

@@ -29,3 +29,5 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "complete" in outputs
         assert "cancelled | result: None" in outputs
         assert "failed timeout | result: None" in outputs
+        # The %%nbstream section: the answer reached the variable only once it completed.
+        assert "complete | result: " in outputs
