@@ -168,7 +168,9 @@ STOPS = ("END", "\n\n", "ab", "éé")
     cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=10),
 )
 def test_filter_output_does_not_depend_on_how_text_is_split(text, cuts):
-    pieces = [text[i:j] for i, j in zip([0, *sorted(cuts)], [*sorted(cuts), len(text)])]
+    pieces = [
+        text[i:j] for i, j in zip([0, *sorted(cuts)], [*sorted(cuts), len(text)], strict=True)
+    ]
     shown = ""
     f = StopFilter(STOPS)
     for piece in pieces:
