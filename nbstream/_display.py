@@ -7,12 +7,13 @@ stopped or failed run's text is never mistaken for a finished answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .generation import COMPLETE, TERMINAL
 
 # What a saved output says about a run that had not ended when the output was last written.
-_UNFINISHED = "still streaming when this output was saved; the answer is incomplete"
+_UNFINISHED = "not finished when this output was saved; the text is incomplete"
 
 
 def _figures(metrics: dict[str, Any]) -> list[str]:
@@ -33,10 +34,12 @@ def _state(status: str, error_info: dict[str, str] | None) -> tuple[str, str | N
     if status == "failed":
         detail = ""
         if error_info:
-            detail = f" ({error_info.get('type', 'error')}: {error_info.get('message', '')})"
-        return f"failed{detail}", "partial answer: the run failed before it finished"
+            # One line: the state line is the first line of the output.
+            message = " ".join(error_info.get("message", "").split())
+            detail = f" ({error_info.get('type', 'error')}: {message})"
+        return f"failed{detail}", "partial answer: the run failed"
     if status == "cancelled":
-        return "cancelled", "partial answer: the run was stopped before it finished"
+        return "cancelled", "partial answer: the run was stopped"
     if status in TERMINAL:  # a state added later: never claim an answer for it
         return status, "partial answer"
     return status, _UNFINISHED
@@ -64,3 +67,19 @@ def fallback_bundle(
     if not text:
         return {"text/plain": plain_head, "text/markdown": md_head}
     return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}
+
+
+def show(*objs: Any, **kwargs: Any) -> Any:
+    """IPython's ``display`` (typed here: IPython's own signature is not)."""
+    from IPython.display import display
+
+    publish: Callable[..., Any] = display
+    return publish(*objs, **kwargs)
+
+
+def update(data: dict[str, Any], metadata: dict[str, Any], display_id: str) -> None:
+    """Rewrite the outputs shown with ``display_id`` (IPython's ``update_display``, typed)."""
+    from IPython.display import update_display
+
+    publish: Callable[..., Any] = update_display
+    publish(data, raw=True, metadata=metadata, display_id=display_id)

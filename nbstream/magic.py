@@ -31,6 +31,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from ._display import show
 from .generation import Generation, active_runs
 from .settings import validate_settings
 
@@ -281,8 +282,6 @@ class NbstreamMagics(Magics):
         raise UsageError(f"{_LINE_USAGE}\n%nbstream: unknown command {command!r}{hint}")
 
     def _cell(self, line: str, cell: str) -> None:
-        from IPython.display import display
-
         from .widget import StreamWidget
 
         try:
@@ -314,7 +313,7 @@ class NbstreamMagics(Magics):
             raise UsageError(f"%%nbstream: {exc}; nothing was started") from None
         if args.name is not None and self.shell is not None:
             self.shell.user_ns[args.name] = widget
-        display(widget)
+        show(widget)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ._display import fallback_bundle
+from ._display import fallback_bundle, show, update
 from .generation import TERMINAL, Generation, stream
 from .settings import validate_settings
 
@@ -389,11 +389,9 @@ class StreamWidget(anywidget.AnyWidget):
         return None if bundle is None else bundle[1:]
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
         bundle = self._bundle() if self.comm is not None else None
         if bundle is None:  # closed: no view to show, only what it held
-            display(self._fallback()[1], raw=True)
+            show(self._fallback()[1], raw=True)
             return
         status, data, metadata = bundle
         display_id = None
@@ -401,7 +399,7 @@ class StreamWidget(anywidget.AnyWidget):
         # IPython would print the update at some later moment, from the view thread.
         if _in_kernel():
             display_id = self._display_id = f"nbstream-{self.model_id}"
-        display(data, raw=True, metadata=metadata, display_id=display_id)
+        show(data, raw=True, metadata=metadata, display_id=display_id)
         self._published_status = status
 
     def _publish_fallback(self) -> None:
@@ -413,9 +411,7 @@ class StreamWidget(anywidget.AnyWidget):
             return
         status, data, metadata = bundle
         try:
-            from IPython.display import update_display
-
-            update_display(data, raw=True, metadata=metadata, display_id=self._display_id)
+            update(data, metadata, self._display_id)
         except Exception:  # the kernel is shutting down: the live view is gone anyway
             logger.debug("could not update the widget's saved output", exc_info=True)
             return

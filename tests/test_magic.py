@@ -102,6 +102,7 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         "bad_range": "%%nbstream --top-p 2\nHi",
         "bad_name": "%%nbstream -o 2x\nHi",
         "chat": "%%nbstream --chat\nHi",
+        "bad_expect": "%%nbstream --expect yaml\nHi",
         "missing_name": "%%nbstream --max-new-tokens 5\nTell me about {nope}.",
         "unknown_command": "%nbstream go",
         "after_errors": "status = %nbstream status\n"
@@ -117,6 +118,15 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         "system": f'%%nbstream --model {tiny} --max-new-tokens 3 --system "Answer in French."'
         " -o french\nHi",
         "system_done": "french.wait()\n" + REPORT.format('{"prompt": french.run.prompt_text}'),
+        # --expect json: the tiny model's gibberish is not JSON, so the run fails honestly.
+        "expect": f"%%nbstream --model {line} --max-new-tokens 6 --expect json -o js\n"
+        "Give me JSON.",
+        "expect_done": "try:\n    js.wait()\n    failure = None\n"
+        "except nbstream.GenerationFailed as exc:\n    failure = str(exc)\n"
+        + REPORT.format(
+            '{"status": js.status, "result": js.result, "value": js.value, "failure": failure,'
+            ' "expect": js.run.settings.get("expect")}'
+        ),
         # A long run: the cell returns while it streams; status lists it; stop stops it.
         "long": f"%%nbstream --model {line} --max-new-tokens 8000 --temperature 0.7 --seed 3"
         " -o long\nTell me a story.",
@@ -147,6 +157,7 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         ("bad_range", "--top-p"),
         ("bad_name", "-o"),
         ("chat", "--chat"),
+        ("bad_expect", "--expect"),
     ],
 )
 def test_bad_options_are_usage_errors_naming_the_option(session, key, named):
@@ -206,6 +217,14 @@ def test_system_option_sends_a_system_message(session):
     assert "Answer in French." in prompt
     # The system message replaces the template's default one, and the cell is the user turn.
     assert prompt.index("Answer in French.") < prompt.index("Hi")
+
+
+def test_expect_json_fails_a_run_whose_answer_is_not_json(session):
+    report = reported(session["expect_done"])
+    assert report["expect"] == "json"
+    assert report["status"] == "failed" and "not valid JSON" in report["failure"]
+    assert report["result"] is None and report["value"] is None
+    assert widget_output(session["expect"])["text/plain"].startswith("nbstream · failed (")
 
 
 # -- a long run: returns at once, status, stop ---------------------------------------------------
