@@ -155,7 +155,7 @@ def _queue_for(key: Any) -> _ModelQueue:
     with _queues_lock:
         try:
             table: Any = _queues
-            queue = table.get(key)
+            queue: _ModelQueue | None = table.get(key)
         except TypeError:  # not weak-referenceable: keep it for the process
             table = _strong_queues
             queue = table.get(key)

@@ -113,7 +113,7 @@ class TokenDecoder:
                 if piece:
                     pieces.append(piece)
             return "".join(pieces)
-        text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        text: str = self._tokenizer.decode(self._ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
             # An incomplete character: hold it back until the next token completes it.
             return ""
@@ -127,7 +127,7 @@ class TokenDecoder:
         ``tokenizer.decode(ids, skip_special_tokens=True)`` even when the run ends on a cut
         character (which the full decode shows as U+FFFD).
         """
-        full = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        full: str = self._tokenizer.decode(self._ids, skip_special_tokens=True)
         if full.startswith(emitted):
             return full[len(emitted) :]
         return ""

@@ -13,7 +13,8 @@ __all__ = ["Backend", "Job", "LocalBackend", "RunControl", "resolve_backend"]
 def resolve_backend(model: Any, tokenizer: Any) -> Backend:
     """Pick the backend for what the caller passed as ``model``."""
     if hasattr(model, "prepare") and hasattr(model, "queue_key"):
-        return model  # already a backend (e.g. a remote endpoint)
+        backend: Backend = model  # already a backend (e.g. a remote endpoint)
+        return backend
     if model is None:
         raise TypeError(
             "no model given: pass a loaded transformers model and its tokenizer, "

@@ -168,9 +168,10 @@ class LocalBackend:
             )
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         try:
-            return self.tokenizer.apply_chat_template(
+            rendered: str = self.tokenizer.apply_chat_template(
                 list(messages), tokenize=False, add_generation_prompt=True
             )
+            return rendered
         except Exception as exc:
             raise ValueError(
                 f"the tokenizer's chat template failed on these messages: "
@@ -308,8 +309,9 @@ class LocalJob:
         self.encoded = encoded
         self.kwargs = kwargs
         self.settings = settings
-        self.prompt_text = prompt_text
-        self.prompt_tokens = prompt_tokens
+        # Typed as the Job protocol declares them (a protocol's attributes are invariant).
+        self.prompt_text: str | None = prompt_text
+        self.prompt_tokens: int | None = prompt_tokens
         self.prompt: Any = None
         self.in_effect: dict[str, Any] = dict(settings)
         self.seed: int | None = settings.get("seed")
@@ -338,9 +340,8 @@ class LocalJob:
                 kwargs.pop(name, None)
             kwargs["do_sample"] = False
         stops = self.settings.get("stop")
-        watch = (
-            _StopStringWatch(self.backend.tokenizer, stops, self.prompt_tokens) if stops else None
-        )
+        prompt_length = int(inputs["input_ids"].shape[-1])
+        watch = _StopStringWatch(self.backend.tokenizer, stops, prompt_length) if stops else None
         model.generate(
             **inputs,
             **kwargs,
