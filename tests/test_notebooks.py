@@ -12,7 +12,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("name", ["quickstart.ipynb"])
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "robustness.ipynb"])
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     resources = {"metadata": {"path": str(tmp_path)}}
@@ -31,3 +31,9 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "failed timeout | result: None" in outputs
         # The %%nbstream section: the answer reached the variable only once it completed.
         assert "complete | result: " in outputs
+    if name == "robustness.ipynb":
+        # Each way a run ends without an answer, named, with result None.
+        assert "cancelled | result: None" in outputs
+        assert "failed | result: None | error: RuntimeError('simulated device fault" in outputs
+        assert "failed timeout | result: None" in outputs
+        assert "complete eos | result == partial_text: True" in outputs
