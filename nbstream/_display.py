@@ -12,6 +12,8 @@ from typing import Any
 
 from .generation import COMPLETE, TERMINAL
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
 # What a saved output says about a run that had not ended when the output was last written.
 _UNFINISHED = "not finished when this output was saved; the text is incomplete"
 
@@ -67,6 +69,22 @@ def fallback_bundle(
     if not text:
         return {"text/plain": plain_head, "text/markdown": md_head}
     return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}
+
+
+def hidden_in_live_views(data: dict[str, Any]) -> dict[str, Any]:
+    """The fallback entries of ``data`` as an output that widget front ends do not show.
+
+    A widget view with an empty model id is how ipywidgets marks the output of a closed
+    widget: JupyterLab and Notebook 7 hide it. Exporters find no such widget in the saved
+    state, so they fall back to text/markdown or text/plain, like front ends without
+    widget support.
+    """
+    hidden = {**data[WIDGET_VIEW], "model_id": ""}
+    return {
+        WIDGET_VIEW: hidden,
+        "text/plain": data["text/plain"],
+        "text/markdown": data["text/markdown"],
+    }
 
 
 def show(*objs: Any, **kwargs: Any) -> Any:

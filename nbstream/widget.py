@@ -21,7 +21,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ._display import fallback_bundle, show, update
+from ._display import WIDGET_VIEW, fallback_bundle, hidden_in_live_views, show, update
 from .generation import TERMINAL, Generation, stream
 from .settings import validate_settings
 
@@ -394,12 +394,18 @@ class StreamWidget(anywidget.AnyWidget):
             show(self._fallback()[1], raw=True)
             return
         status, data, metadata = bundle
-        display_id = None
-        # Only a kernel's front end keeps outputs that update_display can rewrite; a terminal
-        # IPython would print the update at some later moment, from the view thread.
-        if _in_kernel():
-            display_id = self._display_id = f"nbstream-{self.model_id}"
-        show(data, raw=True, metadata=metadata, display_id=display_id)
+        if not _in_kernel():
+            # A terminal IPython shows the text/plain fallback. No display id: it would print
+            # an update at some later moment, from the view thread.
+            show(data, raw=True, metadata=metadata)
+            return
+        # Two outputs. The first is the live view; the second, the fallback, is the one
+        # rewritten when a run ends. Rewriting the view's own output would make JupyterLab
+        # re-create the view (losing its raw-text toggle and scroll position) at every end.
+        view = {key: value for key, value in data.items() if key == WIDGET_VIEW}
+        show({**view, "text/plain": ""}, raw=True, metadata=metadata)
+        self._display_id = f"nbstream-{self.model_id}"
+        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
         self._published_status = status
 
     def _publish_fallback(self) -> None:
@@ -409,9 +415,9 @@ class StreamWidget(anywidget.AnyWidget):
         bundle = self._bundle()
         if bundle is None:
             return
-        status, data, metadata = bundle
+        status, data, _metadata = bundle
         try:
-            update(data, metadata, self._display_id)
+            update(hidden_in_live_views(data), {}, self._display_id)
         except Exception:  # the kernel is shutting down: the live view is gone anyway
             logger.debug("could not update the widget's saved output", exc_info=True)
             return

@@ -363,9 +363,16 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
     import IPython.display
 
     published: list[tuple[str, str, str]] = []  # (kind, display_id, first line of text/plain)
+    views: list[str] = []  # model ids of the live views shown
 
     def record(kind):
         def publish(data, *, display_id=None, **kwargs):
+            if display_id is None:
+                views.append(data[WIDGET_VIEW]["model_id"])
+                return
+            # The saved fallback: hidden in live front ends (empty model id), so rewriting
+            # it never makes them re-create the live view.
+            assert data[WIDGET_VIEW]["model_id"] == ""
             published.append((kind, display_id, data["text/plain"].splitlines()[0]))
 
         return publish
@@ -390,6 +397,7 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
         ("update", "complete"),
     ]
     assert {display_id for _, display_id, _ in published} == {f"nbstream-{w.model_id}"}
+    assert views == [w.model_id]  # the live view: shown once, never rewritten
     assert published[-1][2].startswith("nbstream · complete · 5 tokens")
 
 
@@ -407,4 +415,4 @@ def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monk
     wait_followers()
     # A terminal IPython prints updates when they come: the view thread would print the
     # answer into whatever the user is typing. One display, without a display id.
-    assert published == [{"metadata": {}, "raw": True, "display_id": None}]
+    assert published == [{"metadata": {}, "raw": True}]
