@@ -41,7 +41,7 @@ VIEW_THREAD_PREFIX = "nbstream-view-"
 
 # Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
 # the widgets its previous execution made.
-_by_cell: dict[str, list[tuple[str, weakref.ref[StreamWidget]]]] = {}
+_by_cell: dict[str, list[tuple[str | None, weakref.ref[StreamWidget]]]] = {}
 _by_cell_lock = threading.Lock()
 
 
@@ -158,7 +158,8 @@ class StreamWidget(anywidget.AnyWidget):
                 if isinstance(prompt, str) and prompt != self.prompt:
                     self.prompt = prompt
                 self.input_error = ""
-                self.error_info = None
+                # traitlets types Dict as never None, whatever allow_none says
+                self.error_info = None  # type: ignore[assignment]
                 self.metrics = run.metrics
                 self.run_id += 1
                 self.status = run.status
