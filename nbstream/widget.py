@@ -70,6 +70,10 @@ def _in_kernel() -> bool:
     return getattr(get_ipython(), "kernel", None) is not None
 
 
+class _RunInProgress(RuntimeError):
+    """generate() while this widget's run is queued or running (a plain RuntimeError to callers)."""
+
+
 def _error_info(error: BaseException | None) -> dict[str, str] | None:
     if error is None:
         return None
@@ -148,7 +152,7 @@ class StreamWidget(anywidget.AnyWidget):
         merged = {**self._settings, **validate_settings(settings)}
         with self._lock:
             if self._run is not None and self._run.status not in TERMINAL:
-                raise RuntimeError(
+                raise _RunInProgress(
                     "this widget already has a run in progress; call stop() or wait() first"
                 )
             run = stream(self._model, self._tokenizer, prompt, **merged)
@@ -345,6 +349,11 @@ class StreamWidget(anywidget.AnyWidget):
             self.prompt = prompt
         try:
             self.generate(self.prompt)
+        except _RunInProgress:
+            # Another click (or generate() on another thread) started a run between the
+            # check above and generate()'s own, atomic one: this click is ignored like the
+            # others, not shown to the user as an input error.
+            logger.debug("Run ignored: a run started concurrently")
         except (TypeError, ValueError, RuntimeError) as exc:
             self.input_error = str(exc)
 
