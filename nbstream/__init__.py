@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from ._version import __version__
+from .backends.remote import Endpoint
 from .generation import (
     Generation,
     GenerationCancelled,
@@ -34,6 +35,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 __all__ = [
+    "Endpoint",
     "Generation",
     "GenerationCancelled",
     "GenerationError",

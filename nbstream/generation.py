@@ -433,6 +433,10 @@ class Generation:
         if tokens and tokens >= 2 and len(times) >= 2 and times[-1] > times[0]:
             metrics["tokens_per_s"] = (tokens - 1) / (times[-1] - times[0])
         metrics["finish_reason"] = self._finish_reason
+        # Counts only a backend knows (a server's received chunks), after the common keys.
+        extra = getattr(self._job, "extra_metrics", None)
+        if callable(extra):
+            metrics.update(extra())
         return metrics
 
     # -- decoding on the reader side ---------------------------------------------------------

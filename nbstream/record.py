@@ -94,10 +94,12 @@ def build_record(
 
 def model_info(backend: Any) -> dict[str, Any]:
     """Who produced the text: name or path, revision or file hash where known, dtype, device."""
+    describe = getattr(backend, "describe", None)
+    if callable(describe):  # a backend that says what it is (a server: its model's name)
+        return dict(describe())
     model = getattr(backend, "model", None)
-    if model is None:  # not a local model (e.g. a server): what it says about itself
-        describe = getattr(backend, "describe", None)
-        return dict(describe()) if callable(describe) else {"name": type(backend).__name__}
+    if model is None:
+        return {"name": type(backend).__name__}
     config = getattr(model, "config", None)
     path = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
     dtype = getattr(model, "dtype", None)

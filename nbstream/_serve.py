@@ -1,0 +1,246 @@
+"""``transformers serve`` on a loopback port, for the tests, the benchmark and demos.
+
+:class:`LocalServer` starts the real server in a subprocess on a model folder (by default
+the embedded default model's converted folder) and collects its log. Run through this
+module (``python -m nbstream._serve <transformers serve arguments>``), the server also logs
+one line each time a generation ends on its inference thread::
+
+    nbstream-serve: generation cancelled after 12 tokens at 1700000000.123
+    nbstream-serve: generation finished after 13 tokens at 1700000000.456
+
+which is how a test can see, on the server's side, that a Stop made it stop generating
+(its streamer aborts ``generate`` when the client has gone). The probe wraps two methods of
+transformers' ``DirectStreamer`` (transformers 5); the server is otherwise unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+#: The prefix of the probe's log lines.
+PROBE = "nbstream-serve:"
+_PROBE_LINE = re.compile(rf"{PROBE} generation (cancelled|finished) after (\d+) tokens at ([\d.]+)")
+
+
+def _install_probe() -> None:
+    from transformers.cli.serving import utils
+
+    streamer = getattr(utils, "DirectStreamer", None)
+    cancelled = getattr(utils, "_GenerationCancelled", None)
+    if streamer is None or cancelled is None:
+        raise RuntimeError(
+            "nbstream's serve probe does not fit this transformers version (no "
+            "DirectStreamer/_GenerationCancelled in transformers.cli.serving.utils)"
+        )
+    put, end = streamer.put, streamer.end
+
+    def say(what: str, tokens: int) -> None:
+        sys.stderr.write(f"{PROBE} generation {what} after {tokens} tokens at {time.time():.6f}\n")
+        sys.stderr.flush()
+
+    def probed_put(self: Any, value: Any) -> None:
+        try:
+            put(self, value)
+        except cancelled:
+            # Raised inside generate(): the server has noticed the client is gone, and this
+            # aborts its generation.
+            say("cancelled", self.total_tokens)
+            raise
+
+    def probed_end(self: Any) -> None:
+        say("finished", self.total_tokens)
+        end(self)
+
+    streamer.put = probed_put
+    streamer.end = probed_end
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m nbstream._serve ARGS``: ``transformers serve ARGS`` with the probe."""
+    _install_probe()
+    from transformers.cli.transformers import main as transformers_main
+
+    sys.argv = ["transformers", "serve", *(sys.argv[1:] if argv is None else argv)]
+    transformers_main()
+    return 0
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (on loopback)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalServer:
+    """A ``transformers serve`` subprocess on 127.0.0.1 with the probe, and its log.
+
+    Example::
+
+        >>> from nbstream._serve import LocalServer
+        >>> with LocalServer() as server:
+        ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
+        ...     run.wait()
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if model_dir is None:
+            from .models import default_model_dir
+
+            model_dir = default_model_dir()
+        #: The model's name for requests: the folder the server preloaded (it is pinned).
+        self.model = str(model_dir)
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.lines: list[str] = []
+        self._env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self._cond = threading.Condition()
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self, timeout: float = 300.0) -> LocalServer:
+        """Start the server and wait until it answers ``/health`` (the model is loaded)."""
+        command = [
+            sys.executable,
+            "-m",
+            "nbstream._serve",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--device",
+            "cpu",
+            "--log-level",
+            "info",
+        ]
+        self._proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=self._env,
+        )
+        self._reader = threading.Thread(target=self._read, name="nbstream-serve-log", daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"transformers serve exited with status {self._proc.returncode}:\n"
+                    + self.log_tail()
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError(
+                    f"transformers serve not up after {timeout} s:\n" + self.log_tail()
+                )
+            time.sleep(0.2)
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+
+    def endpoint(self, **options: Any) -> Any:
+        """An :class:`nbstream.Endpoint` on this server."""
+        from .backends.remote import Endpoint
+
+        return Endpoint(self.base_url, self.model, **options)
+
+    def wait_for(
+        self, match: str | Callable[[str], bool], *, after: int = 0, timeout: float = 60.0
+    ) -> tuple[int, str]:
+        """The first log line from index ``after`` on that contains ``match`` (or satisfies
+        it), as ``(index, line)``; waits for it, and raises ``TimeoutError`` with the log's
+        tail if it does not come within ``timeout`` seconds."""
+        test = match if callable(match) else (lambda line: match in line)
+        deadline = time.monotonic() + timeout
+        index = after
+        with self._cond:
+            while True:
+                while index < len(self.lines):
+                    if test(self.lines[index]):
+                        return index, self.lines[index]
+                    index += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no log line matching {match!r}:\n" + self.log_tail())
+                self._cond.wait(left)
+
+    def generation_end(
+        self, *, after: int = 0, timeout: float = 60.0
+    ) -> tuple[int, str, int, float]:
+        """The next probe line: ``(index, "cancelled" or "finished", tokens, time.time())``."""
+        index, line = self.wait_for(PROBE, after=after, timeout=timeout)
+        found = _PROBE_LINE.search(line)
+        if found is None:
+            raise ValueError(f"unexpected probe line: {line!r}")
+        return index, found.group(1), int(found.group(2)), float(found.group(3))
+
+    def log_tail(self, lines: int = 40) -> str:
+        with self._cond:
+            return "\n".join(self.lines[-lines:])
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+        if self._reader is not None:
+            self._reader.join(10)
+        self._proc = None
+
+    def __enter__(self) -> LocalServer:
+        return self.start() if self._proc is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
