@@ -5,12 +5,14 @@ the embedded default model's converted folder) and collects its log. Run through
 module (``python -m nbstream._serve <transformers serve arguments>``), the server also logs
 one line each time a generation ends on its inference thread::
 
-    nbstream-serve: generation cancelled after 12 tokens at 1700000000.123
-    nbstream-serve: generation finished after 13 tokens at 1700000000.456
+    nbstream-serve: generation cancelled after 12 of 4000 tokens at 1700000000.123
+    nbstream-serve: generation finished after 13 of 40 tokens at 1700000000.456
 
 which is how a test can see, on the server's side, that a Stop made it stop generating
-(its streamer aborts ``generate`` when the client has gone). The probe wraps two methods of
-transformers' ``DirectStreamer`` (transformers 5); the server is otherwise unchanged.
+(its streamer aborts ``generate`` when the client has gone); "of N" is the request's
+``max_tokens``, which tells requests apart. The probe wraps methods of transformers'
+``DirectStreamer`` and ``GenerateManager`` (transformers 5); the server is otherwise
+unchanged.
 """
 
 from __future__ import annotations
@@ -30,24 +32,48 @@ from typing import Any
 
 #: The prefix of the probe's log lines.
 PROBE = "nbstream-serve:"
-_PROBE_LINE = re.compile(rf"{PROBE} generation (cancelled|finished) after (\d+) tokens at ([\d.]+)")
+_PROBE_LINE = re.compile(
+    rf"{PROBE} generation (cancelled|finished) after (\d+) of (\w+) tokens at ([\d.]+)"
+)
 
 
 def _install_probe() -> None:
     from transformers.cli.serving import utils
 
     streamer = getattr(utils, "DirectStreamer", None)
+    manager = getattr(utils, "GenerateManager", None)
     cancelled = getattr(utils, "_GenerationCancelled", None)
-    if streamer is None or cancelled is None:
+    if streamer is None or manager is None or cancelled is None:
         raise RuntimeError(
-            "nbstream's serve probe does not fit this transformers version (no "
-            "DirectStreamer/_GenerationCancelled in transformers.cli.serving.utils)"
+            "nbstream's serve probe does not fit this transformers version (no DirectStreamer"
+            "/GenerateManager/_GenerationCancelled in transformers.cli.serving.utils)"
         )
-    put, end = streamer.put, streamer.end
+    init, put, end = streamer.__init__, streamer.put, streamer.end
+    start = manager.generate_streaming
+    # The request being set up: generate_streaming builds its streamer synchronously, on the
+    # server's event loop thread, so this is never shared between requests.
+    current: dict[str, Any] = {}
 
-    def say(what: str, tokens: int) -> None:
-        sys.stderr.write(f"{PROBE} generation {what} after {tokens} tokens at {time.time():.6f}\n")
+    def say(streamer: Any, what: str) -> None:
+        limit = getattr(streamer, "_nbstream_max", None)
+        sys.stderr.write(
+            f"{PROBE} generation {what} after {streamer.total_tokens} of {limit} tokens "
+            f"at {time.time():.6f}\n"
+        )
         sys.stderr.flush()
+
+    def probed_start(
+        self: Any, model: Any, processor: Any, inputs: Any, config: Any, *a: Any, **k: Any
+    ) -> Any:
+        current["max"] = getattr(config, "max_new_tokens", None)
+        try:
+            return start(self, model, processor, inputs, config, *a, **k)
+        finally:
+            current.clear()
+
+    def probed_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._nbstream_max = current.get("max")
 
     def probed_put(self: Any, value: Any) -> None:
         try:
@@ -55,13 +81,15 @@ def _install_probe() -> None:
         except cancelled:
             # Raised inside generate(): the server has noticed the client is gone, and this
             # aborts its generation.
-            say("cancelled", self.total_tokens)
+            say(self, "cancelled")
             raise
 
     def probed_end(self: Any) -> None:
-        say("finished", self.total_tokens)
+        say(self, "finished")
         end(self)
 
+    manager.generate_streaming = probed_start
+    streamer.__init__ = probed_init
     streamer.put = probed_put
     streamer.end = probed_end
 
@@ -202,14 +230,22 @@ class LocalServer:
                 self._cond.wait(left)
 
     def generation_end(
-        self, *, after: int = 0, timeout: float = 60.0
+        self, max_new_tokens: int | None = None, *, after: int = 0, timeout: float = 60.0
     ) -> tuple[int, str, int, float]:
-        """The next probe line: ``(index, "cancelled" or "finished", tokens, time.time())``."""
-        index, line = self.wait_for(PROBE, after=after, timeout=timeout)
+        """The next probe line from index ``after`` on, of a request for ``max_new_tokens``
+        (any request if ``None``): ``(index, "cancelled" or "finished", tokens, time.time())``.
+        """
+
+        def wanted(line: str) -> bool:
+            found = _PROBE_LINE.search(line)
+            return found is not None and (
+                max_new_tokens is None or found.group(3) == str(max_new_tokens)
+            )
+
+        index, line = self.wait_for(wanted, after=after, timeout=timeout)
         found = _PROBE_LINE.search(line)
-        if found is None:
-            raise ValueError(f"unexpected probe line: {line!r}")
-        return index, found.group(1), int(found.group(2)), float(found.group(3))
+        assert found is not None
+        return index, found.group(1), int(found.group(2)), float(found.group(4))
 
     def log_tail(self, lines: int = 40) -> str:
         with self._cond:

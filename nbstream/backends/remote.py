@@ -357,13 +357,13 @@ class RemoteJob:
                     f"the connection to the server dropped mid-stream after {self.chunks} "
                     f"chunks ({exc}); the text so far is in partial_text"
                 ) from exc
-        except httpx.HTTPError as exc:
-            raise self._error(f"the request failed: {type(exc).__name__}: {exc}") from exc
-        except SSEError as exc:  # not an event stream at all
+        except SSEError as exc:  # not an event stream at all (an httpx error too)
             raise self._error(
                 f"the server did not answer with an event stream ({exc}); check that "
                 "base_url points at an OpenAI-compatible API (it ends in /v1)"
             ) from exc
+        except httpx.HTTPError as exc:
+            raise self._error(f"the request failed: {type(exc).__name__}: {exc}") from exc
         if finish is None:
             raise self._error(
                 f"the stream ended after {self.chunks} chunks without a finish_reason: the "
@@ -442,7 +442,7 @@ class RemoteJob:
                 + " and try again, or send fewer requests at once"
             )
         elif status >= 500:
-            hint = "the server failed; its log says why"
+            hint = "the server failed: its log says why"
         else:
             sent = [name for name in _EXTENSION_FIELDS if name in self.body]
             hint = "the server rejected the request"
@@ -452,7 +452,7 @@ class RemoteJob:
                     f"; {' and '.join(sent)} {verb} sent as extension fields, which this server "
                     "may not accept: drop them"
                 )
-        return self._error(f"{hint} ({said})", status)
+        return self._error(f"{said}. {hint[0].upper()}{hint[1:]}", status)
 
     def _error(self, message: str, status: int | None = None) -> EndpointError:
         return EndpointError(self.endpoint._scrub(message), status)

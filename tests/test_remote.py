@@ -1,0 +1,492 @@
+"""nbstream.Endpoint: streaming from an OpenAI-compatible server (nbstream/backends/remote.py).
+
+Against a real ``transformers serve`` of the embedded default model (started once for the
+module, through nbstream._serve, whose probe logs each generation's end on the server's
+side): text equal to a greedy local run, finish reasons, usage tokens, Stop that makes the
+server stop generating, the widget. Faults the real server cannot produce on demand (error
+statuses, a dropped connection, a malformed event, a stall) come from a small fake server
+of this file's own on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import nbstream
+from nbstream._serve import LocalServer, free_port
+from nbstream.backends.remote import EndpointError
+
+KEY = "sk-nbstream-test-9f3c2a7e51"
+COLORS = "Name two colors."
+STORY = "Write a very long story about a lighthouse keeper and a cat."
+
+
+# -- the real server ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    with LocalServer() as running:
+        yield running
+
+
+def until_text(run: nbstream.Generation, timeout: float = 120.0) -> None:
+    """Block until the run has shown some text (fails if it ends or never does)."""
+    deadline = time.monotonic() + timeout
+    while not run.partial_text:
+        assert not run.done, f"the run ended {run.status} before any text: {run.error}"
+        assert time.monotonic() < deadline, "no text from the server"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(("max_new_tokens", "reason"), [(40, "eos"), (5, "length")])
+def test_text_equals_a_greedy_local_run(
+    server, real_model, greedy, no_leftover_runs, max_new_tokens, reason
+):
+    model, tokenizer = real_model
+    ids, expected = greedy(model, tokenizer, COLORS, max_new_tokens)
+    run = nbstream.stream(
+        server.endpoint(), None, COLORS, max_new_tokens=max_new_tokens, temperature=0
+    )
+    chunks = list(run)
+    assert run.status == "complete"
+    assert run.result == "".join(chunks) == expected
+    metrics = run.metrics
+    assert metrics["finish_reason"] == reason
+    # tokens: the server's usage count, which is the local run's number of new ids.
+    assert metrics["tokens"] == len(ids)
+    assert metrics["chunks"] >= len(chunks) + 1  # the text's events, then the closing one
+    assert 0 < metrics["ttft_s"] <= metrics["elapsed_s"]
+
+    record = json.loads(json.dumps(run.record))
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": COLORS}], tokenize=False, add_generation_prompt=True
+    )
+    assert record["prompt_tokens"] == len(
+        tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    )
+    assert record["model"]["class"] == "Endpoint"
+    assert record["model"]["name"] == server.model
+    assert record["model"]["base_url"] == server.base_url
+    assert record["settings"]["max_new_tokens"] == max_new_tokens
+    assert record["settings"]["do_sample"] is False
+    assert record["status"] == "complete" and record["metrics"]["chunks"] == metrics["chunks"]
+    # The record starts the same run again on the endpoint.
+    assert nbstream.rerun(record, server.endpoint()).wait(120) == expected
+
+
+def test_stop_cancels_and_the_server_stops_generating(server, no_leftover_runs):
+    seen = len(server.lines)
+    run = nbstream.stream(server.endpoint(), None, STORY, max_new_tokens=4000)
+    until_text(run)
+    assert run.stop()
+    assert run.wait_done(60)
+    assert run.status == "cancelled"
+    assert run.result is None and run.partial_text
+    assert run.metrics["finish_reason"] == "cancelled"
+    assert run.metrics["tokens"] is None  # no usage comes on a stream that was closed
+    with pytest.raises(nbstream.GenerationCancelled):
+        run.wait()
+
+    # The server's own log: its generation was aborted, far short of max_new_tokens.
+    index, how, tokens, _ = server.generation_end(4000, after=seen, timeout=120)
+    assert how == "cancelled" and tokens < 4000
+    # And it is free: the next request is served, and its generation runs to its end.
+    nxt = nbstream.stream(server.endpoint(), None, COLORS, max_new_tokens=3, temperature=0)
+    assert nxt.wait(120)
+    assert nxt.metrics["tokens"] == 3
+    _, how, tokens, _ = server.generation_end(3, after=index + 1, timeout=120)
+    assert (how, tokens) == ("finished", 3)
+
+
+def test_stop_string_ends_complete_and_closes_the_stream(server, real_model, greedy):
+    model, tokenizer = real_model
+    _, full = greedy(model, tokenizer, COLORS, 40)
+    assert "color red" in full
+    run = nbstream.stream(
+        server.endpoint(), None, COLORS, max_new_tokens=40, temperature=0, stop=["red"]
+    )
+    assert run.wait(120) == full[: full.index("red")]
+    assert run.metrics["finish_reason"] == "stop"
+
+
+def test_widget_on_an_endpoint_completes_then_stops(server, no_leftover_runs):
+    w = nbstream.StreamWidget(server.endpoint(api_key=KEY), max_new_tokens=40, temperature=0)
+    run = w.generate(COLORS)
+    text = w.wait(120)
+    assert w.status == "complete" and w.result == text == run.result and text
+    assert w.metrics["finish_reason"] == "eos" and w.metrics["chunks"] > 0
+    assert w.error_info is None
+
+    seen = len(server.lines)
+    run = w.generate(STORY, max_new_tokens=3000)
+    until_text(run)
+    w._handle_message(w, {"type": "stop"}, [])  # the view's Stop button
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait(60)
+    assert w.status == "cancelled" and w.result is None and w.partial_text
+    _, how, tokens, _ = server.generation_end(3000, after=seen, timeout=120)
+    assert how == "cancelled" and tokens < 3000
+    assert KEY not in json.dumps(w.get_state(), default=str)
+    w.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "settings", "words"),
+    [
+        # Not in the OpenAI protocol: sent as an extension field, which this server refuses.
+        ({}, {"top_k": 5}, ["HTTP 422", "Unexpected fields", "top_k", "extension field"]),
+        # The server is pinned to one model and says so.
+        ({"model": "no-such-model"}, {}, ["HTTP 400", "Server is pinned to", "no-such-model"]),
+    ],
+)
+def test_a_rejected_request_fails_with_the_servers_words(
+    server, no_leftover_runs, options, settings, words
+):
+    endpoint = nbstream.Endpoint(server.base_url, options.get("model", server.model), api_key=KEY)
+    run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=5, **settings)
+    assert run.wait_done(60)
+    assert run.status == "failed" and run.result is None
+    message = str(run.error)
+    assert isinstance(run.error, EndpointError)
+    for word in words:
+        assert word in message
+    assert KEY not in message
+
+
+def test_the_api_key_is_never_shown(server, caplog, no_leftover_runs):
+    caplog.set_level(logging.DEBUG)  # every logger: nbstream's, httpx's, httpcore's
+    endpoint = server.endpoint(api_key=KEY)
+    assert KEY not in repr(endpoint) and KEY not in str(endpoint)
+    assert "api_key='***'" in repr(endpoint)
+    assert KEY not in repr(vars(endpoint))
+    run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=5, temperature=0)
+    assert run.wait(120)
+    assert KEY not in repr(run)
+    assert KEY not in json.dumps(run.record)
+    w = nbstream.StreamWidget(endpoint)
+    assert KEY not in json.dumps(w.get_state(), default=str)
+    w.close()
+    assert caplog.records  # httpx did log the request
+    assert not [r for r in caplog.records if KEY in r.getMessage()]
+
+
+# -- the fake server: faults on demand ------------------------------------------------------
+
+
+def event(content: str | None = None, finish: str | None = None, usage: Any = None) -> bytes:
+    chunk: dict[str, Any] = {
+        "id": "fake",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {} if content is None else {"content": content},
+                "finish_reason": finish,
+            }
+        ],
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+PIECES = ["Hello", ",", " wor"]
+USAGE = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+ERRORS = {
+    "401": (401, {"error": {"message": "Incorrect API key provided: {auth}", "code": 401}}),
+    "404": (404, {"error": {"message": "The model `nope` does not exist", "code": 404}}),
+    "429": (429, {"error": {"message": "Rate limit reached for requests", "code": 429}}),
+    "500": (500, {"detail": "CUDA out of memory. Tried to allocate 2.00 GiB"}),
+}
+
+
+class Fake(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.stalled = threading.Event()
+        self.client_gone = threading.Event()
+        self.release = threading.Event()
+
+    def url(self, scenario: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{scenario}/v1"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Fake
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        scenario = self.path.split("/")[1]
+        self.server.requests.append((scenario, dict(self.headers), body))
+        if scenario in ERRORS:
+            status, payload = ERRORS[scenario]
+            text = json.dumps(payload).replace("{auth}", self.headers.get("Authorization", ""))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(text)))
+            if status == 429:
+                self.send_header("Retry-After", "7")
+            self.end_headers()
+            self.wfile.write(text.encode())
+            return
+        if scenario == "notsse":
+            text = b'{"choices": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        pieces = {"json": ['{"a": ', "[1, 2]}"]}.get(scenario, PIECES)
+        self.chunk(event())  # the role-only opening event, as servers send
+        for piece in pieces:
+            self.chunk(event(piece))
+        if scenario == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        if scenario == "garbage":
+            self.chunk(b"data: {this is not json\n\n")
+        elif scenario == "error_event":
+            self.chunk(b'data: {"error": "generation crashed: boom"}\n\n')
+        elif scenario == "stall":
+            self.stall()
+            return
+        elif scenario in ("ok", "json", "length", "filter"):
+            finish = {"length": "length", "filter": "content_filter"}.get(scenario, "stop")
+            self.chunk(event(finish=finish))
+            self.chunk(b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode() + b"\n\n")
+            self.chunk(b"data: [DONE]\n\n")
+        # "nofinish" (and the rest): a clean end of the body, without a finish_reason.
+        self.chunk(b"")
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def stall(self) -> None:
+        """Send nothing more; notice the client closing the connection."""
+        self.server.stalled.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.server.release.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.05)
+            if readable and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                self.server.client_gone.set()
+                break
+        self.close_connection = True
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[Fake]:
+    server = Fake()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def stall(fake) -> Iterator[Fake]:
+    fake.stalled.clear()
+    fake.client_gone.clear()
+    fake.release.clear()
+    yield fake
+    fake.release.set()
+
+
+def fail(run: nbstream.Generation) -> str:
+    assert run.wait_done(60), "the run never ended"
+    assert run.status == "failed" and run.result is None, run.status
+    assert run.record is not None and run.record["status"] == "failed"
+    with pytest.raises(nbstream.GenerationFailed):
+        run.wait()
+    return str(run.error)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "words"),
+    [
+        ("401", ["HTTP 401", "Incorrect API key provided", "api_key="]),
+        ("404", ["HTTP 404", "The model `nope` does not exist", "base_url", "/v1"]),
+        ("429", ["HTTP 429", "Rate limit reached for requests", "wait 7 s"]),
+        ("500", ["HTTP 500", "CUDA out of memory", "its log says why"]),
+    ],
+)
+def test_an_error_status_fails_with_the_servers_text(fake, no_leftover_runs, scenario, words):
+    endpoint = nbstream.Endpoint(fake.url(scenario), "fake-model", api_key=KEY)
+    run = nbstream.stream(endpoint, None, "Hi")
+    message = fail(run)
+    assert isinstance(run.error, EndpointError) and run.error.status == int(scenario)
+    for word in words:
+        assert word in message
+    assert run.partial_text == ""
+    # The 401 body echoes the Authorization header: the key is blotted out everywhere.
+    assert KEY not in message and KEY not in json.dumps(run.record)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "words"),
+    [
+        ("drop", ["connection to the server dropped mid-stream", "partial_text"]),
+        ("garbage", ["malformed event", "this is not json"]),
+        ("error_event", ["the server reported an error mid-stream", "generation crashed: boom"]),
+        ("nofinish", ["without a finish_reason", "partial_text"]),
+        ("filter", ["finish_reason='content_filter'"]),
+    ],
+)
+def test_a_broken_stream_fails_keeping_its_text_apart(fake, no_leftover_runs, scenario, words):
+    run = nbstream.stream(nbstream.Endpoint(fake.url(scenario), "fake-model"), None, "Hi")
+    message = fail(run)
+    for word in words:
+        assert word in message
+    assert run.partial_text == "".join(PIECES)
+    assert run.metrics["finish_reason"] == "error"
+
+
+def test_connection_refused_says_what_to_check(no_leftover_runs):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    message = fail(nbstream.stream(nbstream.Endpoint(url, "m", api_key=KEY), None, "Hi"))
+    assert "cannot connect to" in message and url in message
+    assert "is the server running" in message and KEY not in message
+
+
+def test_not_an_event_stream_says_so(fake, no_leftover_runs):
+    message = fail(nbstream.stream(nbstream.Endpoint(fake.url("notsse"), "m"), None, "Hi"))
+    assert "did not answer with an event stream" in message and "application/json" in message
+
+
+def test_a_stalled_stream_fails_at_the_budget_and_is_closed(stall, no_leftover_runs):
+    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model")
+    run = nbstream.stream(endpoint, None, "Hi", budget_s=1.0)
+    message = fail(run)
+    assert run.metrics["finish_reason"] == "timeout" and isinstance(run.error, TimeoutError)
+    assert "budget of 1.0 s" in message
+    assert run.partial_text == "".join(PIECES)
+    assert stall.client_gone.wait(30), "the connection was left open"
+
+
+def test_a_stalled_stream_fails_at_the_read_timeout(stall, no_leftover_runs):
+    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model", timeout=0.5)
+    message = fail(nbstream.stream(endpoint, None, "Hi"))
+    assert "sent nothing for 0.5 s" in message and "timeout=" in message
+    assert stall.client_gone.wait(30)
+
+
+def test_stop_while_the_server_sends_nothing(stall, no_leftover_runs):
+    run = nbstream.stream(nbstream.Endpoint(stall.url("stall"), "fake-model"), None, "Hi")
+    assert stall.stalled.wait(30)
+    until_text(run)
+    run.stop()
+    assert run.wait_done(30)
+    assert run.status == "cancelled" and run.partial_text == "".join(PIECES)
+    assert stall.client_gone.wait(30), "Stop left the connection open"
+
+
+@pytest.mark.parametrize(("scenario", "reason"), [("ok", "eos"), ("length", "length")])
+def test_finish_reasons_map_to_the_engines(fake, no_leftover_runs, scenario, reason):
+    run = nbstream.stream(nbstream.Endpoint(fake.url(scenario), "fake-model"), None, "Hi")
+    assert run.wait(60) == "".join(PIECES)
+    metrics = run.metrics
+    assert metrics["finish_reason"] == reason
+    assert metrics["tokens"] == USAGE["completion_tokens"]
+    # Events: the opening one, three pieces, the finish, the usage ([DONE] is not one).
+    assert metrics["chunks"] == 6
+    assert run.record["prompt_tokens"] == USAGE["prompt_tokens"]
+
+
+def test_expect_json_works_on_an_endpoint(fake, no_leftover_runs):
+    run = nbstream.stream(nbstream.Endpoint(fake.url("json"), "m"), None, "Hi", expect="json")
+    assert run.wait(60) == '{"a": [1, 2]}'
+    assert run.value == {"a": [1, 2]}
+
+
+def test_settings_map_onto_the_request(fake, no_leftover_runs):
+    endpoint = nbstream.Endpoint(fake.url("ok") + "/", "fake-model", api_key=KEY)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
+    cases = [
+        ("Hi", {}),
+        ("Hi", {"do_sample": False, "temperature": 0.7}),
+        (
+            messages,
+            {"max_new_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": 3, "stop": ["zz"]},
+        ),
+    ]
+    for prompt, settings in cases:
+        before = len(fake.requests)
+        nbstream.stream(endpoint, None, prompt, **settings).wait(60)
+        assert len(fake.requests) == before + 1
+    (_, h1, default), (_, _, greedy), (_, _, full) = fake.requests[-3:]
+    assert h1["Authorization"] == f"Bearer {KEY}"
+    assert default["model"] == "fake-model" and default["stream"] is True
+    assert default["stream_options"] == {"include_usage": True}
+    assert default["messages"] == [{"role": "user", "content": "Hi"}]
+    assert default["max_tokens"] == 256 and "temperature" not in default
+    assert greedy["temperature"] == 0
+    assert full["messages"] == messages
+    assert {k: full[k] for k in ("max_tokens", "temperature", "top_p", "seed")} == {
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "seed": 3,
+    }
+    assert "stop" not in full  # matched by nbstream on the text, as for a local model
+
+
+def test_bad_input_is_refused_before_any_request(fake, no_leftover_runs):
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    before = len(fake.requests)
+    with pytest.raises(ValueError, match="empty"):
+        nbstream.stream(endpoint, None, "  ")
+    with pytest.raises(TypeError, match="unknown setting"):
+        nbstream.stream(endpoint, None, "Hi", frequency_penalty=1.0)
+    with pytest.raises(ValueError, match="contradicts"):
+        nbstream.stream(endpoint, None, "Hi", temperature=0, do_sample=True)
+    assert len(fake.requests) == before
+    with pytest.raises(ValueError, match="http"):
+        nbstream.Endpoint("127.0.0.1:8000/v1", "m")
+    with pytest.raises(ValueError, match="model"):
+        nbstream.Endpoint("http://127.0.0.1:8000/v1", "")
+    with pytest.raises(ValueError, match="timeout"):
+        nbstream.Endpoint("http://127.0.0.1:8000/v1", "m", timeout=0)
+
+
+def test_a_url_with_credentials_is_never_shown():
+    endpoint = nbstream.Endpoint("http://user:hunter2@127.0.0.1:9/v1?key=hunter2", "m")
+    assert "hunter2" not in repr(endpoint)
+    assert "hunter2" not in json.dumps(endpoint.describe())
+
+
+def test_missing_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "httpx_sse", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'nbstream\[remote\]'"):
+        nbstream.Endpoint("http://127.0.0.1:8000/v1", "m")
