@@ -64,6 +64,7 @@ test: install chromium
 bench: prepare chromium
 	@$(call timed,engine benchmark,$(PY) -m benchmarks.engine)
 	@$(call timed,widget benchmark,$(PY) -m benchmarks.widget)
+	@$(call timed,reliability figures,$(PY) -m benchmarks.reliability)
 
 clean:
 	rm -rf $(VENV) js/node_modules test-artifacts

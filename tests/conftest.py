@@ -16,6 +16,7 @@ module named ``conftest`` when a test module is collected.
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -25,6 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,3 +223,15 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def figures() -> Iterator[dict[str, Any]]:
+    """Figures the reliability tests measured while asserting (memory growth, end states,
+    message sizes). With $NBSTREAM_FIGURES set, they are written there as JSON when the
+    session ends: `python -m benchmarks.reliability` turns them into the README's table."""
+    found: dict[str, Any] = {}
+    yield found
+    path = os.environ.get("NBSTREAM_FIGURES")
+    if path and found:
+        Path(path).write_text(json.dumps(found, indent=2, sort_keys=True))

@@ -166,7 +166,7 @@ def interrupt_main_once_in_wait(run: nbstream.Generation) -> threading.Thread:
 
 @pytest.mark.parametrize("surface", ["engine", "widget"])
 @pytest.mark.parametrize("fault", FAULTS)
-def test_fault_matrix(tiny_line, gate, fault, surface):
+def test_fault_matrix(tiny_line, gate, fault, surface, figures):
     model, tokenizer = tiny_line
     settings_: dict[str, Any] = {"max_new_tokens": 80}
     tok: Any = tokenizer
@@ -263,6 +263,13 @@ def test_fault_matrix(tiny_line, gate, fault, surface):
         assert after.wait(HANG_S) == after.result
     assert after.result == full_decode(tokenizer, after)
     assert_no_thread_survives(baseline)
+    figures.setdefault("faults", {})[f"{fault} ({surface})"] = {
+        "status": run.status,
+        "error": type(run.error).__name__ if run.error is not None else None,
+        "finish_reason": run.metrics["finish_reason"],
+        "threads_left": len(new_threads(baseline)),
+        "next_run": after.status,
+    }
 
 
 @pytest.mark.parametrize("surface", ["engine", "widget"])
@@ -319,7 +326,7 @@ MOMENTS = [
 ]
 
 
-def test_random_cancels_end_cancelled_or_complete_and_leave_nothing(tiny_line, gate):
+def test_random_cancels_end_cancelled_or_complete_and_leave_nothing(tiny_line, gate, figures):
     model, tokenizer = tiny_line
     rng = random.Random(20240606)
     baseline = set(threading.enumerate())
@@ -393,6 +400,11 @@ def test_random_cancels_end_cancelled_or_complete_and_leave_nothing(tiny_line, g
         assert tally[moment]["cancelled"] > 0 and tally[moment]["complete"] == 0, tally
     assert tally["after"]["complete"] > 0 and tally["after"]["cancelled"] == 0, tally
     assert_no_thread_survives(baseline)
+    figures["random_cancels"] = {
+        "runs": checked,
+        "by_moment": tally,
+        "threads_left": len(new_threads(baseline)),
+    }
 
 
 # -- contention ------------------------------------------------------------------------------
@@ -408,7 +420,9 @@ def blocks(threads: list[int]) -> list[int]:
     return out
 
 
-def test_four_widgets_on_one_model_run_one_at_a_time_each_as_if_alone(tiny_line, greedy, gate):
+def test_four_widgets_on_one_model_run_one_at_a_time_each_as_if_alone(
+    tiny_line, greedy, gate, figures
+):
     model, tokenizer = tiny_line
     prompts = ["Hello", "Name a color.", "Count to five", "Why is the sky blue?"]
     n = 20
@@ -448,6 +462,11 @@ def test_four_widgets_on_one_model_run_one_at_a_time_each_as_if_alone(tiny_line,
     for (_, end), (start, _) in itertools.pairwise(ordered):
         assert start > end
     assert_no_thread_survives(baseline)
+    figures["contention"] = {
+        "widgets": len(widgets),
+        "forward_blocks": len(blocks(gate.threads)),
+        "equal_to_solo": sum(t == s for t, s in zip(texts, solo, strict=True)),
+    }
 
 
 def test_ten_concurrent_run_clicks_on_a_queued_widget_start_exactly_one_run(
@@ -485,7 +504,7 @@ def test_ten_concurrent_run_clicks_on_a_queued_widget_start_exactly_one_run(
 # -- soak ------------------------------------------------------------------------------------
 
 
-def test_soak_two_hundred_generations(tiny_line):
+def test_soak_two_hundred_generations(tiny_line, figures):
     model, tokenizer = tiny_line
     w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=12)
     per_run: list[list[dict[str, Any]]] = []
@@ -535,6 +554,14 @@ def test_soak_two_hundred_generations(tiny_line):
     first = max(overhead(m) for messages in per_run[:10] for m in messages)
     last = max(overhead(m) for messages in per_run[-10:] for m in messages)
     assert last <= first + 32, (first, last)
+    figures["soak"] = {
+        "runs": len(per_run),
+        "rss_growth_mb": round(growth / 2**20, 1),
+        "max_messages_per_run": max(len(m) for m in per_run),
+        "message_overhead_first_bytes": first,
+        "message_overhead_last_bytes": last,
+        "threads_left": len(new_threads(baseline)),
+    }
 
 
 # -- the incremental decoder inside a run ------------------------------------------------------
