@@ -4,83 +4,36 @@ The kernel is the source of truth. Synced traits carry only what is small and ch
 rarely (state, metrics, error, run id); the text travels as custom messages: deltas with an
 offset, at most ``FRAME_RATE`` per second, and a full ``reset`` when a view asks (a view
 created mid-stream, a reloaded page, or a view that detected a gap). No synced trait
-holding the whole text is ever updated per frame.
+holding the whole text is ever updated per frame. That machinery is shared with
+:class:`~nbstream.ChatWidget` (see ``_widget_base.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-import traceback
-import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anywidget
 import traitlets
 
-from ._display import WIDGET_VIEW, fallback_bundle, hidden_in_live_views, show, update
-from .generation import TERMINAL, Generation, stream
+from ._display import fallback_bundle
+from ._widget_base import (
+    FRAME_RATE,
+    VIEW_THREAD_PREFIX,
+    RunWidget,
+    _error_info,
+)
+from .generation import Generation, stream
 from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent / "static"
-#: Deltas per second, at most, per widget.
-FRAME_RATE = 20
-_FRAME_S = 1.0 / FRAME_RATE
-# How long the follower sleeps between checks while a run is queued (no tokens to wake it).
-_POLL_S = 0.25
-# How long wait() gives the view thread to publish a finished run's end state.
-_JOIN_S = 5.0
-# Names of the view threads (one per run), which publish a run's end state to the views and
-# to the saved output: `%nbstream stop` waits for them.
-VIEW_THREAD_PREFIX = "nbstream-view-"
 
-# Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
-# the widgets its previous execution made.
-_by_cell: dict[str, list[tuple[str | None, weakref.ref[StreamWidget]]]] = {}
-_by_cell_lock = threading.Lock()
+__all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "StreamWidget"]
 
 
-def _cell_context() -> tuple[str | None, str | None]:
-    """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        kernel = getattr(shell, "kernel", None)
-        if kernel is None:
-            return None, None
-        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
-        cell_id = (parent.get("metadata") or {}).get("cellId")
-        msg_id = (parent.get("header") or {}).get("msg_id")
-        return cell_id, msg_id
-    except Exception:  # not in a kernel, or an older kernel: nothing to track
-        return None, None
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
-
-
-class _RunInProgress(RuntimeError):
-    """generate() while this widget's run is queued or running (a plain RuntimeError to callers)."""
-
-
-def _error_info(error: BaseException | None) -> dict[str, str] | None:
-    if error is None:
-        return None
-    return {"type": type(error).__name__, "message": str(error)}
-
-
-class StreamWidget(anywidget.AnyWidget):
+class StreamWidget(RunWidget):
     """Stream a model's answer into the notebook, with its state, Stop, and metrics.
 
     ``StreamWidget()`` uses the embedded default model, shared by every widget in the
@@ -103,42 +56,9 @@ class StreamWidget(anywidget.AnyWidget):
     _esm = _STATIC / "widget.js"
     _css = _STATIC / "widget.css"
 
-    # -- public synced state ----------------------------------------------------------------
-    #: idle, queued, running, complete, failed or cancelled.
-    status = traitlets.Unicode("idle").tag(sync=True)
+    # -- public synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
     #: The prompt box (two-way).
     prompt = traitlets.Unicode("").tag(sync=True)
-    #: The last run's metrics, set when it starts and when it ends.
-    metrics = traitlets.Dict().tag(sync=True)
-    #: ``{"type", "message"}`` of the last run's error, or None.
-    error_info = traitlets.Dict(allow_none=True, default_value=None).tag(sync=True)
-    #: A problem with the input of the last Run click (nothing started), or "".
-    input_error = traitlets.Unicode("").tag(sync=True)
-    #: Incremented for every run, so views know when to clear their output.
-    run_id = traitlets.Int(0).tag(sync=True)
-
-    def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
-        self._settings = validate_settings(settings)
-        if model is None:
-            from .models import load_model
-
-            model, tokenizer = load_model()
-        self._model = model
-        self._tokenizer = tokenizer
-        self._run: Generation | None = None
-        self._follower: threading.Thread | None = None
-        # Characters of the current run's text already sent as deltas: a reset carries
-        # exactly that much, so the next delta continues it without a gap.
-        self._sent = 0
-        self._callbacks: list[Callable[[str], Any]] = []
-        self._lock = threading.Lock()
-        # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
-        # rewritten (update_display) when a run ends, since they were captured before it did.
-        self._display_id: str | None = None
-        self._published_status = "idle"
-        super().__init__()
-        self.on_msg(self._handle_message)
-        self._register_cell()
 
     # -- Python API ---------------------------------------------------------------------------
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
@@ -150,227 +70,22 @@ class StreamWidget(anywidget.AnyWidget):
         if prompt is None:
             prompt = self.prompt
         merged = {**self._settings, **validate_settings(settings)}
-        with self._lock:
-            if self._run is not None and self._run.status not in TERMINAL:
-                raise _RunInProgress(
-                    "this widget already has a run in progress; call stop() or wait() first"
-                )
-            run = stream(self._model, self._tokenizer, prompt, **merged)
-            self._run = run
-            self._sent = 0
-            with self.hold_sync():
-                if isinstance(prompt, str) and prompt != self.prompt:
-                    self.prompt = prompt
-                self.input_error = ""
-                # traitlets types Dict as never None, whatever allow_none says
-                self.error_info = None  # type: ignore[assignment]
-                self.metrics = run.metrics
-                self.run_id += 1
-                self.status = run.status
-            run_id = self.run_id
-            # A saved output must not go on claiming the previous run's end state while
-            # this one streams. Published before the view thread exists, so its end-of-run
-            # update always comes after this one.
-            if self._published_status in TERMINAL:
-                self._publish_fallback()
-        self._follower = threading.Thread(
-            target=self._follow,
-            args=(run, run_id),
-            name=f"{VIEW_THREAD_PREFIX}{run_id}",
-            daemon=True,
-        )
-        self._follower.start()
-        return run
+        # A string prompt goes into the box, with the run's first state.
+        box = {"prompt": prompt} if isinstance(prompt, str) else {}
+        return self._launch(lambda: stream(self._model, self._tokenizer, prompt, **merged), **box)
 
-    def wait(self, timeout: float | None = None) -> str:
-        """As :meth:`Generation.wait` for the current run."""
-        run, follower = self._run, self._follower
-        if run is None:
-            raise RuntimeError("nothing to wait for: call generate() first")
-        try:
-            return run.wait(timeout)
-        finally:
-            # Once the run is over, let the view thread publish the end state, so that
-            # w.status, w.metrics and the views agree when wait() returns.
-            if run.done and follower is not None:
-                follower.join(_JOIN_S)
-
-    def stop(self) -> bool:
-        """Stop the current run; True if there was one to stop."""
-        # getattr: close() runs from __del__ even when __init__ failed part-way.
-        run = getattr(self, "_run", None)
-        return run.stop() if run is not None else False
-
-    def on_complete(self, callback: Callable[[str], Any]) -> None:
-        """Call ``callback(text)`` after each run that completes (never after others)."""
-        self._callbacks.append(callback)
-
-    @property
-    def run(self) -> Generation | None:
-        """The current (or last) run."""
-        return self._run
-
-    @property
-    def result(self) -> str | None:
-        """The last run's text, only if it completed; otherwise ``None``."""
-        return self._run.result if self._run is not None else None
-
-    @property
-    def value(self) -> Any:
-        """The last run's parsed JSON, only if it completed with ``expect="json"``."""
-        return self._run.value if self._run is not None else None
-
-    @property
-    def record(self) -> dict[str, Any] | None:
-        """The last run's reproducibility record once it has ended (see ``Generation.record``)."""
-        return self._run.record if self._run is not None else None
-
-    @property
-    def partial_text(self) -> str:
-        """The current run's text so far (partial unless ``status == "complete"``)."""
-        return self._run.partial_text if self._run is not None else ""
-
-    @property
-    def error(self) -> BaseException | None:
-        """The exception that ended the last run, if it failed."""
-        return self._run.error if self._run is not None else None
-
-    @property
-    def traceback(self) -> str | None:
-        """The full traceback of the last run's error, if it failed."""
-        error = self.error
-        if error is None:
-            return None
-        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
-
-    def close(self) -> None:
-        """Stop any run and close the widget (and its views)."""
-        self.stop()
-        super().close()
-
-    # -- streaming to the views ---------------------------------------------------------------
-    def _follow(self, run: Generation, run_id: int) -> None:
-        """Send the run's text to the views as coalesced deltas, then its end state."""
-        sent = 0
-        last_frame = 0.0
-        status = run.status
-        try:
-            while True:
-                finished = run.done
-                if run.status != status and not finished:
-                    status = run.status
-                    self._set_if_current(run_id, status=status, metrics=run.metrics)
-                text = run.partial_text
-                if len(text) > sent:
-                    pause = _FRAME_S - (time.perf_counter() - last_frame)
-                    if pause > 0 and not finished:
-                        # Let more text pile up (one frame, not many), but send at once
-                        # when the run ends rather than holding its last text back.
-                        finished = run.wait_done(pause)
-                        text = run.partial_text
-                    with self._lock:
-                        if run_id == self.run_id:  # a newer run owns the views now
-                            self._send_delta(run, run_id, sent, text[sent:])
-                            self._sent = len(text)
-                    sent = len(text)
-                    last_frame = time.perf_counter()
-                if finished:
-                    break
-                run._buffer.wait_for_more(run._decoded, _POLL_S)
-        except Exception:
-            logger.exception("nbstream: streaming to the view failed")
-        finally:
-            self._set_if_current(
-                run_id,
-                status=run.status,
-                metrics=run.metrics,
-                error_info=_error_info(run.error),
-            )
-            with self._lock:
-                if run_id == self.run_id:
-                    self._publish_fallback()
-        if run.status == "complete":
-            text = run.result or ""
-            for callback in list(self._callbacks):
-                try:
-                    callback(text)
-                except Exception:
-                    logger.exception("an on_complete callback raised; the run stays complete")
-
-    def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
-        if run_id != self.run_id or self.comm is None:
-            return
-        metrics = run.metrics
-        elapsed = metrics["elapsed_s"]
-        self.send(
-            {
-                "type": "delta",
-                "run_id": run_id,
-                "offset": offset,
-                "text": text,
-                "tokens": metrics["tokens"],
-                # Rounded: the metrics line shows tenths, and every byte here is per frame.
-                "elapsed_s": None if elapsed is None else round(elapsed, 2),
-            }
-        )
-
-    def _set_if_current(self, run_id: int, **traits: Any) -> None:
-        if run_id != self.run_id or self.comm is None:
-            return
-        with self.hold_sync():
-            for name, value in traits.items():
-                setattr(self, name, value)
-
-    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if not isinstance(content, dict):
-            return
-        kind = content.get("type")
-        if kind == "sync":
-            with self._lock:
-                run = self._run
-                self.send(
-                    {
-                        "type": "reset",
-                        "run_id": self.run_id,
-                        "view": content.get("view"),
-                        "text": run.partial_text[: self._sent] if run is not None else "",
-                    }
-                )
-        elif kind == "stop":
-            self.stop()
-        elif kind == "run":
+    # -- from the views -----------------------------------------------------------------------
+    def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
+        if kind == "run":
             self._run_from_view(content.get("prompt"))
 
     def _run_from_view(self, prompt: Any) -> None:
-        if self._run is not None and self._run.status not in TERMINAL:
+        if self._busy():
             logger.debug("Run ignored: a run is already queued or running")
             return
         if isinstance(prompt, str):
             self.prompt = prompt
-        try:
-            self.generate(self.prompt)
-        except _RunInProgress:
-            # Another click (or generate() on another thread) started a run between the
-            # check above and generate()'s own, atomic one: this click is ignored like the
-            # others, not shown to the user as an input error.
-            logger.debug("Run ignored: a run started concurrently")
-        except (TypeError, ValueError, RuntimeError) as exc:
-            self.input_error = str(exc)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    def _register_cell(self) -> None:
-        cell_id, msg_id = _cell_context()
-        if cell_id is None:
-            return
-        with _by_cell_lock:
-            entries = _by_cell.setdefault(cell_id, [])
-            stale = [ref() for mid, ref in entries if mid != msg_id]
-            entries[:] = [(mid, ref) for mid, ref in entries if mid == msg_id and ref() is not None]
-            entries.append((msg_id, weakref.ref(self)))
-        for widget in stale:
-            if widget is not None and widget is not self:
-                logger.debug("closing a widget made by an earlier run of this cell")
-                widget.close()
+        self._report_input_error(lambda: self.generate(self.prompt))
 
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> tuple[str, dict[str, str]]:
@@ -383,55 +98,6 @@ class StreamWidget(anywidget.AnyWidget):
         status = run.status
         text = run.partial_text
         return status, fallback_bundle(status, text, run.metrics, _error_info(run.error))
-
-    def _bundle(self) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-        bundle = super()._repr_mimebundle_()
-        if bundle is None:
-            return None
-        data, metadata = bundle
-        status, fallback = self._fallback()
-        return status, {**data, **fallback}, metadata
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        # The widget view for live front ends, plus text/plain and text/markdown with the
-        # text and its state for everything that cannot run widgets (nbconvert, GitHub).
-        bundle = self._bundle()
-        return None if bundle is None else bundle[1:]
-
-    def _ipython_display_(self) -> None:
-        bundle = self._bundle() if self.comm is not None else None
-        if bundle is None:  # closed: no view to show, only what it held
-            show(self._fallback()[1], raw=True)
-            return
-        status, data, metadata = bundle
-        if not _in_kernel():
-            # A terminal IPython shows the text/plain fallback. No display id: it would print
-            # an update at some later moment, from the view thread.
-            show(data, raw=True, metadata=metadata)
-            return
-        # Two outputs. The first is the live view; the second, the fallback, is the one
-        # rewritten when a run ends. Rewriting the view's own output would make JupyterLab
-        # re-create the view (losing its raw-text toggle and scroll position) at every end.
-        view = {key: value for key, value in data.items() if key == WIDGET_VIEW}
-        show({**view, "text/plain": ""}, raw=True, metadata=metadata)
-        self._display_id = f"nbstream-{self.model_id}"
-        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
-        self._published_status = status
-
-    def _publish_fallback(self) -> None:
-        """Rewrite the static fallback of every output showing this widget (any thread)."""
-        if self._display_id is None or self.comm is None:
-            return
-        bundle = self._bundle()
-        if bundle is None:
-            return
-        status, data, _metadata = bundle
-        try:
-            update(hidden_in_live_views(data), {}, self._display_id)
-        except Exception:  # the kernel is shutting down: the live view is gone anyway
-            logger.debug("could not update the widget's saved output", exc_info=True)
-            return
-        self._published_status = status
 
     def __repr__(self) -> str:
         # The default repr serializes every trait; this one stays cheap.

@@ -24,7 +24,12 @@ import pytest
 import nbstream
 
 REPO = Path(__file__).resolve().parents[1]
-STATIC = ("nbstream/static/widget.js", "nbstream/static/widget.css")
+STATIC = (
+    "nbstream/static/widget.js",
+    "nbstream/static/widget.css",
+    "nbstream/static/chat.js",
+    "nbstream/static/chat.css",
+)
 
 
 def _run(
@@ -93,6 +98,9 @@ def test_sdist_carries_sources_and_the_built_front_end(dist: dict[str, Path]) ->
         *STATIC,
         "js/src/widget.js",
         "js/src/widget.css",
+        "js/src/chat.js",
+        "js/src/chat.css",
+        "js/src/common.js",
         "js/package-lock.json",
         "js/build.mjs",
         "pyproject.toml",

@@ -1,0 +1,427 @@
+"""The kernel side shared by the widgets (``StreamWidget``, ``ChatWidget``).
+
+One widget shows one run at a time (the newest). The kernel is the source of truth:
+synced traits carry only what is small and changes rarely (state, metrics, error, run id);
+the run's text travels as custom messages: deltas with an offset, at most ``FRAME_RATE``
+per second, from a follower thread, and a full ``reset`` when a view asks (a view created
+mid-stream, a reloaded page, or a view that detected a gap). This module owns that
+follower, the sync/reset handling, closing the widgets of a re-run cell, and the display
+with its static fallback; the widgets add what they show and how a run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ._display import WIDGET_VIEW, hidden_in_live_views, show, update
+from .generation import TERMINAL, Generation
+from .settings import validate_settings
+
+logger = logging.getLogger(__name__)
+
+#: Deltas per second, at most, per widget.
+FRAME_RATE = 20
+_FRAME_S = 1.0 / FRAME_RATE
+# How long the follower sleeps between checks while a run is queued (no tokens to wake it).
+_POLL_S = 0.25
+# How long wait() gives the view thread to publish a finished run's end state.
+_JOIN_S = 5.0
+# Names of the view threads (one per run), which publish a run's end state to the views and
+# to the saved output: `%nbstream stop` waits for them.
+VIEW_THREAD_PREFIX = "nbstream-view-"
+
+# Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
+# the widgets its previous execution made.
+_by_cell: dict[str, list[tuple[str | None, weakref.ref[RunWidget]]]] = {}
+_by_cell_lock = threading.Lock()
+
+
+def _cell_context() -> tuple[str | None, str | None]:
+    """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        kernel = getattr(shell, "kernel", None)
+        if kernel is None:
+            return None, None
+        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
+        cell_id = (parent.get("metadata") or {}).get("cellId")
+        msg_id = (parent.get("header") or {}).get("msg_id")
+        return cell_id, msg_id
+    except Exception:  # not in a kernel, or an older kernel: nothing to track
+        return None, None
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+class _RunInProgress(RuntimeError):
+    """A new run while this widget's run is queued or running (a plain RuntimeError to callers)."""
+
+
+def _error_info(error: BaseException | None) -> dict[str, str] | None:
+    if error is None:
+        return None
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+class RunWidget(anywidget.AnyWidget):
+    """Base of the widgets: one current run, streamed to every view of the widget.
+
+    Subclasses set ``_esm`` / ``_css``, start runs with :meth:`_launch`, and say what their
+    views and saved outputs show (:meth:`_on_start`, :meth:`_end_traits`,
+    :meth:`_on_view_message`, :meth:`_fallback`).
+    """
+
+    # -- public synced state ----------------------------------------------------------------
+    #: idle, queued, running, complete, failed or cancelled (of the current run).
+    status = traitlets.Unicode("idle").tag(sync=True)
+    #: The current run's metrics, set when it starts and when it ends.
+    metrics = traitlets.Dict().tag(sync=True)
+    #: ``{"type", "message"}`` of the current run's error, or None.
+    error_info = traitlets.Dict(allow_none=True, default_value=None).tag(sync=True)
+    #: A problem with the input of the last click in a view (nothing started), or "".
+    input_error = traitlets.Unicode("").tag(sync=True)
+    #: Incremented for every run, so views know when a new run's text begins.
+    run_id = traitlets.Int(0).tag(sync=True)
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
+        self._settings = validate_settings(settings)
+        if model is None:
+            from .models import load_model
+
+            model, tokenizer = load_model()
+        self._model = model
+        self._tokenizer = tokenizer
+        self._run: Generation | None = None
+        self._follower: threading.Thread | None = None
+        # Characters of the current run's text already sent as deltas: a reset carries
+        # exactly that much, so the next delta continues it without a gap.
+        self._sent = 0
+        self._callbacks: list[Callable[[str], Any]] = []
+        # Reentrant: what a subclass shows (its fallback, its transcript) may take it too.
+        self._lock = threading.RLock()
+        # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
+        # rewritten (update_display) when a run ends, since they were captured before it did.
+        self._display_id: str | None = None
+        self._published_status = "idle"
+        super().__init__()
+        self.on_msg(self._handle_message)
+        self._register_cell()
+
+    # -- Python API ---------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> str:
+        """As :meth:`Generation.wait` for the current run."""
+        run, follower = self._run, self._follower
+        if run is None:
+            raise RuntimeError(f"nothing to wait for: call {self._start_name}() first")
+        try:
+            return run.wait(timeout)
+        finally:
+            # Once the run is over, let the view thread publish the end state, so that
+            # status, metrics and the views agree when wait() returns.
+            if run.done and follower is not None:
+                follower.join(_JOIN_S)
+
+    def stop(self) -> bool:
+        """Stop the current run; True if there was one to stop."""
+        # getattr: close() runs from __del__ even when __init__ failed part-way.
+        run = getattr(self, "_run", None)
+        return run.stop() if run is not None else False
+
+    def on_complete(self, callback: Callable[[str], Any]) -> None:
+        """Call ``callback(text)`` after each run that completes (never after others)."""
+        self._callbacks.append(callback)
+
+    @property
+    def run(self) -> Generation | None:
+        """The current (or last) run."""
+        return self._run
+
+    @property
+    def result(self) -> str | None:
+        """The last run's text, only if it completed; otherwise ``None``."""
+        return self._run.result if self._run is not None else None
+
+    @property
+    def value(self) -> Any:
+        """The last run's parsed JSON, only if it completed with ``expect="json"``."""
+        return self._run.value if self._run is not None else None
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The last run's reproducibility record once it has ended (see ``Generation.record``)."""
+        return self._run.record if self._run is not None else None
+
+    @property
+    def partial_text(self) -> str:
+        """The current run's text so far (partial unless ``status == "complete"``)."""
+        return self._run.partial_text if self._run is not None else ""
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the last run, if it failed."""
+        return self._run.error if self._run is not None else None
+
+    @property
+    def traceback(self) -> str | None:
+        """The full traceback of the last run's error, if it failed."""
+        error = self.error
+        if error is None:
+            return None
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+    def close(self) -> None:
+        """Stop any run and close the widget (and its views)."""
+        self.stop()
+        super().close()
+
+    # -- for subclasses -----------------------------------------------------------------------
+    #: The method that starts a run, named in errors.
+    _start_name = "generate"
+
+    def _busy(self) -> bool:
+        return self._run is not None and self._run.status not in TERMINAL
+
+    def _launch(self, make_run: Callable[[], Generation], **traits: Any) -> Generation:
+        """Start the run ``make_run()`` returns (called with the widget's lock held) and follow it.
+
+        ``traits`` are set with the run's first state, in the same message to the views.
+        Raises ``RuntimeError`` if a run is queued or running, and whatever ``make_run``
+        raises (bad input: then nothing changed).
+        """
+        with self._lock:
+            if self._busy():
+                raise _RunInProgress(
+                    "this widget already has a run in progress; call stop() or wait() first"
+                )
+            run = make_run()
+            self._run = run
+            self._sent = 0
+            with self.hold_sync():
+                for name, value in traits.items():
+                    setattr(self, name, value)
+                self.input_error = ""
+                # traitlets types Dict as never None, whatever allow_none says
+                self.error_info = None  # type: ignore[assignment]
+                self.metrics = run.metrics
+                self.run_id += 1
+                self.status = run.status
+                self._on_start(run, self.run_id)
+            run_id = self.run_id
+            # A saved output must not go on claiming the previous run's end state while
+            # this one streams. Published before the view thread exists, so its end-of-run
+            # update always comes after this one.
+            if self._published_status in TERMINAL:
+                self._publish_fallback()
+        self._follower = threading.Thread(
+            target=self._follow,
+            args=(run, run_id),
+            name=f"{VIEW_THREAD_PREFIX}{run_id}",
+            daemon=True,
+        )
+        self._follower.start()
+        return run
+
+    def _on_start(self, run: Generation, run_id: int) -> None:
+        """More traits to set as a run starts (inside the launch's ``hold_sync``)."""
+
+    def _end_traits(self, run: Generation) -> dict[str, Any]:
+        """The traits to set when ``run`` has ended (one state message to the views)."""
+        return {"status": run.status, "metrics": run.metrics, "error_info": _error_info(run.error)}
+
+    def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
+        """A custom message from a view other than ``sync`` and ``stop``."""
+
+    def _fallback(self) -> tuple[str, dict[str, str]]:
+        """(the state it shows, the text/plain and text/markdown fallbacks)."""
+        raise NotImplementedError
+
+    def _report_input_error(self, action: Callable[[], Any]) -> None:
+        """Run a view's request; bad input becomes ``input_error``, a concurrent run is ignored."""
+        try:
+            action()
+        except _RunInProgress:
+            # Another click (or a call on another thread) started a run in the meantime:
+            # this click is ignored like the others, not shown to the user as an input error.
+            logger.debug("ignored: a run started concurrently")
+        except (TypeError, ValueError, RuntimeError) as exc:
+            self.input_error = str(exc)
+
+    # -- streaming to the views ---------------------------------------------------------------
+    def _follow(self, run: Generation, run_id: int) -> None:
+        """Send the run's text to the views as coalesced deltas, then its end state."""
+        sent = 0
+        last_frame = 0.0
+        status = run.status
+        try:
+            while True:
+                finished = run.done
+                if run.status != status and not finished:
+                    status = run.status
+                    self._set_if_current(run_id, status=status, metrics=run.metrics)
+                text = run.partial_text
+                if len(text) > sent:
+                    pause = _FRAME_S - (time.perf_counter() - last_frame)
+                    if pause > 0 and not finished:
+                        # Let more text pile up (one frame, not many), but send at once
+                        # when the run ends rather than holding its last text back.
+                        finished = run.wait_done(pause)
+                        text = run.partial_text
+                    with self._lock:
+                        if run_id == self.run_id:  # a newer run owns the views now
+                            self._send_delta(run, run_id, sent, text[sent:])
+                            self._sent = len(text)
+                    sent = len(text)
+                    last_frame = time.perf_counter()
+                if finished:
+                    break
+                run._buffer.wait_for_more(run._decoded, _POLL_S)
+        except Exception:
+            logger.exception("nbstream: streaming to the view failed")
+        finally:
+            with self._lock:
+                if run_id == self.run_id:
+                    self._set_if_current(run_id, **self._end_traits(run))
+                    self._publish_fallback()
+        if run.status == "complete":
+            text = run.result or ""
+            for callback in list(self._callbacks):
+                try:
+                    callback(text)
+                except Exception:
+                    logger.exception("an on_complete callback raised; the run stays complete")
+
+    def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
+        if run_id != self.run_id or self.comm is None:
+            return
+        metrics = run.metrics
+        elapsed = metrics["elapsed_s"]
+        self._send_msg(
+            {
+                "type": "delta",
+                "run_id": run_id,
+                "offset": offset,
+                "text": text,
+                "tokens": metrics["tokens"],
+                # Rounded: the metrics line shows tenths, and every byte here is per frame.
+                "elapsed_s": None if elapsed is None else round(elapsed, 2),
+            }
+        )
+
+    def _send_msg(self, content: dict[str, Any]) -> None:
+        """A custom message to every view (ipywidgets' ``send``; ChatWidget.send is a turn)."""
+        self.send(content)
+
+    def _set_if_current(self, run_id: int, **traits: Any) -> None:
+        if run_id != self.run_id or self.comm is None:
+            return
+        with self.hold_sync():
+            for name, value in traits.items():
+                setattr(self, name, value)
+
+    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "sync":
+            with self._lock:
+                run = self._run
+                self._send_msg(
+                    {
+                        "type": "reset",
+                        "run_id": self.run_id,
+                        "view": content.get("view"),
+                        "text": run.partial_text[: self._sent] if run is not None else "",
+                    }
+                )
+        elif kind == "stop":
+            self.stop()
+        else:
+            self._on_view_message(kind, content)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _register_cell(self) -> None:
+        cell_id, msg_id = _cell_context()
+        if cell_id is None:
+            return
+        with _by_cell_lock:
+            entries = _by_cell.setdefault(cell_id, [])
+            stale = [ref() for mid, ref in entries if mid != msg_id]
+            entries[:] = [(mid, ref) for mid, ref in entries if mid == msg_id and ref() is not None]
+            entries.append((msg_id, weakref.ref(self)))
+        for widget in stale:
+            if widget is not None and widget is not self:
+                logger.debug("closing a widget made by an earlier run of this cell")
+                widget.close()
+
+    def _unregister_cell(self) -> None:
+        """Outlive the cell that made this widget (a widget shared by many cells)."""
+        with _by_cell_lock:
+            for entries in _by_cell.values():
+                entries[:] = [(mid, ref) for mid, ref in entries if ref() is not self]
+
+    # -- display ------------------------------------------------------------------------------
+    def _bundle(self) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+        bundle = super()._repr_mimebundle_()
+        if bundle is None:
+            return None
+        data, metadata = bundle
+        status, fallback = self._fallback()
+        return status, {**data, **fallback}, metadata
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        # The widget view for live front ends, plus text/plain and text/markdown with the
+        # text and its state for everything that cannot run widgets (nbconvert, GitHub).
+        bundle = self._bundle()
+        return None if bundle is None else bundle[1:]
+
+    def _ipython_display_(self) -> None:
+        bundle = self._bundle() if self.comm is not None else None
+        if bundle is None:  # closed: no view to show, only what it held
+            show(self._fallback()[1], raw=True)
+            return
+        status, data, metadata = bundle
+        if not _in_kernel():
+            # A terminal IPython shows the text/plain fallback. No display id: it would print
+            # an update at some later moment, from the view thread.
+            show(data, raw=True, metadata=metadata)
+            return
+        # Two outputs. The first is the live view; the second, the fallback, is the one
+        # rewritten when a run ends. Rewriting the view's own output would make JupyterLab
+        # re-create the view (losing its raw-text toggle and scroll position) at every end.
+        view = {key: value for key, value in data.items() if key == WIDGET_VIEW}
+        show({**view, "text/plain": ""}, raw=True, metadata=metadata)
+        self._display_id = f"nbstream-{self.model_id}"
+        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
+        self._published_status = status
+
+    def _publish_fallback(self) -> None:
+        """Rewrite the static fallback of every output showing this widget (any thread)."""
+        if self._display_id is None or self.comm is None:
+            return
+        bundle = self._bundle()
+        if bundle is None:
+            return
+        status, data, _metadata = bundle
+        try:
+            update(hidden_in_live_views(data), {}, self._display_id)
+        except Exception:  # the kernel is shutting down: the live view is gone anyway
+            logger.debug("could not update the widget's saved output", exc_info=True)
+            return
+        self._published_status = status
