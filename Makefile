@@ -64,6 +64,7 @@ test: install chromium
 bench: prepare chromium
 	@$(call timed,engine benchmark,$(PY) -m benchmarks.engine)
 	@$(call timed,widget benchmark,$(PY) -m benchmarks.widget)
+	@$(call timed,remote benchmark,$(PY) -m benchmarks.remote)
 	@$(call timed,reliability figures,$(PY) -m benchmarks.reliability)
 
 clean:

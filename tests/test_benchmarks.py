@@ -39,3 +39,23 @@ def test_widget_benchmark_quick(tmp_path):
     summary = tiny["summary"]
     assert summary["nbstream_bytes_per_char"] < summary["recipe_bytes_per_char"]
     assert "| metric |" in proc.stdout
+
+
+def test_remote_benchmark_quick(tmp_path):
+    out = tmp_path / "remote.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.remote", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    # Every stopped request ended cancelled, and the server stopped far short of its length.
+    assert len(report["samples"]) == 2
+    assert all(tokens < 4000 for tokens in report["server_tokens"])
+    assert "Stop → `cancelled`" in proc.stdout

@@ -12,7 +12,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("name", ["quickstart.ipynb", "robustness.ipynb"])
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "robustness.ipynb", "remote.ipynb"])
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     resources = {"metadata": {"path": str(tmp_path)}}
@@ -37,3 +37,10 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "failed | result: None | error: RuntimeError('simulated device fault" in outputs
         assert "failed timeout | result: None" in outputs
         assert "complete eos | result == partial_text: True" in outputs
+    if name == "remote.ipynb":
+        # A real transformers serve: streamed, stopped, faulted, then shut down.
+        assert "complete eos | tokens: " in outputs
+        assert "\nresult: " in outputs and "\nresult: None" not in outputs
+        assert "cancelled | result: None | partial: '" in outputs
+        assert "failed | result: None | error: cannot connect to" in outputs
+        assert "server stopped: True" in outputs
