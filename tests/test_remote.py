@@ -165,7 +165,7 @@ def test_a_rejected_request_fails_with_the_servers_words(
     assert KEY not in message
 
 
-def test_the_api_key_is_never_shown(server, caplog, no_leftover_runs):
+def test_the_api_key_is_never_shown(server, fake, caplog, no_leftover_runs):
     caplog.set_level(logging.DEBUG)  # every logger: nbstream's, httpx's, httpcore's
     endpoint = server.endpoint(api_key=KEY)
     assert KEY not in repr(endpoint) and KEY not in str(endpoint)
@@ -175,10 +175,18 @@ def test_the_api_key_is_never_shown(server, caplog, no_leftover_runs):
     assert run.wait(120)
     assert KEY not in repr(run)
     assert KEY not in json.dumps(run.record)
-    w = nbstream.StreamWidget(endpoint)
-    assert KEY not in json.dumps(w.get_state(), default=str)
+    # A failed run too: the fake server's 401 body echoes the Authorization header it got.
+    refused = nbstream.Endpoint(fake.url("401"), "fake-model", api_key=KEY)
+    w = nbstream.StreamWidget(refused)
+    w.generate("Hi")
+    with pytest.raises(nbstream.GenerationFailed) as failed:
+        w.wait(60)
+    assert "Incorrect API key provided: Bearer ***" in str(w.error)
+    shown = [str(failed.value), w.traceback, json.dumps(w.record), repr(w.run)]
+    shown.append(json.dumps(w.get_state(), default=str))
+    assert not [text for text in shown if KEY in text]
     w.close()
-    assert caplog.records  # httpx did log the request
+    assert caplog.records  # httpx did log the requests
     assert not [r for r in caplog.records if KEY in r.getMessage()]
 
 
@@ -223,6 +231,9 @@ class Fake(ThreadingHTTPServer):
         self.stalled = threading.Event()
         self.client_gone = threading.Event()
         self.release = threading.Event()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that closed its connection mid-answer is what some tests do
 
     def url(self, scenario: str) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/{scenario}/v1"
@@ -397,6 +408,19 @@ def test_a_stalled_stream_fails_at_the_read_timeout(stall, no_leftover_runs):
     message = fail(nbstream.stream(endpoint, None, "Hi"))
     assert "sent nothing for 0.5 s" in message and "timeout=" in message
     assert stall.client_gone.wait(30)
+
+
+def test_runs_on_one_endpoint_do_not_queue_in_the_notebook(stall, no_leftover_runs):
+    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model")
+    first = nbstream.stream(endpoint, None, "Hi")
+    second = nbstream.stream(endpoint, None, "Hi")
+    # Both requests are on the wire at once: the server schedules them.
+    assert first.status == second.status == "running"
+    until_text(first)
+    until_text(second)
+    for run in (first, second):
+        run.stop()
+        assert run.wait_done(30) and run.status == "cancelled"
 
 
 def test_stop_while_the_server_sends_nothing(stall, no_leftover_runs):
