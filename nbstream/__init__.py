@@ -12,6 +12,7 @@ from typing import Any
 
 from ._version import __version__
 from .backends.remote import Endpoint
+from .chat import ChatWidget
 from .generation import (
     Generation,
     GenerationCancelled,
@@ -35,6 +36,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 __all__ = [
+    "ChatWidget",
     "Endpoint",
     "Generation",
     "GenerationCancelled",

@@ -71,6 +71,40 @@ def fallback_bundle(
     return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}
 
 
+def chat_fallback_bundle(
+    status: str, transcript: list[dict[str, Any]], error_info: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The fallbacks of a chat: the state of its newest answer, then every message.
+
+    Each answer that is not a complete one says so (and whether the model will see it),
+    so a stopped answer is never read as a finished one.
+    """
+    if not transcript:
+        line = "nbstream chat · no messages yet"
+        return {"text/plain": line, "text/markdown": "**nbstream chat** · *no messages yet*"}
+    state, _note = _state(status, error_info)
+    turns = sum(1 for m in transcript if m["role"] == "user")
+    count = f"{turns} turn" + ("" if turns == 1 else "s")
+    plain = [f"nbstream chat · {state} · {count}"]
+    markdown = [f"**nbstream chat** · **{state}** · {count}"]
+    for message in transcript:
+        text = message["content"]
+        if message["role"] == "user":
+            plain.append(f"You: {text}")
+            markdown.append(f"**You:** {text}")
+            continue
+        _, note = _state(message["status"], None)
+        if note is not None:
+            note = f"{message['status']}, {note}"
+            if not message["in_history"]:
+                note += ", not in the conversation"
+            elif message.get("kept"):
+                note += ", kept in the conversation"
+        plain.append(f"Assistant ({note}): {text}" if note else f"Assistant: {text}")
+        markdown.append(f"**Assistant** (*{note}*): {text}" if note else f"**Assistant:** {text}")
+    return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}
+
+
 def hidden_in_live_views(data: dict[str, Any]) -> dict[str, Any]:
     """The fallback entries of ``data`` as an output that widget front ends do not show.
 

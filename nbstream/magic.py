@@ -2,8 +2,11 @@
 
 ``%%nbstream [options]`` streams the answer to the cell's text into a
 :class:`~nbstream.StreamWidget` shown as the cell's output, and returns at once: the kernel
-stays free while the answer streams. ``%nbstream status`` lists loaded models and the runs
-that are queued or running; ``%nbstream stop`` stops them all.
+stays free while the answer streams. ``%%nbstream --chat`` continues the kernel's
+conversation instead: one :class:`~nbstream.ChatWidget` shared by every ``--chat`` cell, so
+the model sees the earlier turns; each such cell shows the whole chat. ``%nbstream status``
+lists loaded models and the runs that are queued or running; ``%nbstream stop`` stops them
+all.
 
 Example (in a notebook)::
 
@@ -92,8 +95,12 @@ def _build_parser() -> _Parser:
         metavar="NAME",
         help="bind the widget to NAME; NAME.result is the answer once the run completes",
     )
-    # Continuing a chat needs the chat widget; a named error beats "unrecognized arguments".
-    parser.add_argument("--chat", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="continue this kernel's chat (one ChatWidget shared by every --chat cell): the "
+        "model sees the earlier turns; --system sets its system message",
+    )
     return parser
 
 
@@ -289,15 +296,12 @@ class NbstreamMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"{_PARSER.format_usage()}%%nbstream: error: {exc}") from None
         args = _PARSER.parse_args(argv)
-        if args.chat:
-            raise UsageError(
-                "%%nbstream: argument --chat: not available yet (it continues a ChatWidget "
-                "conversation, and this version of nbstream has no ChatWidget); drop --chat "
-                "for a fresh prompt"
-            )
         _check_name(args.name)
         settings = _settings(args)
         text = expand(cell, self.shell.user_ns if self.shell is not None else {})
+        if args.chat:
+            self._chat_cell(args, text, settings)
+            return
         prompt: Any = text
         if args.system is not None:
             prompt = [
@@ -314,6 +318,46 @@ class NbstreamMagics(Magics):
         if args.name is not None and self.shell is not None:
             self.shell.user_ns[args.name] = widget
         show(widget)
+
+    def _chat_cell(self, args: argparse.Namespace, text: str, settings: dict[str, Any]) -> None:
+        chat = _shared_chat(args.model)
+        try:
+            if args.system is not None and args.system != chat.system:
+                chat.system = args.system
+            # A chat message is the cell's text, without the cell's trailing newline.
+            chat.send(text.rstrip(), **settings)
+        except (TypeError, ValueError, RuntimeError) as exc:  # checked before any thread
+            raise UsageError(f"%%nbstream --chat: {exc}; nothing was started") from None
+        if args.name is not None and self.shell is not None:
+            self.shell.user_ns[args.name] = chat
+        show(chat)
+
+
+# The kernel's chat for `%%nbstream --chat`, and the --model it was made with.
+_chat: tuple[Any, str | None] | None = None
+_chat_lock = threading.Lock()
+
+
+def _shared_chat(model: str | None) -> Any:
+    """The ChatWidget every ``--chat`` cell continues (made by the first one)."""
+    global _chat
+    from .chat import ChatWidget
+
+    with _chat_lock:
+        if _chat is not None and _chat[0].comm is not None:
+            chat, made_with = _chat
+            if model is not None and model != made_with:
+                used = made_with or "the default model"
+                raise UsageError(
+                    f"%%nbstream --chat: this kernel's chat uses {used}, not {model!r}; "
+                    "drop --model (or restart the kernel for another model)"
+                )
+            return chat
+        chat = ChatWidget(*_load(model))
+        # One chat for the kernel: re-running the cell that made it must not close it.
+        chat._unregister_cell()
+        _chat = (chat, model)
+        return chat
 
 
 def load_ipython_extension(ipython: Any) -> None:

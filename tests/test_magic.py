@@ -108,7 +108,6 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         "bad_type": "%%nbstream --temperature hot\nHi",
         "bad_range": "%%nbstream --top-p 2\nHi",
         "bad_name": "%%nbstream -o 2x\nHi",
-        "chat": "%%nbstream --chat\nHi",
         "bad_expect": "%%nbstream --expect yaml\nHi",
         "missing_name": "%%nbstream --max-new-tokens 5\nTell me about {nope}.",
         "unknown_command": "%nbstream go",
@@ -151,6 +150,18 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
             ' "tokens": long.metrics["tokens"]}'
         ),
         "status_after": "%nbstream status",
+        # --chat: every such cell continues one ChatWidget; the model sees the earlier turns.
+        "chat1": f'%%nbstream --chat --model {tiny} --max-new-tokens 6 --system "Be brief."'
+        " -o chat\nName two {topic}.",
+        "chat1_done": "first = chat.wait()\n"
+        + REPORT.format('{"status": chat.status, "result": chat.result, "first": first}'),
+        "chat2": "%%nbstream --chat --max-new-tokens 4 -o chat2\nAnd two more?",
+        "chat2_done": "chat2.wait()\n"
+        + REPORT.format(
+            '{"same": chat2 is chat, "prompt": chat.run.prompt, "history": chat.history,'
+            ' "tokens": chat.run.settings["max_new_tokens"], "turns": len(chat.transcript) // 2}'
+        ),
+        "chat_other_model": f"%%nbstream --chat --model {line}\nHi",
     }
     return execute(cells, tmp_path_factory.mktemp("session"))[1]
 
@@ -163,7 +174,6 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         ("bad_type", "--temperature"),
         ("bad_range", "--top-p"),
         ("bad_name", "-o"),
-        ("chat", "--chat"),
         ("bad_expect", "--expect"),
     ],
 )
@@ -177,10 +187,6 @@ def test_bad_options_are_usage_errors_naming_the_option(session, key, named):
 def test_unknown_option_shows_the_usage(session):
     message = error_text(session["unknown_option"])
     assert "usage: %%nbstream" in message and "--max-new-tokens N" in message
-
-
-def test_chat_says_it_is_not_available_yet(session):
-    assert "not available yet" in error_text(session["chat"])
 
 
 def test_missing_variable_is_named_before_anything_runs(session):
@@ -232,6 +238,39 @@ def test_expect_json_fails_a_run_whose_answer_is_not_json(session):
     assert report["status"] == "failed" and "not valid JSON" in report["failure"]
     assert report["result"] is None and report["value"] is None
     assert widget_output(session["expect"])["text/plain"].startswith("nbstream · failed (")
+
+
+# -- --chat: one conversation per kernel ------------------------------------------------------
+def test_chat_cells_continue_one_conversation(session):
+    first = reported(session["chat1_done"])
+    assert first["status"] == "complete" and first["result"] == first["first"]
+    report = reported(session["chat2_done"])
+    assert report["same"] is True
+    system = {"role": "system", "content": "Be brief."}
+    turn1 = [
+        {"role": "user", "content": "Name two colors."},
+        {"role": "assistant", "content": first["first"]},
+    ]
+    # What the model got for the second cell: the system message, the first turn, the cell.
+    assert report["prompt"] == [system, *turn1, {"role": "user", "content": "And two more?"}]
+    assert report["history"][:-1] == report["prompt"]
+    assert report["history"][-1]["role"] == "assistant"
+    assert report["turns"] == 2 and report["tokens"] == 4  # the cell's own settings
+
+
+def test_each_chat_cell_shows_the_shared_chat(session):
+    views = [live_view(session[key])[WIDGET_VIEW]["model_id"] for key in ("chat1", "chat2")]
+    assert views[0] == views[1]  # the same widget, shown again
+    saved = widget_output(session["chat2"])["text/plain"]
+    assert saved.startswith("nbstream chat · complete · 2 turns")
+    assert "You: Name two colors." in saved and "You: And two more?" in saved
+
+
+def test_chat_errors_are_usage_errors(session):
+    # The chat made by the first --chat cell keeps its model.
+    message = error_text(session["chat_other_model"])
+    assert "UsageError" in message and "drop --model" in message, message
+    assert not displays(session["chat_other_model"])
 
 
 # -- a long run: returns at once, status, stop ---------------------------------------------------

@@ -12,7 +12,9 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("name", ["quickstart.ipynb", "robustness.ipynb", "remote.ipynb"])
+@pytest.mark.parametrize(
+    "name", ["quickstart.ipynb", "robustness.ipynb", "remote.ipynb", "chat.ipynb"]
+)
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     resources = {"metadata": {"path": str(tmp_path)}}
@@ -44,3 +46,12 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "cancelled | result: None | partial: '" in outputs
         assert "failed | result: None | error: cannot connect to" in outputs
         assert "server stopped: True" in outputs
+    if name == "chat.ipynb":
+        # Two turns, the second given the first; a stop kept out of the history, then kept.
+        assert "complete | result: " in outputs
+        assert "the model got: ['system', 'user', 'assistant', 'user']" in outputs
+        assert "cancelled | result: None | in history: False" in outputs
+        assert "history messages: 5" in outputs
+        assert "kept | history messages: 7" in outputs
+        assert "the last one is the partial answer: True" in outputs
+        assert "the model got the seeded turn: True" in outputs

@@ -14,6 +14,19 @@ logger = logging.getLogger(__name__)
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
+class ContextLengthError(ValueError):
+    """The prompt plus ``max_new_tokens`` does not fit the model's context (nothing started).
+
+    ``prompt_tokens``, ``max_new_tokens`` and ``context`` say by how much.
+    """
+
+    def __init__(self, message: str, prompt_tokens: int, max_new_tokens: int, context: int) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens
+        self.context = context
+
+
 class _StopStringWatch:
     """Notices, on the generating thread, the token that completes a stop string.
 
@@ -198,11 +211,14 @@ class LocalBackend:
         effective["max_new_tokens"] = max_new or DEFAULT_MAX_NEW_TOKENS
         context = self.context_length()
         if context is not None and prompt_tokens + effective["max_new_tokens"] > context:
-            raise ValueError(
+            raise ContextLengthError(
                 f"the prompt ({prompt_tokens} tokens) plus max_new_tokens "
                 f"({effective['max_new_tokens']}) exceeds the model's context of {context} "
                 f"tokens; shorten the prompt or lower max_new_tokens to at most "
-                f"{max(context - prompt_tokens, 0)}"
+                f"{max(context - prompt_tokens, 0)}",
+                prompt_tokens,
+                effective["max_new_tokens"],
+                context,
             )
 
         temperature = effective.get("temperature")

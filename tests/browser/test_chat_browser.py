@@ -1,0 +1,209 @@
+"""ChatWidget in a real JupyterLab driven by Chromium.
+
+Each test opens its own notebook (fresh kernel) with the tiny one-line model (it never ends
+early, so an answer is as long as max_new_tokens asks). Where a test needs an answer to be
+mid-stream, a `Gate` forward hook (see test_widget_browser.py) holds the model at a decode
+step until the test opens it: nothing depends on how fast this machine is. The kernel is
+read through `nb.kernel_eval` (a subshell: it answers while an answer streams).
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
+
+pytestmark = pytest.mark.browser
+
+CHAT = (
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens={max_new_tokens})\n"
+    "chat"
+)
+
+
+def chat_view(nb, cell: int):
+    return nb.cell(cell).locator(".nbstream.nbstream-chat").first
+
+
+def messages(v):
+    return v.locator(".nbstream-message")
+
+
+def show_raw(v) -> None:
+    toggle = v.get_by_role("button", name="Raw text", exact=True)
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+
+
+def raw_of(message) -> str:
+    return message.locator(".nbstream-raw").evaluate("(e) => e.textContent")
+
+
+def wait_raw(message, text: str, timeout: float = 15.0) -> None:
+    wait_until(lambda: raw_of(message) == text, timeout, what="message text == kernel text")
+
+
+def wait_message_status(message, status: str, timeout: float = STREAM_TIMEOUT) -> None:
+    expect(message).to_have_attribute("data-status", status, timeout=timeout * MS)
+
+
+def send_from_page(v, text: str) -> None:
+    v.get_by_role("textbox", name="Message", exact=True).fill(text)
+    v.get_by_role("button", name="Send", exact=True).click()
+
+
+def test_two_turn_chat_streams_into_the_newest_message(lab):
+    """Turn 1 from code, turn 2 from the page: the second answer streams into a new message,
+    the model gets the first turn, and every message carries the DOM hooks."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            CHAT.format(max_new_tokens=40),
+            "first = chat.send('Hello there')\nanswer = chat.wait()\ngate = Gate(model, 15)",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    expect(v).to_have_attribute("data-status", "idle")
+    nb.run_cell(2)
+    expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    show_raw(v)
+    answer = kval(nb, "answer")
+    expect(messages(v)).to_have_count(2)
+    wait_raw(messages(v).nth(1), answer)
+
+    send_from_page(v, "And more?")
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="step 15")
+    msgs = messages(v)
+    expect(msgs).to_have_count(4)
+    newest = msgs.nth(3)
+    held = kval(nb, "chat.partial_text")
+    assert held
+    wait_raw(newest, held)  # the held answer's text is in the newest message, and only there
+    expect(newest).to_have_attribute("data-status", "running")
+    expect(v).to_have_attribute("data-status", "running")
+    expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "true")
+    assert raw_of(msgs.nth(1)) == answer  # the first answer is untouched
+    expect(v.get_by_role("textbox", name="Message", exact=True)).to_have_value("")
+    nb.kernel_eval("gate.opened.set()")
+
+    wait_message_status(newest, "complete")
+    result = kval(nb, "chat.result")
+    assert result.startswith(held) and len(result) > len(held)
+    wait_raw(newest, result)
+    expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "false")
+    for k, role in enumerate(["user", "assistant", "user", "assistant"]):
+        expect(msgs.nth(k)).to_have_attribute("data-role", role)
+        expect(msgs.nth(k)).to_have_class("nbstream-message")
+    expect(msgs.nth(1)).to_have_attribute("data-status", "complete")
+    expect(msgs.nth(2).locator(".nbstream-message-text")).to_have_text("And more?")
+    assert kval(nb, "chat.run.prompt") == [
+        {"role": "user", "content": "Hello there"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And more?"},
+    ]
+    assert kval(nb, "len(chat.history)") == 4
+    assert nb.console_errors() == []
+
+
+def test_stopped_answer_is_kept_out_of_the_context(lab):
+    """Stop mid-answer: the message says cancelled, and the next message's history (what the
+    model gets) has neither the stopped turn's question nor its partial answer."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            CHAT.format(max_new_tokens=20),
+            "gate = Gate(model, 30)\nlong = chat.send('Tell me a story', max_new_tokens=500)",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    show_raw(v)
+    nb.run_cell(2)
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="step 30")
+    newest = messages(v).nth(1)
+    wait_raw(newest, kval(nb, "chat.partial_text"))
+    v.get_by_role("button", name="Stop", exact=True).click()
+    wait_until(lambda: kval(nb, "long._control.cancel_event.is_set()"), 30, what="Stop reached")
+    nb.kernel_eval("gate.opened.set()")
+
+    wait_message_status(newest, "cancelled")
+    expect(v).to_have_attribute("data-status", "cancelled")
+    partial = kval(nb, "chat.partial_text")
+    assert partial and kval(nb, "chat.result") is None
+    wait_raw(newest, partial)
+    expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "true")
+    expect(newest.locator(".nbstream-partial-label")).to_contain_text("cancelled")
+    expect(newest).to_have_attribute("data-in-history", "false")
+    expect(newest.get_by_role("button", name="Keep partial", exact=True)).to_be_visible()
+    assert kval(nb, "chat.history") == []
+
+    send_from_page(v, "Something else")
+    msgs = messages(v)
+    expect(msgs).to_have_count(4)
+    wait_message_status(msgs.nth(3), "complete")
+    assert kval(nb, "chat.run.prompt") == [{"role": "user", "content": "Something else"}]
+    # The stopped turn is still shown, marked, and still out of the conversation.
+    expect(msgs.nth(1)).to_have_attribute("data-status", "cancelled")
+    expect(msgs.nth(1)).to_have_attribute("data-in-history", "false")
+    wait_raw(msgs.nth(1), partial)
+    assert nb.console_errors() == []
+
+
+def test_reload_mid_stream_recovers_the_transcript(lab):
+    """Save and reload while the second answer streams: the view comes back with both turns,
+    the newest answer's text so far, and keeps streaming to the kernel's result."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            CHAT.format(max_new_tokens=30),
+            "answer = chat.send('Hello').wait()\n"
+            "first, second = Gate(model, 100), Gate(model, 200)\n"
+            "run = chat.send('More please', max_new_tokens=300)",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    nb.run_cell(2)
+    v = chat_view(nb, 1)
+    expect(messages(v)).to_have_count(4, timeout=30 * MS)
+    wait_until(
+        lambda: messages(v).nth(3).locator(".nbstream-output").inner_text().strip(),
+        30,
+        what="first text of the second answer",
+    )
+    assert kval(nb, "chat.status") == "running"
+    nb.save()
+    nb.reload()
+    assert kval(nb, "chat.status") == "running"  # the answer went on while the page was away
+
+    v = chat_view(nb, 1)
+    expect(v).to_have_attribute("data-status", "running", timeout=30 * MS)
+    show_raw(v)
+    msgs = messages(v)
+    expect(msgs).to_have_count(4)
+    answer = kval(nb, "answer")
+    wait_raw(msgs.nth(1), answer)
+    expect(msgs.nth(0).locator(".nbstream-message-text")).to_have_text("Hello")
+    expect(msgs.nth(2).locator(".nbstream-message-text")).to_have_text("More please")
+    wait_until(lambda: kval(nb, "first.reached.is_set()"), STREAM_TIMEOUT, what="step 100")
+    at_first = kval(nb, "chat.partial_text")
+    wait_raw(msgs.nth(3), at_first)
+    nb.kernel_eval("first.opened.set()")
+    wait_until(lambda: kval(nb, "second.reached.is_set()"), STREAM_TIMEOUT, what="step 200")
+    at_second = kval(nb, "chat.partial_text")
+    assert at_second.startswith(at_first) and len(at_second) > len(at_first)
+    wait_raw(msgs.nth(3), at_second)
+    expect(msgs.nth(3)).to_have_attribute("data-status", "running")
+    nb.kernel_eval("second.opened.set()")
+
+    wait_message_status(msgs.nth(3), "complete")
+    result = kval(nb, "chat.result")
+    assert result.startswith(at_second) and kval(nb, "chat.metrics['tokens']") == 300
+    wait_raw(msgs.nth(3), result)
+    expect(msgs.nth(3).locator(".nbstream-output")).to_have_attribute("data-partial", "false")
+    assert nb.cell(1).locator(".nbstream-chat").count() == 1
+    assert nb.console_errors() == []
