@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import time
@@ -109,8 +110,10 @@ def render(report: dict[str, Any]) -> str:
         f"{ms(step['max'])} | |",
         "",
         f"Tokens the server generated per stopped request: {report['server_tokens']} "
-        f"(of {MAX_NEW_TOKENS} asked). Time to first chunk of a short greedy run: "
-        f"{ms(report['ttft_s'])}.",
+        f"(of {MAX_NEW_TOKENS} asked), against the chunks received before Stop: "
+        f"{[r['chunks_before_stop'] for r in report['samples']]}. Time to first chunk of a "
+        f"short greedy run: {ms(report['ttft_s'])}. Load average (1, 5, 15 min) at the end: "
+        f"{', '.join(f'{x:.2f}' for x in report['loadavg'])} on {report['cpus']} CPUs.",
     ]
     if report["problems"]:
         lines += ["", "**Invalid run:**", *(f"- {p}" for p in report["problems"])]
@@ -160,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         "problems": [p for r in results for p in r["problems"]],
     }
     report["elapsed_s"] = time.perf_counter() - began
+    report["loadavg"] = list(os.getloadavg())
+    report["cpus"] = os.cpu_count()
     text = render(report)
     report["markdown"] = text
     print(text)
