@@ -554,7 +554,9 @@ def test_rerunning_the_cell_stops_the_old_run(lab):
     assert kval(nb, "len(widgets)") == 2
     assert kval(nb, "widgets[0].run.status") == "cancelled"
     assert kval(nb, "widgets[0].comm is None")  # closed
-    assert kval(nb, "widgets[1].status") == "running"
+    # The new run held the queue until the old one ended; its view thread publishes the
+    # queued -> running change on its next wake (a token, or its poll).
+    wait_until(lambda: kval(nb, "widgets[1].status") == "running", 30, what="new run running")
     new_thread = kval(nb, "widgets[1].run._thread.name")
     run_threads = (
         "sorted(t.name for t in threading.enumerate() if t.name.startswith('nbstream-run-'))"
