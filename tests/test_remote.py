@@ -510,3 +510,17 @@ def test_missing_extra_names_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "httpx_sse", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'nbstream\[remote\]'"):
         nbstream.Endpoint("http://127.0.0.1:8000/v1", "m")
+
+
+def test_chat_widget_on_an_endpoint_sends_the_conversation(fake, no_leftover_runs):
+    chat = nbstream.ChatWidget(nbstream.Endpoint(fake.url("ok"), "fake-model"), system="Be brief.")
+    assert chat.send("Hi").wait(60) == "".join(PIECES)
+    assert chat.send("More?").wait(60) == "".join(PIECES)
+    _, _, body = fake.requests[-1]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "".join(PIECES)},
+        {"role": "user", "content": "More?"},
+    ]
+    chat.close()
