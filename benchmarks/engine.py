@@ -178,7 +178,10 @@ def forced_length(case: Case, *, isin: bool = False) -> Iterator[None]:
         config.suppress_tokens = suppressed
     else:
         config.suppress_tokens = None
-        bias = dict(config.sequence_bias or {})
+        bias = config.sequence_bias or {}
+        if isinstance(bias, list):  # [[[ids...], bias], ...], as the tiny model sets it
+            bias = {tuple(ids): value for ids, value in bias}
+        bias = dict(bias)
         bias.update({(token,): float("-inf") for token in suppressed})
         config.sequence_bias = bias
     model.generation_config = config

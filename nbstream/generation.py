@@ -24,6 +24,7 @@ from .backends.base import Backend, Job
 from .record import build_record
 from .settings import validate_settings
 from .streaming import StopFilter, TokenBuffer
+from .trace import TokenTrace
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,8 @@ class Generation:
         self._control = RunControl(settings.get("budget_s"))
         self._buffer = TokenBuffer()
         self._decoder = job.decoder()
+        # A backend that captures the trace (alternatives > 0) gives its job one.
+        self._trace_capture = getattr(job, "trace_capture", None)
         stops = self.settings.get("stop")
         self._stops = StopFilter(stops) if stops else None
         self._value: Any = None
@@ -406,6 +409,29 @@ class Generation:
         self._pump()
         ids = getattr(self._decoder, "ids", None)
         return list(ids) if ids is not None else []
+
+    @property
+    def trace(self) -> list[TokenTrace] | None:
+        """One :class:`~nbstream.trace.TokenTrace` per generated token so far, or ``None``.
+
+        ``None`` unless the run was started with ``alternatives=k`` (k > 0). A snapshot:
+        readable while the run streams and after any end (a stopped run keeps the trace of
+        the tokens it made); ``trace[i].id == token_ids[i]``. Each record has ``id``,
+        ``text``, ``logprob`` (the model's own, from the raw logits), ``alternatives`` (the
+        top k as ``(id, text, logprob)``, best first), ``cut`` and ``rank``: see
+        :mod:`nbstream.trace`.
+
+        Example::
+
+            >>> run = nbstream.stream(model, tokenizer, "Hi", alternatives=3, temperature=0.8)
+            >>> text = run.wait()
+            >>> steps = [(step.text, round(step.prob, 2), step.rank) for step in run.trace]
+        """
+        capture = self._trace_capture
+        if capture is None:
+            return None
+        records: list[TokenTrace] = capture.records(self.token_ids)
+        return records
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -647,13 +673,16 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     ``prompt`` is a string (for a chat model: one user message, through the chat template)
     or a list of ``{"role": ..., "content": ...}`` messages. ``settings`` are
     ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
-    ``do_sample``, ``seed``, ``budget_s``, ``stop`` and ``expect``; unset ones fall back
-    to the model's generation config. Every check happens before the thread starts.
+    ``do_sample``, ``seed``, ``budget_s``, ``stop``, ``expect`` and ``alternatives``;
+    unset ones fall back to the model's generation config. Every check happens before the
+    thread starts.
 
     ``stop=["\n\n", "END"]`` ends the run ``complete`` (``finish_reason="stop"``) as soon
     as the text contains one of them; the stop string and what follows are never shown.
     ``expect="json"`` completes the run only if its final text parses as JSON (then
     ``run.value`` holds it); otherwise it fails with the parse error, the text kept.
+    ``alternatives=k`` (1 to 100; local models) captures ``run.trace``: per token, the
+    model's probability for it and its top k candidates (see :mod:`nbstream.trace`).
 
     Example::
 
@@ -664,5 +693,11 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     """
     clean = validate_settings(settings)
     backend = resolve_backend(model, tokenizer)
+    if clean.get("alternatives") and not getattr(backend, "supports_alternatives", False):
+        # Only a backend that sees the model's logits can capture them (a local model).
+        raise ValueError(
+            f"alternatives={clean['alternatives']}: {type(backend).__name__} cannot capture "
+            "token probabilities; use a local transformers model, or drop alternatives"
+        )
     job = backend.prepare(prompt, clean)
     return Generation(backend, job, clean)

@@ -72,6 +72,9 @@ def build_record(
     seed = getattr(job, "seed", given_seed)
     seed_source = None if seed is None else "given" if given_seed is not None else "drawn"
     settings = dict(getattr(job, "in_effect", job.settings))
+    # Every setting is named, None where the backend does not state it.
+    for name in SETTINGS:
+        settings.setdefault(name, None)
     settings["seed"] = seed
     record = {
         "format": RECORD_FORMAT,

@@ -22,6 +22,8 @@ SETTINGS: dict[str, str] = {
     "stop": "list of strings: the run ends complete (finish_reason 'stop') at the first one, "
     "which is left out of the text, as is anything after it",
     "expect": "'json': the run completes only if its final text parses as JSON (run.value)",
+    "alternatives": "int 0..100: capture run.trace, each token's probability and the model's "
+    "top k candidates (0: off; local models only)",
 }
 
 #: The values ``expect`` accepts.
@@ -40,6 +42,8 @@ _ENGINE_OWNED = {
 }
 _ONE_SEQUENCE = ("num_beams", "num_return_sequences")
 
+#: The most top-k candidates per token ``alternatives`` may ask for.
+MAX_ALTERNATIVES = 100
 #: No model nbstream targets has a context this long; anything above is a typo.
 MAX_NEW_TOKENS_LIMIT = 1_000_000
 #: Used when neither the call nor the model's generation_config sets max_new_tokens
@@ -106,6 +110,14 @@ def _check(name: str, value: Any) -> Any:
     if name == "do_sample":
         if not isinstance(value, bool):
             raise TypeError(f"do_sample must be True or False, got {value!r}")
+        return value
+    if name == "alternatives":
+        if not _is_int(value):
+            raise TypeError(f"alternatives must be an int (how many candidates), got {value!r:.80}")
+        if not 0 <= value <= MAX_ALTERNATIVES:
+            raise ValueError(
+                f"alternatives must be between 0 (off) and {MAX_ALTERNATIVES}, got {value}"
+            )
         return value
     if name in ("seed", "top_k"):
         if not _is_int(value):

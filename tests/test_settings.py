@@ -24,6 +24,7 @@ ALLOWED = (
     "budget_s",
     "stop",
     "expect",
+    "alternatives",
 )
 
 

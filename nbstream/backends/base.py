@@ -72,7 +72,13 @@ class Job(Protocol):
 
 
 class Backend(Protocol):
-    """Something that can run prompts: a local model, or a server."""
+    """Something that can run prompts: a local model, or a server.
+
+    Optional: ``supports_alternatives = True`` on a backend whose jobs capture ``run.trace``
+    (the ``alternatives`` setting; such a job sets a ``trace_capture``, a
+    :class:`~nbstream.trace.TraceCapture`). ``stream`` refuses ``alternatives > 0`` for any
+    other backend before ``prepare``, so nothing is sent.
+    """
 
     def queue_key(self) -> Any:
         """Runs with the same key share one FIFO queue: one at a time, never interleaved."""

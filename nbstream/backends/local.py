@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 from ..settings import DEFAULT_MAX_NEW_TOKENS
 from ..streaming import TokenBuffer, TokenDecoder
+from ..trace import TraceCapture
 from .base import RunControl
 
 logger = logging.getLogger(__name__)
@@ -146,6 +148,9 @@ def _check_encodable(text: str, what: str) -> None:
 class LocalBackend:
     """Runs prompts on a loaded ``transformers`` model in this process."""
 
+    #: Can capture ``run.trace`` (the ``alternatives`` setting): it sees the raw logits.
+    supports_alternatives = True
+
     def __init__(self, model: Any, tokenizer: Any) -> None:
         if tokenizer is None:
             raise TypeError(
@@ -269,6 +274,7 @@ class LocalBackend:
             "stop": effective.get("stop"),
             "expect": effective.get("expect"),
             "budget_s": effective.get("budget_s"),
+            "alternatives": effective.get("alternatives", 0),
         }
         if getattr(config, "pad_token_id", None) is None:
             # Without one, generate() warns on every call and picks the EOS itself.
@@ -282,6 +288,9 @@ class LocalBackend:
         job.prompt = prompt
         job.in_effect = in_effect
         job.seed = seed
+        alternatives = effective.get("alternatives", 0)
+        if alternatives:
+            job.trace_capture = TraceCapture(alternatives, self.tokenizer)
         return job
 
     def _with_added_tokens(self, text: str, ids: list[int]) -> str:
@@ -331,6 +340,8 @@ class LocalJob:
         self.prompt: Any = None
         self.in_effect: dict[str, Any] = dict(settings)
         self.seed: int | None = settings.get("seed")
+        #: Set by prepare() when the run captures ``run.trace`` (``alternatives > 0``).
+        self.trace_capture: TraceCapture | None = None
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
@@ -345,25 +356,31 @@ class LocalJob:
         inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
         kwargs = dict(self.kwargs)
         seed = self.seed
+        capture = self.trace_capture
         if seed is not None and kwargs.get("do_sample"):
             # Sample with a private generator instead of torch's global one: reproducible
             # even while other threads draw random numbers, and the caller's RNG is never
             # touched. generate() then runs greedy over logits where only the drawn token
             # survives, after its own processors (repetition penalty, suppressed tokens).
-            sampler = _seeded_sampler(seed, kwargs, model.generation_config, device)
+            sampler = _seeded_sampler(seed, kwargs, model.generation_config, device, capture)
             kwargs["logits_processor"] = [sampler]
             for name in ("temperature", "top_p", "top_k"):
                 kwargs.pop(name, None)
             kwargs["do_sample"] = False
+        elif capture is not None:
+            # Greedy (a sampled run always has a seed by now): the trace's processor goes
+            # last, after generate()'s own, and sees the scores argmax picks from.
+            kwargs["logits_processor"] = [capture.greedy_processor()]
         stops = self.settings.get("stop")
         prompt_length = int(inputs["input_ids"].shape[-1])
         watch = _StopStringWatch(self.backend.tokenizer, stops, prompt_length) if stops else None
-        model.generate(
-            **inputs,
-            **kwargs,
-            streamer=buffer,
-            stopping_criteria=_stop_criteria(control, watch),
-        )
+        with capture.attached(model) if capture is not None else contextlib.nullcontext():
+            model.generate(
+                **inputs,
+                **kwargs,
+                streamer=buffer,
+                stopping_criteria=_stop_criteria(control, watch),
+            )
         if control.stop_found.is_set():
             return "stop"
         if buffer.items:
@@ -401,8 +418,18 @@ def _draw_seed() -> int:
     return int(torch.randint(0, 2**32, (1,)).item())
 
 
-def _seeded_sampler(seed: int, kwargs: dict[str, Any], config: Any, device: Any) -> Any:
-    """A logits processor that samples as transformers does, from a generator of its own."""
+def _seeded_sampler(
+    seed: int,
+    kwargs: dict[str, Any],
+    config: Any,
+    device: Any,
+    capture: TraceCapture | None = None,
+) -> Any:
+    """A logits processor that samples as transformers does, from a generator of its own.
+
+    With ``capture``, each step is also recorded for ``run.trace``: which alternatives the
+    warpers left a chance, and the drawn token (the same draws as without it).
+    """
     import torch
     from transformers import (
         LogitsProcessor,
@@ -434,4 +461,19 @@ def _seeded_sampler(seed: int, kwargs: dict[str, Any], config: Any, device: Any)
             forced = torch.full_like(scores, float("-inf"))
             return forced.scatter_(1, chosen, 0.0)
 
-    return _SeededSampler()
+    if capture is None:
+        return _SeededSampler()
+    traced = capture
+
+    # A class of its own, so that a run without a trace pays nothing for it.
+    class _TracedSeededSampler(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            for warper in warpers:
+                scores = warper(input_ids, scores)
+            probs = torch.softmax(scores.float(), dim=-1)
+            chosen = torch.multinomial(probs, num_samples=1, generator=generator)
+            traced.record_sampled(scores, chosen)
+            forced = torch.full_like(scores, float("-inf"))
+            return forced.scatter_(1, chosen, 0.0)
+
+    return _TracedSeededSampler()

@@ -1,0 +1,258 @@
+"""What the model did at each step of a run: ``run.trace``, captured with ``alternatives=k``.
+
+``nbstream.stream(model, tokenizer, prompt, alternatives=5)`` records, for every generated
+token, a :class:`TokenTrace`:
+
+- ``id``, ``text``: the token (``text`` is that one token decoded on its own, special tokens
+  shown, so ``<|im_end|>`` appears as itself); ``run.trace[i].id == run.token_ids[i]``.
+- ``logprob`` (and ``prob``): the natural log of the probability the model itself gave the
+  token: ``log_softmax`` of the raw logits, before repetition penalty, temperature, top-k,
+  top-p or any other processor. The same number whatever the run's sampling settings.
+- ``alternatives``: the model's top ``k`` at that step as :class:`Alternative`
+  ``(id, text, logprob)`` tuples, best first (raw logits too).
+- ``cut``: one bool per alternative, ``True`` where the run's settings left it no chance
+  at this step: a sampled run's temperature/top-k/top-p (and anything the model's
+  generation config bans, such as a ``sequence_bias`` of ``-inf``) gave it probability
+  zero; in a greedy run every alternative but the chosen token is cut.
+- ``rank``: where the chosen token stood among the raw logits (1 = the model's favourite;
+  a sampled run's pick can be far down, as can a greedy pick after a repetition penalty).
+
+How it is captured (only when ``k > 0``; with ``k == 0`` nothing is added to a step), on
+the generating thread, all on the model's device:
+
+1. A forward hook on the model keeps a view of the last position's raw logits. A logits
+   processor cannot see them: ``generate`` runs its own processors (repetition penalty,
+   ``sequence_bias``, suppressed tokens...) before any passed in ``logits_processor``.
+   ``output_logits=True`` would keep every step's logits to the end (O(steps × vocabulary)).
+2. At the end of the processor list, where the token is chosen (the seeded sampler of a
+   sampled run, a last processor of a greedy run): one ``log_softmax`` and one ``topk`` of
+   the raw logits, the chosen token's log-probability and rank (one comparison over the
+   vocabulary), which of the k alternatives survived the run's processing (O(k)), packed
+   into two small tensors (2k + 1 ints, k + 1 floats) appended to a list. No decode, no
+   Python loop over the vocabulary, no copy off the device, no synchronisation.
+
+Readers (``run.trace``, on any thread) move the new rows off the device in one transfer
+and build the records; texts are decoded on access, once per distinct id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class Alternative(NamedTuple):
+    """One of the model's top-k candidates at a step, from the raw logits."""
+
+    id: int
+    text: str
+    logprob: float
+
+
+class _Texts:
+    """Each token id's text, decoded on first use (on the reader's side) and kept."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = str(
+                self._tokenizer.decode(
+                    [token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False
+                )
+            )
+            self._texts[token_id] = text
+        return text
+
+
+@dataclass(frozen=True, repr=False)
+class TokenTrace:
+    """What the model did for one generated token; see :mod:`nbstream.trace`.
+
+    Example::
+
+        >>> import math, nbstream
+        >>> model, tokenizer = nbstream.load_model()
+        >>> run = nbstream.stream(
+        ...     model, tokenizer, "Name a color.", alternatives=3, temperature=0.8
+        ... )
+        >>> text = run.wait()
+        >>> for step in run.trace:
+        ...     top = ", ".join(
+        ...         f"{alt.text!r} {math.exp(alt.logprob):.0%}" + (" (cut)" if cut else "")
+        ...         for alt, cut in zip(step.alternatives, step.cut)
+        ...     )
+        ...     print(f"{step.text!r} p={step.prob:.2f} rank={step.rank} | {top}")
+    """
+
+    #: The token id (``run.token_ids`` at the same position).
+    id: int
+    #: Natural log of the model's probability for this token (raw logits, no processor).
+    logprob: float
+    #: 1 + how many tokens the raw logits ranked above this one.
+    rank: int
+    #: One flag per alternative: True where the run's settings gave it no chance.
+    cut: tuple[bool, ...]
+    _alternative_ids: tuple[int, ...]
+    _alternative_logprobs: tuple[float, ...]
+    _texts: _Texts = field(compare=False)
+
+    @property
+    def text(self) -> str:
+        """This token decoded on its own (special tokens shown)."""
+        return self._texts(self.id)
+
+    @property
+    def prob(self) -> float:
+        """``exp(logprob)``: the model's probability for this token."""
+        return math.exp(self.logprob)
+
+    @property
+    def alternatives(self) -> tuple[Alternative, ...]:
+        """The model's top k at this step, ``(id, text, logprob)``, best first."""
+        texts = self._texts
+        return tuple(
+            Alternative(token_id, texts(token_id), logprob)
+            for token_id, logprob in zip(
+                self._alternative_ids, self._alternative_logprobs, strict=True
+            )
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenTrace(id={self.id}, text={self.text!r}, logprob={self.logprob:.4f}, "
+            f"rank={self.rank}, alternatives={len(self._alternative_ids)}, "
+            f"cut={sum(self.cut)})"
+        )
+
+
+class TraceCapture:
+    """Captures one run's trace on the generating thread; builds records for readers.
+
+    The local backend creates one per run with ``alternatives > 0``: it wraps ``generate``
+    in :meth:`attached` and calls :meth:`greedy_processor` or :meth:`record_sampled`.
+    """
+
+    def __init__(self, k: int, tokenizer: Any) -> None:
+        self.k = k
+        # Generating thread: the last forward's raw logits, and one row of tensors per step
+        # (a row is set to None once a reader has moved it off the device).
+        self._raw: Any = None
+        self._rows: list[Any] = []
+        self._thread: int | None = None
+        # Reader side.
+        self._lock = threading.Lock()
+        self._records: list[TokenTrace] = []
+        self._texts = _Texts(tokenizer)
+
+    # -- generating thread -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def attached(self, model: Any) -> Iterator[None]:
+        """Keep each forward's raw logits while the body (``generate``) runs on this thread."""
+        self._thread = threading.get_ident()
+        handle = model.register_forward_hook(self._keep_logits)
+        try:
+            yield
+        finally:
+            handle.remove()
+            self._raw = None
+
+    def _keep_logits(self, module: Any, args: Any, output: Any) -> None:
+        # Only this run's thread: a caller using the same model elsewhere meanwhile (not an
+        # nbstream run, which would queue) must not overwrite the step's logits.
+        if threading.get_ident() != self._thread:
+            return
+        logits = getattr(output, "logits", None)
+        if logits is None:
+            logits = output[0]
+        self._raw = logits[:, -1]  # a view: no copy, no kernel
+
+    def _raw_top(self) -> tuple[Any, Any, Any]:
+        import torch
+
+        raw, self._raw = self._raw, None  # never hold the (prefill's) logits a step longer
+        if raw is None:
+            raise RuntimeError(
+                "alternatives: no logits reached the trace (the model's forward ran without "
+                "its hooks, e.g. compiled); run without alternatives"
+            )
+        logprobs = torch.log_softmax(raw.float(), dim=-1)
+        top_logprobs, top_ids = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)
+        return logprobs, top_logprobs, top_ids
+
+    def _append(
+        self, logprobs: Any, top_logprobs: Any, top_ids: Any, chosen: Any, kept: Any
+    ) -> None:
+        import torch
+
+        chosen_logprob = logprobs.gather(1, chosen)
+        above = (logprobs > chosen_logprob).sum(dim=1, keepdim=True)
+        self._rows.append(
+            (
+                torch.cat((top_ids, above, kept.long()), dim=1),
+                torch.cat((top_logprobs, chosen_logprob), dim=1),
+            )
+        )
+
+    def record_sampled(self, warped: Any, chosen: Any) -> None:
+        """A sampled step: ``warped`` are the scores sampled from, ``chosen`` the draw."""
+        logprobs, top_logprobs, top_ids = self._raw_top()
+        kept = warped.gather(1, top_ids) > float("-inf")
+        self._append(logprobs, top_logprobs, top_ids, chosen, kept)
+
+    def greedy_processor(self) -> Any:
+        """The last logits processor of a greedy run: records the step, changes nothing."""
+        from transformers import LogitsProcessor
+
+        capture = self
+
+        class _GreedyTrace(LogitsProcessor):
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
+                logprobs, top_logprobs, top_ids = capture._raw_top()
+                # What generate() picks from these final scores.
+                chosen = scores.argmax(dim=-1, keepdim=True)
+                capture._append(logprobs, top_logprobs, top_ids, chosen, top_ids == chosen)
+                return scores
+
+        return _GreedyTrace()
+
+    # -- reader side -------------------------------------------------------------------------
+    def records(self, ids: list[int]) -> list[TokenTrace]:
+        """The records of the first ``len(ids)`` tokens (``ids``: the run's token ids)."""
+        with self._lock:
+            done = len(self._records)
+            # A step's row is appended before its token reaches the streamer, and generate
+            # may run a step whose token it then drops: align on the tokens.
+            n = min(len(ids), len(self._rows))
+            if n > done:
+                self._build(ids, done, n)
+            return list(self._records)
+
+    def _build(self, ids: list[int], start: int, stop: int) -> None:
+        import torch
+
+        rows = self._rows[start:stop]
+        ints = torch.cat([row[0] for row in rows]).tolist()  # one transfer off the device
+        floats = torch.cat([row[1] for row in rows]).tolist()
+        for index in range(start, stop):
+            self._rows[index] = None
+        for offset, (row_ints, row_floats) in enumerate(zip(ints, floats, strict=True)):
+            k = len(row_floats) - 1
+            self._records.append(
+                TokenTrace(
+                    id=ids[start + offset],
+                    logprob=row_floats[k],
+                    rank=row_ints[k] + 1,
+                    cut=tuple(not kept for kept in row_ints[k + 1 :]),
+                    _alternative_ids=tuple(row_ints[:k]),
+                    _alternative_logprobs=tuple(row_floats[:k]),
+                    _texts=self._texts,
+                )
+            )
