@@ -116,6 +116,9 @@ class RunWidget(anywidget.AnyWidget):
         self._callbacks: list[Callable[[str], Any]] = []
         # Reentrant: what a subclass shows (its fallback, its transcript) may take it too.
         self._lock = threading.RLock()
+        # The views each page has shown (page id -> view ids), from their sync messages:
+        # when a page removes its last one (the cell's output cleared), the widget closes.
+        self._views: dict[str, set[str]] = {}
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._display_id: str | None = None
@@ -340,6 +343,9 @@ class RunWidget(anywidget.AnyWidget):
             return
         kind = content.get("type")
         if kind == "sync":
+            page, view = content.get("page"), content.get("view")
+            if isinstance(page, str) and isinstance(view, str):
+                self._views.setdefault(page, set()).add(view)
             with self._lock:
                 run = self._run
                 self._send_msg(
@@ -352,8 +358,24 @@ class RunWidget(anywidget.AnyWidget):
                 )
         elif kind == "stop":
             self.stop()
+        elif kind == "removed":
+            self._view_removed(content.get("page"), content.get("view"))
         else:
             self._on_view_message(kind, content)
+
+    def _view_removed(self, page: Any, view: Any) -> None:
+        """A view left a notebook that stays open (its output was cleared, its cell
+        deleted). With no view of this widget left in that page, close the widget: its
+        run stops rather than streaming on where nobody can see it or press Stop. Views
+        of other pages (another browser window) are not counted: the front end only
+        knows its own page, and a page that was reloaded never says its views are gone."""
+        views = self._views.get(page) if isinstance(page, str) else None
+        if views is None or not isinstance(view, str) or view not in views:
+            return  # not a view this widget knows: never close on a stray message
+        views.discard(view)
+        if not views:
+            logger.info("nbstream: the widget's output was removed; closing it")
+            self.close()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _register_cell(self) -> None:

@@ -154,6 +154,33 @@ def test_stop_message_cancels_and_keeps_partial_text(long_tiny):
     assert w.metrics["finish_reason"] == "cancelled"
 
 
+def test_removing_a_pages_last_view_closes_the_widget_and_stops_its_run(long_tiny):
+    """A cleared output (the front end says its view was removed from an open notebook)
+    closes the widget once that page has no view of it left; its run stops."""
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    for page, view in (("p1", "a"), ("p1", "b"), ("p2", "c")):
+        w._handle_message(w, {"type": "sync", "view": view, "page": page}, [])
+    run = w.generate("Hello there")
+    while not run.partial_text:
+        time.sleep(0.01)
+    # Strays change nothing: an unknown view, an unknown page, a malformed message.
+    for content in (
+        {"type": "removed", "view": "zz", "page": "p1"},
+        {"type": "removed", "view": "a", "page": "p9"},
+        {"type": "removed", "view": ["a"], "page": "p1"},
+        {"type": "removed"},
+    ):
+        w._handle_message(w, content, [])
+    w._handle_message(w, {"type": "removed", "view": "a", "page": "p1"}, [])
+    assert w.comm is not None and run.status == "running"  # view b still shows it
+    w._handle_message(w, {"type": "removed", "view": "b", "page": "p1"}, [])
+    # Page p1 has no view left (page p2's view "c" may be a reloaded page's ghost).
+    assert run.wait_done(30)
+    assert run.status == "cancelled" and run.metrics["tokens"] < 8000
+    assert w.comm is None and w.result is None
+    assert run.join(30)
+
+
 def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
     w.prompt = "Hello there"

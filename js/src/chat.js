@@ -69,6 +69,7 @@ import {
   renderLog,
   setBadge,
   showMetrics,
+  watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 
@@ -528,9 +529,11 @@ function render({ model, el }) {
   // ---- start ------------------------------------------------------------------
   syncEntries();
   live.sync();
+  const removed = watchRemoval(el, (m) => model.send(m), viewId);
 
   return () => {
     disposed = true;
+    removed();
     for (const [name, fn] of modelHandlers) model.off(name, fn);
     modelHandlers.length = 0;
     ac.abort();

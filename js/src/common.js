@@ -207,7 +207,7 @@ class LiveText {
   }
 
   sync() {
-    this.send({ type: "sync", view: this.viewId });
+    this.send({ type: "sync", view: this.viewId, page: PAGE_ID });
   }
 
   /** A gap: ask for the full text, once per gap (retried if no reset comes). */
@@ -304,6 +304,57 @@ class LiveText {
   }
 }
 
+// ---------------------------------------------------------------------------
+// A view removed from a notebook that stays open
+// ---------------------------------------------------------------------------
+
+/** This page load: the kernel counts a widget's views per page (see watchRemoval). */
+const PAGE_ID = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+let unloading = false;
+if (typeof window !== "undefined") {
+  window.addEventListener("pagehide", () => {
+    unloading = true;
+  });
+  window.addEventListener("beforeunload", () => {
+    unloading = true;
+  });
+}
+
+/**
+ * Tell the kernel when this view is removed from a notebook that stays open: the user
+ * cleared the cell's output or deleted the cell. When a page has no view of the widget
+ * left, the kernel closes it, so its run stops instead of streaming on where nobody can
+ * see it or press Stop. A page that unloads (reload, browser closed) or a notebook tab
+ * closed in JupyterLab sends nothing: the widget lives on in the kernel and shows again
+ * when the notebook is reopened. Only views inside a JupyterLab / Notebook 7 notebook
+ * (.jp-Notebook) take part: other front ends may dispose views for their own reasons.
+ * @param {HTMLElement} el the view's element
+ * @param {(msg: any) => void} send
+ * @param {string} viewId
+ * @returns {() => void} call from the view's cleanup
+ */
+function watchRemoval(el, send, viewId) {
+  /** @type {Element | null} */
+  let notebook = null;
+  let tries = 0;
+  let raf = 0;
+  const find = () => {
+    raf = 0;
+    notebook = el.closest(".jp-Notebook");
+    // The element is attached after render returns; look for a few frames.
+    if (!notebook && !el.isConnected && ++tries < 120) raf = requestAnimationFrame(find);
+  };
+  find();
+  return () => {
+    if (raf) cancelAnimationFrame(raf);
+    // Disposed with its output (the element is already detached): the notebook is still
+    // in the page unless the tab or the page is going away.
+    if (notebook && notebook.isConnected && !unloading) {
+      send({ type: "removed", view: viewId, page: PAGE_ID });
+    }
+  };
+}
+
 export {
   ACTIVE,
   BADGE,
@@ -323,4 +374,5 @@ export {
   renderLog,
   setBadge,
   showMetrics,
+  watchRemoval,
 };

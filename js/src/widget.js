@@ -89,6 +89,7 @@ import {
   renderLog,
   setBadge,
   showMetrics,
+  watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 
@@ -391,9 +392,11 @@ function render({ model, el }) {
   // ---- start ------------------------------------------------------------------
   updateChrome();
   live.sync();
+  const removed = watchRemoval(el, (m) => model.send(m), viewId);
 
   return () => {
     disposed = true;
+    removed();
     for (const [name, fn] of modelHandlers) model.off(name, fn);
     modelHandlers.length = 0;
     ac.abort();
