@@ -164,6 +164,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="few tokens, 2 rounds")
     parser.add_argument("--models", default="default,tiny", help="default and/or tiny")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for the default model (default: torch's own; 1 is steadier on a "
+        "busy machine, where OpenMP teams spin against other processes)",
+    )
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     if set(args.models) - {"default", "tiny"} or not args.models:
@@ -192,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer = nbstream.load_model()
         tokens, rounds = plan["default"]
         label = f"default (SmolLM2-135M, {tokens} tokens)"
-        cases.append(Case("default", label, model, tokenizer, tokens, rounds, threads=None))
+        threads = args.threads
+        if threads is not None:
+            label += f", {threads} thread{'s' if threads > 1 else ''}"
+        cases.append(Case("default", label, model, tokenizer, tokens, rounds, threads=threads))
     if "tiny" in args.models:
         tiny, tiny_tokenizer = tiny_model(one_line=True)
         tokens, rounds = plan["tiny"]
