@@ -12,7 +12,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Prints how long each part of a target took.
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
-.PHONY: demo test install install-test chromium js js-check lint test-only bench prepare clean
+.PHONY: demo test install install-test chromium js js-check lint test-only bench reliability prepare clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ test: install chromium
 	@$(call timed,front-end build check,$(MAKE) --no-print-directory js-check)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS))
+
+# The README's reliability table, from the fault, cancel, contention, soak, hostile-input and
+# XSS suites (about two minutes).
+reliability: prepare chromium
+	$(PY) -m benchmarks.reliability
 
 bench: prepare chromium
 	@$(call timed,engine benchmark,$(PY) -m benchmarks.engine)

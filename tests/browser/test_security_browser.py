@@ -33,27 +33,24 @@ _PNG = (
 )
 
 # Each line is one way output has been used to attack a page that renders it.
-PAYLOAD = "\n\n".join(
-    [
-        "Here is the answer.",
-        "<script>window.__pwned=1</script>",
-        '<img src=x onerror="window.__pwned=1">',
-        '<svg onload="window.__pwned=1"><script>window.__pwned=1</script></svg>',
-        "[js link](javascript:window.__pwned=1) and [JS upper](JAVASCRIPT:window.__pwned=1)",
-        f"[data page](data:text/html;base64,{_HTML_PAGE})",
-        f"![svg image](data:image/svg+xml;base64,{_SVG})",
-        f"![png pixel](data:image/png;base64,{_PNG})",
-        "<javascript:window.__pwned=1>",
-        '<a href="javascript:window.__pwned=1">raw anchor</a>',
-        '<iframe src="javascript:window.__pwned=1"></iframe>',
-        "<style>body { display: none !important }</style>",
-        '<div style="position:fixed;inset:0;z-index:2147483647;background:red">overlay</div>',
-        "[ref link][r]\n\n[r]: javascript:window.__pwned=1",
-        '<math><mi xlink:href="javascript:window.__pwned=1">m</mi></math>',
-        "```html\n<script>window.__pwned=1</script>\n```",
-        "The end.",
-    ]
-)
+ATTACKS = [
+    "<script>window.__pwned=1</script>",
+    '<img src=x onerror="window.__pwned=1">',
+    '<svg onload="window.__pwned=1"><script>window.__pwned=1</script></svg>',
+    "[js link](javascript:window.__pwned=1) and [JS upper](JAVASCRIPT:window.__pwned=1)",
+    f"[data page](data:text/html;base64,{_HTML_PAGE})",
+    f"![svg image](data:image/svg+xml;base64,{_SVG})",
+    f"![png pixel](data:image/png;base64,{_PNG})",
+    "<javascript:window.__pwned=1>",
+    '<a href="javascript:window.__pwned=1">raw anchor</a>',
+    '<iframe src="javascript:window.__pwned=1"></iframe>',
+    "<style>body { display: none !important }</style>",
+    '<div style="position:fixed;inset:0;z-index:2147483647;background:red">overlay</div>',
+    "[ref link][r]\n\n[r]: javascript:window.__pwned=1",
+    '<math><mi xlink:href="javascript:window.__pwned=1">m</mi></math>',
+    "```html\n<script>window.__pwned=1</script>\n```",
+]
+PAYLOAD = "\n\n".join(["Here is the answer.", *ATTACKS, "The end."])
 
 _ESCAPES = """(out) => {
   const box = out.getBoundingClientRect();
@@ -79,7 +76,7 @@ _TOPMOST = """(out) => {
 }"""
 
 
-def test_hostile_output_executes_nothing_and_stays_inside_the_output(lab):
+def test_hostile_output_executes_nothing_and_stays_inside_the_output(lab, figures):
     nb = lab.open_notebook(
         [
             SETUP,
@@ -138,3 +135,4 @@ def test_hostile_output_executes_nothing_and_stays_inside_the_output(lab):
     assert nb.page.evaluate("getComputedStyle(document.body).display") != "none"
     expect(nb.page.locator(".jp-NotebookPanel-toolbar").first).to_be_visible()
     assert nb.console_errors() == []
+    figures["xss"] = {"payloads": len(ATTACKS), "executed": 0}
