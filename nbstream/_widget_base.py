@@ -24,7 +24,7 @@ import traitlets
 
 from ._display import WIDGET_VIEW, hidden_in_live_views, show, update
 from .generation import TERMINAL, Generation
-from .settings import validate_settings
+from .settings import DEFAULT_MAX_NEW_TOKENS, validate_settings
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,50 @@ def _in_kernel() -> bool:
     return getattr(get_ipython(), "kernel", None) is not None
 
 
+#: The settings the panel shows, each a synced trait of the widgets (in the panel's order):
+#: trait name -> setting name. ``stop`` is the trait ``stop_sequences``, since ``stop()``
+#: stops the run.
+PANEL_SETTINGS = {
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "repetition_penalty": "repetition_penalty",
+    "do_sample": "do_sample",
+    "seed": "seed",
+    "stop_sequences": "stop",
+}
+_TRAIT_OF = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
+
+
+def _setting_trait() -> Any:
+    # Any value is taken in, then checked by validate_settings (the one place that knows
+    # what is allowed): a bad value from the page or from code is shown next to its field
+    # (settings_errors) and refused when a run starts, never raised inside a comm handler.
+    return traitlets.Any(None, allow_none=True).tag(sync=True)
+
+
+def model_defaults(model: Any) -> dict[str, Any]:
+    """What the panel's settings default to for ``model`` (its ``generation_config``).
+
+    Cheap: read from the config, nothing run. ``{}`` for a model without one (an endpoint).
+    """
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return {}
+    from .backends.local import _config_value
+
+    defaults: dict[str, Any] = {
+        "max_new_tokens": getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS,
+        "do_sample": bool(getattr(config, "do_sample", False)),
+    }
+    for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+        value = _config_value(config, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            defaults[name] = value
+    return defaults
+
+
 class _RunInProgress(RuntimeError):
     """A new run while this widget's run is queued or running (a plain RuntimeError to callers)."""
 
@@ -99,9 +143,35 @@ class RunWidget(anywidget.AnyWidget):
     input_error = traitlets.Unicode("").tag(sync=True)
     #: Incremented for every run, so views know when a new run's text begins.
     run_id = traitlets.Int(0).tag(sync=True)
+    #: The exact text the model got for the current (or last) run: its chat template's
+    #: output, special tokens included (``run.prompt_text``); None before the first run.
+    prompt_text = traitlets.Unicode(None, allow_none=True).tag(sync=True)
+    #: How many tokens ``prompt_text`` is (``run.prompt_tokens``).
+    prompt_tokens = traitlets.Int(None, allow_none=True).tag(sync=True)
+
+    # -- generation settings (synced both ways: the settings panel edits them) -------------
+    # The next run uses them, merged under the settings given to generate() / send().
+    # None means the model's default (settings_defaults).
+    max_new_tokens = _setting_trait()
+    temperature = _setting_trait()
+    top_p = _setting_trait()
+    top_k = _setting_trait()
+    repetition_penalty = _setting_trait()
+    do_sample = _setting_trait()
+    seed = _setting_trait()
+    #: The ``stop`` setting: a list of strings.
+    stop_sequences = _setting_trait()
+    #: ``{name: message}`` for every setting whose value is not allowed (from
+    #: validate_settings); while one is there, no run starts.
+    settings_errors = traitlets.Dict().tag(sync=True)
+    #: The model's defaults of the settings, shown for unset fields (may be incomplete).
+    settings_defaults = traitlets.Dict().tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
-        self._settings = validate_settings(settings)
+        clean = validate_settings(settings)
+        # The panel's settings live in traits; the others (budget_s, expect, ...) here.
+        self._settings = {k: v for k, v in clean.items() if k not in _TRAIT_OF}
+        panel = {_TRAIT_OF[k]: v for k, v in clean.items() if k in _TRAIT_OF}
         if model is None:
             from .models import load_model
 
@@ -123,7 +193,7 @@ class RunWidget(anywidget.AnyWidget):
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._display_id: str | None = None
         self._published_status = "idle"
-        super().__init__()
+        super().__init__(**panel, settings_defaults=model_defaults(model))
         self.on_msg(self._handle_message)
         self._register_cell()
 
@@ -194,6 +264,55 @@ class RunWidget(anywidget.AnyWidget):
         self.stop()
         super().close()
 
+    # -- settings -----------------------------------------------------------------------------
+    @traitlets.observe(*PANEL_SETTINGS)
+    def _setting_changed(self, change: dict[str, Any]) -> None:
+        self._check_setting(change["name"])
+
+    def _setting_error(self, name: str, value: Any) -> str | None:
+        """Why ``value`` is not allowed for the setting trait ``name``, or None."""
+        try:
+            validate_settings({PANEL_SETTINGS[name]: value})
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    def _check_setting(self, name: str) -> None:
+        """Put the setting's problem, if any, in ``settings_errors`` (shown next to its field)."""
+        errors = dict(self.settings_errors)
+        message = self._setting_error(name, getattr(self, name))
+        if message is None:
+            errors.pop(name, None)
+        else:
+            errors[name] = message
+        if errors != self.settings_errors:
+            self.settings_errors = errors
+
+    def _run_settings(self, per_call: dict[str, Any]) -> dict[str, Any]:
+        """The settings of the next run: the widget's, then those given to the call.
+
+        Raises ``ValueError`` (nothing started) while a setting of the widget that the call
+        does not override is invalid, with the message shown next to its field.
+        """
+        call = validate_settings(per_call)
+        bad = [
+            message
+            for name, message in self.settings_errors.items()
+            if PANEL_SETTINGS.get(name, name) not in call
+        ]
+        if bad:
+            raise ValueError(
+                "fix the settings first (nothing was started): " + "; ".join(map(str, bad))
+            )
+        panel = validate_settings(
+            {
+                setting: getattr(self, trait)
+                for trait, setting in PANEL_SETTINGS.items()
+                if setting not in call
+            }
+        )
+        return {**self._settings, **panel, **call}
+
     # -- for subclasses -----------------------------------------------------------------------
     #: The method that starts a run, named in errors.
     _start_name = "generate"
@@ -223,6 +342,8 @@ class RunWidget(anywidget.AnyWidget):
                 # traitlets types Dict as never None, whatever allow_none says
                 self.error_info = None  # type: ignore[assignment]
                 self.metrics = run.metrics
+                self.prompt_text = run.prompt_text
+                self.prompt_tokens = run.prompt_tokens
                 self.run_id += 1
                 self.status = run.status
                 self._on_start(run, self.run_id)

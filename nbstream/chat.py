@@ -23,7 +23,6 @@ from ._display import chat_fallback_bundle
 from ._widget_base import RunWidget, _error_info
 from .backends.local import ContextLengthError
 from .generation import CANCELLED, COMPLETE, FAILED, TERMINAL, Generation, stream
-from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
 
@@ -169,12 +168,20 @@ class ChatWidget(RunWidget):
     #: frame): the answer being generated has content "" and streams as deltas.
     _messages: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
 
+    # -- public synced state ------------------------------------------------------------------
+    #: The system message sent first (None: the chat template's default, if any). A setting
+    #: like the others: the settings panel edits it, and an invalid one (an empty message)
+    #: is reported in ``settings_errors`` and refused by the next send. It cannot change
+    #: while an answer is being generated (RuntimeError).
+    system = traitlets.Any(None, allow_none=True).tag(sync=True)
+
     def __init__(
         self, model: Any = None, tokenizer: Any = None, system: str | None = None, **settings: Any
     ) -> None:
-        self._system = _check_system(system)
+        system = _check_system(system)
         self._turns: list[_Turn] = []
         super().__init__(model, tokenizer, **settings)
+        self.system = system
 
     # -- Python API ---------------------------------------------------------------------------
     def send(self, text: str, **settings: Any) -> Generation:
@@ -251,21 +258,8 @@ class ChatWidget(RunWidget):
                 raise RuntimeError(
                     "the chat is answering; call stop() or wait() before setting its history"
                 )
-            self._system = system
+            self.system = system
         self._reset_turns([_Turn(user, answer=answer) for user, answer in pairs])
-
-    @property
-    def system(self) -> str | None:
-        """The system message sent first (``None``: the chat template's default, if any)."""
-        return self._system
-
-    @system.setter
-    def system(self, value: str | None) -> None:
-        value = _check_system(value)
-        with self._lock:
-            if self._busy():
-                raise RuntimeError("the chat is answering; call stop() or wait() first")
-            self._system = value
 
     @property
     def transcript(self) -> list[dict[str, Any]]:
@@ -293,12 +287,34 @@ class ChatWidget(RunWidget):
         return out
 
     # -- internals ------------------------------------------------------------------------------
+    @traitlets.validate("system")
+    def _valid_system(self, proposal: dict[str, Any]) -> Any:
+        value = proposal["value"]
+        if value != self.system and self._busy():
+            # The answer being generated was asked with the old one: history must not lie.
+            raise RuntimeError("the chat is answering; call stop() or wait() first")
+        return value
+
+    @traitlets.observe("system")
+    def _system_changed(self, _change: dict[str, Any]) -> None:
+        self._check_setting("system")
+
+    def _setting_error(self, name: str, value: Any) -> str | None:
+        if name != "system":
+            return super()._setting_error(name, value)
+        try:
+            _check_system(value)
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        return None
+
     def _send_msg(self, content: dict[str, Any]) -> None:
         # send() is a chat turn here: custom messages go through ipywidgets' own send.
         ipywidgets.Widget.send(self, content)
 
     def _history_of(self, turns: list[_Turn]) -> list[dict[str, str]]:
-        history = [] if self._system is None else [{"role": "system", "content": self._system}]
+        system = self.system
+        history = [] if system is None else [{"role": "system", "content": system}]
         for t in turns:
             if t.in_history:
                 history.append({"role": "user", "content": t.user})
@@ -307,7 +323,7 @@ class ChatWidget(RunWidget):
 
     def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
         text = _check_text(text)
-        merged = {**self._settings, **validate_settings(settings)}
+        merged = self._run_settings(settings)
 
         def make_run() -> Generation:  # with the lock held, and no run in progress
             turns = self._turns
@@ -352,6 +368,8 @@ class ChatWidget(RunWidget):
                 self.metrics = {}
                 self.error_info = None  # type: ignore[assignment]
                 self.input_error = ""
+                self.prompt_text = None
+                self.prompt_tokens = None
                 self.run_id += 1  # the views drop the text of the run they were showing
             self._publish_fallback()
 

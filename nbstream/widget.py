@@ -24,7 +24,6 @@ from ._widget_base import (
     _error_info,
 )
 from .generation import Generation, stream
-from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +63,14 @@ class StreamWidget(RunWidget):
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
         """Start a run and return the engine's :class:`~nbstream.Generation` at once.
 
-        ``prompt`` defaults to the prompt box; ``settings`` override the widget's for this
-        run. Raises ``RuntimeError`` if this widget already has a run queued or running.
+        ``prompt`` defaults to the prompt box; ``settings`` override the widget's (its
+        setting traits, such as ``temperature``, which the settings panel edits) for this
+        run; a widget setting that is invalid (``settings_errors``) raises ``ValueError``.
+        Raises ``RuntimeError`` if this widget already has a run queued or running.
         """
         if prompt is None:
             prompt = self.prompt
-        merged = {**self._settings, **validate_settings(settings)}
+        merged = self._run_settings(settings)
         # A string prompt goes into the box, with the run's first state.
         box = {"prompt": prompt} if isinstance(prompt, str) else {}
         return self._launch(lambda: stream(self._model, self._tokenizer, prompt, **merged), **box)

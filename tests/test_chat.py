@@ -448,3 +448,32 @@ def test_rerunning_the_cell_closes_the_old_chat(tiny_line, no_leftover_runs, mon
     assert run.join(10) and run.status == "cancelled"
     assert old.comm is None and new.comm is not None
     new.close()
+
+
+# -- settings traits (the settings panel) and the prompt view --------------------------------
+
+
+def test_system_and_settings_are_traits_checked_like_the_rest(tiny_line, no_leftover_runs):
+    chat = nbstream.ChatWidget(*tiny_line, system="Be brief.", max_new_tokens=3)
+    assert chat.system == "Be brief." and chat.max_new_tokens == 3
+    chat.set_state({"system": "   ", "seed": -2})  # what the settings panel sends
+    assert chat.settings_errors["system"].startswith("the system message is empty")
+    assert chat.settings_errors["seed"] == "seed must be >= 0, got -2"
+    chat._on_view_message("send", {"type": "send", "text": "Hello"})
+    assert chat.run is None and chat.transcript == [] and "system message" in chat.input_error
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        chat.send("Hello", seed=None)
+    chat.set_state({"system": "Be kind.", "seed": 7, "temperature": 0.8})
+    assert chat.settings_errors == {}
+    run = chat.send("Hello")
+    chat.wait()
+    assert run.prompt[0] == {"role": "system", "content": "Be kind."}
+    assert run.settings["seed"] == 7 and run.settings["temperature"] == 0.8
+    # The prompt view: the whole conversation as templated.
+    run = chat.send("And again?", max_new_tokens=2)
+    chat.wait()
+    assert chat.prompt_text == run.prompt_text and chat.prompt_tokens == run.prompt_tokens
+    text = chat.prompt_text
+    assert text.count("<|im_start|>user") == 2 and "<|im_start|>system\nBe kind." in text
+    chat.clear()
+    assert chat.prompt_text is None and chat.prompt_tokens is None

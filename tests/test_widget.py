@@ -443,3 +443,76 @@ def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monk
     # A terminal IPython prints updates when they come: the view thread would print the
     # answer into whatever the user is typing. One display, without a display id.
     assert published == [{"metadata": {}, "raw": True}]
+
+
+# -- settings traits (the settings panel) and the prompt view --------------------------------
+
+
+def test_setting_traits_feed_the_next_run_and_calls_override_them(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=4, stop=["zz"], budget_s=30)
+    assert (w.max_new_tokens, w.stop_sequences, w.temperature) == (4, ["zz"], None)
+    assert w.settings_defaults["max_new_tokens"] > 0  # the panel's placeholders
+    w.max_new_tokens = 3  # as code or the panel sets it
+    w.top_k = 5
+    run = w.generate("Hello")
+    w.wait()
+    used = {k: run.settings.get(k) for k in ("max_new_tokens", "top_k", "stop", "budget_s")}
+    assert used == {"max_new_tokens": 3, "top_k": 5, "stop": ["zz"], "budget_s": 30.0}
+    run = w.generate("Hello", max_new_tokens=2, top_k=None)  # None: no override
+    w.wait()
+    assert run.settings["max_new_tokens"] == 2 and run.settings["top_k"] == 5
+    assert w.max_new_tokens == 3  # a call's settings are for that run only
+    w.max_new_tokens = None  # unset: the model's default again
+    run = w.generate("Hello")
+    w.wait()
+    assert run.settings["max_new_tokens"] == w.settings_defaults["max_new_tokens"]
+
+
+def test_invalid_settings_from_the_page_are_reported_per_field_and_start_nothing(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3)
+    # What the front end does: a state message, then a Run click.
+    w.set_state({"temperature": -1, "top_p": 2, "stop_sequences": ["ok", ""]})
+    assert set(w.settings_errors) == {"temperature", "top_p", "stop_sequences"}
+    assert w.settings_errors["temperature"].startswith("temperature must be >= 0")
+    assert "top_p must be in (0, 1]" in w.settings_errors["top_p"]
+    assert "stop[1] is empty" in w.settings_errors["stop_sequences"]
+    w._handle_message(w, {"type": "run", "prompt": "Hello"}, [])
+    assert w.run is None and w.status == "idle" and w.run_id == 0
+    assert "temperature must be >= 0" in w.input_error
+    w.set_state({"temperature": 0.5, "top_p": None, "stop_sequences": None})
+    assert w.settings_errors == {}
+    w._handle_message(w, {"type": "run", "prompt": "Hello"}, [])
+    assert w.run is not None and w.input_error == ""
+    w.wait()
+    assert w.run.settings["temperature"] == 0.5
+
+
+def test_invalid_settings_from_python_get_the_same_message_and_start_nothing(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3)
+    w.top_k = 2.5
+    w.do_sample = "yes"
+    assert w.settings_errors == {
+        "top_k": "top_k must be an int, got 2.5",
+        "do_sample": "do_sample must be True or False, got 'yes'",
+    }
+    with pytest.raises(ValueError, match="top_k must be an int"):
+        w.generate("Hello")
+    assert w.run is None and w.run_id == 0
+    w.do_sample = None
+    run = w.generate("Hello", top_k=4)  # the call overrides the bad one: it starts
+    w.wait()
+    assert run.settings["top_k"] == 4
+    with pytest.raises(ValueError, match="top_k"):
+        w.generate("Hello")
+    w.top_k = 0
+    assert w.settings_errors == {}
+
+
+def test_prompt_traits_hold_the_templated_prompt_of_the_run(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=2)
+    assert w.prompt_text is None and w.prompt_tokens is None
+    run = w.generate("Hello <b>there</b>")
+    w.wait()
+    assert w.prompt_text == run.prompt_text and w.prompt_tokens == run.prompt_tokens
+    assert "<|im_start|>user\nHello <b>there</b><|im_end|>" in w.prompt_text
+    assert w.prompt_tokens > 5

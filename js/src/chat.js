@@ -72,6 +72,7 @@ import {
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
+import { promptView, settingsPanel } from "./settings.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
 
@@ -139,8 +140,18 @@ function render({ model, el }) {
   const clearBtn = h("button", "nbstream-clear", { type: "button", "aria-label": "Clear chat" });
   clearBtn.textContent = "Clear chat";
   clearBtn.title = "Stop any answer and start the conversation afresh";
+  const settings = settingsPanel({
+    model,
+    viewId,
+    chat: true,
+    on,
+    onModel,
+    later,
+    active: () => ACTIVE.has(status()),
+  });
+  const templated = promptView({ model, viewId, on, onModel });
   const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, rawBtn, clearBtn);
+  bar.append(badge, metricsEl, rawBtn, templated.toggle, settings.toggle, clearBtn);
 
   const list = h("div", "nbstream-messages", { "aria-label": "Conversation", tabindex: "0" });
 
@@ -174,7 +185,7 @@ function render({ model, el }) {
   const inputErrorId = `nbstream-input-error-${viewId}`;
   const inputErrorEl = h("div", "nbstream-input-error", { role: "alert", id: inputErrorId });
 
-  root.append(bar, list, promptRow);
+  root.append(bar, settings.panel, templated.view, list, promptRow);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
@@ -383,6 +394,7 @@ function render({ model, el }) {
     sendBtn.disabled = active;
     stopBtn.disabled = !active;
     clearBtn.disabled = entries.length === 0;
+    settings.update();
     entries.forEach((e, i) => updateEntry(e, i, active));
     if (editing && (active || !entries.some((e) => e.msg.role === "user"))) setEditing(false);
 
@@ -454,6 +466,8 @@ function render({ model, el }) {
   // ---- composer ----------------------------------------------------------------
   function send() {
     if (sendBtn.disabled) return;
+    // An invalid setting: the panel opens on it, and nothing is sent.
+    if (settings.blocked()) return;
     const text = message.value;
     pending = text;
     model.send(editing ? { type: "edit_last", text } : { type: "send", text });

@@ -92,6 +92,7 @@ import {
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
+import { promptView, settingsPanel } from "./settings.js";
 
 const PROMPT_DEBOUNCE_MS = 300;
 
@@ -160,8 +161,18 @@ function render({ model, el }) {
   });
   rawBtn.textContent = "Raw text";
   rawBtn.title = "Show the raw text instead of rendered Markdown";
+  const settings = settingsPanel({
+    model,
+    viewId,
+    chat: false,
+    on,
+    onModel,
+    later,
+    active: () => ACTIVE.has(status()),
+  });
+  const templated = promptView({ model, viewId, on, onModel });
   const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, rawBtn);
+  bar.append(badge, metricsEl, rawBtn, templated.toggle, settings.toggle);
 
   const partialLabel = h("div", "nbstream-partial-label");
   const output = h("div", "nbstream-output", {
@@ -179,7 +190,7 @@ function render({ model, el }) {
   output.append(rendered);
   const errorEl = h("div", "nbstream-error", { role: "alert" });
 
-  root.append(promptRow, bar, output);
+  root.append(promptRow, bar, settings.panel, templated.view, output);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
@@ -232,6 +243,7 @@ function render({ model, el }) {
     const active = ACTIVE.has(s);
     runBtn.disabled = active;
     stopBtn.disabled = !active;
+    settings.update();
 
     const hasText = live.text.length > 0;
     output.setAttribute("data-partial", String(hasText && PARTIAL.has(s)));
@@ -342,6 +354,8 @@ function render({ model, el }) {
   function run() {
     if (runBtn.disabled) return;
     savePrompt();
+    // An invalid setting: the panel opens on it, and nothing is sent.
+    if (settings.blocked()) return;
     model.send({ type: "run", prompt: prompt.value });
   }
   on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {

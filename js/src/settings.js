@@ -1,0 +1,436 @@
+// nbstream front end: the settings panel and the prompt view, shared by the
+// StreamWidget view (widget.js) and the ChatWidget view (chat.js).
+//
+// Synced traits they use (RunWidget in nbstream/_widget_base.py; `system` is the
+// ChatWidget's, nbstream/chat.py):
+//   max_new_tokens, temperature, top_p, top_k, repetition_penalty, do_sample, seed,
+//   stop_sequences, [system]   two-way; null means "the model's default"
+//   settings_errors            {trait: message} from Python's validate_settings (JS reads)
+//   settings_defaults          {setting: the model's default} for placeholders (JS reads)
+//   prompt_text, prompt_tokens what the model got for the current / last run (JS reads)
+//
+// The browser checks a field as it is typed in (the same ranges as
+// nbstream/settings.py) and never sends a value it rejects; Python checks every
+// value again, whoever set it, and its message shows next to the field too.
+
+import { h } from "./common.js";
+
+const SAVE_DEBOUNCE_MS = 300;
+const MAX_NEW_TOKENS_LIMIT = 1000000; // nbstream/settings.py MAX_NEW_TOKENS_LIMIT
+const INT_RE = /^[+-]?\d+$/;
+const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/**
+ * One field of the panel.
+ * @typedef {object} FieldSpec
+ * @property {string} name     the trait
+ * @property {string} label    its accessible name
+ * @property {"int" | "float" | "bool" | "lines" | "text"} kind
+ * @property {string} [hint]   what is allowed, under the label
+ * @property {(v: number) => string | null} [check] a range check: the problem, or null
+ */
+
+/** @type {FieldSpec[]} */
+const FIELDS = [
+  {
+    name: "max_new_tokens",
+    label: "Max new tokens",
+    kind: "int",
+    hint: "> 0",
+    check: (v) =>
+      v <= 0
+        ? `max_new_tokens must be positive, got ${v}`
+        : v > MAX_NEW_TOKENS_LIMIT
+          ? `max_new_tokens=${v} is absurd; use at most ${MAX_NEW_TOKENS_LIMIT.toLocaleString("en")}`
+          : null,
+  },
+  {
+    name: "temperature",
+    label: "Temperature",
+    kind: "float",
+    hint: ">= 0; 0 is greedy",
+    check: (v) => (v < 0 ? `temperature must be >= 0 (0 means greedy), got ${v}` : null),
+  },
+  {
+    name: "top_p",
+    label: "Top-p",
+    kind: "float",
+    hint: "0 < p <= 1",
+    check: (v) => (v <= 0 || v > 1 ? `top_p must be in (0, 1], got ${v}` : null),
+  },
+  {
+    name: "top_k",
+    label: "Top-k",
+    kind: "int",
+    hint: ">= 0; 0 disables",
+    check: (v) => (v < 0 ? `top_k must be >= 0, got ${v}` : null),
+  },
+  {
+    name: "repetition_penalty",
+    label: "Repetition penalty",
+    kind: "float",
+    hint: "> 0; 1 is none",
+    check: (v) => (v <= 0 ? `repetition_penalty must be > 0 (1 means none), got ${v}` : null),
+  },
+  { name: "do_sample", label: "Sampling", kind: "bool" },
+  {
+    name: "seed",
+    label: "Seed",
+    kind: "int",
+    hint: ">= 0; reproducible sampling",
+    check: (v) => (v < 0 ? `seed must be >= 0, got ${v}` : null),
+  },
+  { name: "stop_sequences", label: "Stop sequences", kind: "lines", hint: "one per line" },
+];
+
+/** @type {FieldSpec} */
+const SYSTEM_FIELD = { name: "system", label: "System prompt", kind: "text" };
+
+/** The setting a trait stands for (the model's defaults are keyed by setting). */
+const SETTING_OF = { stop_sequences: "stop" };
+
+/**
+ * The field's text as a trait value: {value} or {error}. An empty field is null (unset).
+ * @param {FieldSpec} spec @param {string} text
+ * @returns {{value: any} | {error: string}}
+ */
+function parseField(spec, text) {
+  if (spec.kind === "bool") {
+    return { value: text === "" ? null : text === "true" };
+  }
+  if (spec.kind === "text") return { value: text === "" ? null : text };
+  if (spec.kind === "lines") {
+    const lines = text.split(/\r?\n/).filter((line) => line !== "");
+    return { value: lines.length ? [...new Set(lines)] : null };
+  }
+  const s = text.trim();
+  if (s === "") return { value: null };
+  if (spec.kind === "int" && !INT_RE.test(s)) {
+    return { error: `${spec.name} must be a whole number, got ${JSON.stringify(s)}` };
+  }
+  if (spec.kind === "float" && !NUM_RE.test(s)) {
+    return { error: `${spec.name} must be a number, got ${JSON.stringify(s)}` };
+  }
+  const v = Number(s);
+  if (!Number.isFinite(v)) return { error: `${spec.name} must be a finite number, got ${s}` };
+  if (spec.kind === "int" && !Number.isSafeInteger(v)) {
+    return { error: `${spec.name} is too large, got ${s}` };
+  }
+  const problem = spec.check ? spec.check(v) : null;
+  return problem ? { error: problem } : { value: v };
+}
+
+/** A trait value as the field's text. @param {FieldSpec} spec @param {any} value */
+function formatField(spec, value) {
+  if (value === null || value === undefined) return "";
+  if (spec.kind === "bool") return value === true ? "true" : value === false ? "false" : String(value);
+  if (spec.kind === "lines") return Array.isArray(value) ? value.join("\n") : String(value);
+  if (typeof value === "string") return value;
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+/**
+ * The collapsible settings panel.
+ * @param {object} opts
+ * @param {any} opts.model
+ * @param {string} opts.viewId
+ * @param {boolean} opts.chat          add the system prompt field
+ * @param {Function} opts.on           add a DOM listener removed at cleanup
+ * @param {Function} opts.onModel      add a model listener removed at cleanup
+ * @param {Function} opts.later        a timer cleared at cleanup
+ * @param {() => boolean} opts.active  whether a run is queued or running
+ * @returns {{toggle: HTMLButtonElement, panel: HTMLElement, flush: () => void,
+ *            blocked: () => boolean, update: () => void}}
+ */
+function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
+  const panelId = `nbstream-settings-${viewId}`;
+  const toggle = h("button", "nbstream-settings-toggle", {
+    type: "button",
+    "aria-label": "Settings",
+    "aria-expanded": "false",
+    "aria-controls": panelId,
+  });
+  toggle.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">\u2699</span>Settings';
+  toggle.title = "Generation settings";
+  const panel = h("div", "nbstream-settings", { id: panelId, role: "group", "aria-label": "Settings" });
+  panel.hidden = true;
+  const grid = h("div", "nbstream-settings-grid");
+  panel.append(grid);
+
+  const specs = chat ? [SYSTEM_FIELD, ...FIELDS] : FIELDS;
+  /**
+   * @typedef {object} Field
+   * @property {FieldSpec} spec
+   * @property {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement} input
+   * @property {HTMLElement} errorEl
+   * @property {string | null} local   the browser's problem with what was typed
+   * @property {boolean} dirty         typed in, not saved yet
+   * @property {boolean} edited        saved since Python last reported on it
+   * @property {any} timer
+   */
+  /** @type {Field[]} */
+  const fields = specs.map((spec) => {
+    const id = `nbstream-field-${spec.name}-${viewId}`;
+    const wrap = h("div", `nbstream-field nbstream-field-${spec.kind}`, { "data-field": spec.name });
+    const label = h("label", "nbstream-field-label", { for: id });
+    label.textContent = spec.label;
+    /** @type {any} */
+    let input;
+    if (spec.kind === "bool") {
+      input = h("select", "nbstream-field-input", { id, "data-field": spec.name });
+      for (const [value, text] of [
+        ["", "Model default"],
+        ["true", "On (sample)"],
+        ["false", "Off (greedy)"],
+      ]) {
+        const opt = h("option", "", { value });
+        opt.textContent = text;
+        input.append(opt);
+      }
+    } else if (spec.kind === "lines" || spec.kind === "text") {
+      input = h("textarea", "nbstream-field-input", {
+        id,
+        rows: spec.kind === "text" ? "3" : "2",
+        spellcheck: "false",
+        "data-field": spec.name,
+        "data-lm-suppress-shortcuts": "true",
+      });
+    } else {
+      input = h("input", "nbstream-field-input", {
+        id,
+        type: "text",
+        inputmode: spec.kind === "int" ? "numeric" : "decimal",
+        autocomplete: "off",
+        spellcheck: "false",
+        "data-field": spec.name,
+        "data-lm-suppress-shortcuts": "true",
+      });
+    }
+    if (spec.kind === "lines") input.placeholder = "One per line (none set)";
+    if (spec.kind === "text") input.placeholder = "None (the chat template's default)";
+    const errorEl = h("div", "nbstream-field-error", {
+      id: `${id}-error`,
+      "aria-live": "polite",
+    });
+    wrap.append(label);
+    if (spec.hint) {
+      const hint = h("span", "nbstream-field-hint");
+      hint.textContent = spec.hint;
+      label.append(" ", hint);
+    }
+    wrap.append(input, errorEl);
+    grid.append(wrap);
+    return { spec, input, errorEl, local: null, dirty: false, edited: false, timer: null };
+  });
+  const reset = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
+  reset.textContent = "Model defaults";
+  reset.title = "Unset every setting: the model's defaults apply";
+  const foot = h("div", "nbstream-settings-foot");
+  foot.append(reset);
+  panel.append(foot);
+
+  function pythonErrors() {
+    const e = model.get("settings_errors");
+    return e && typeof e === "object" ? e : {};
+  }
+
+  /** The message next to a field: what the browser rejected, else what Python did. */
+  function errorOf(f) {
+    if (f.local) return f.local;
+    if (f.edited) return null; // saved a valid value; Python's word on it is coming
+    const msg = pythonErrors()[f.spec.name];
+    return msg ? String(msg) : null;
+  }
+
+  function showField(f) {
+    const msg = errorOf(f);
+    if (msg) {
+      if (f.errorEl.textContent !== msg) f.errorEl.textContent = msg;
+      f.input.setAttribute("aria-invalid", "true");
+      f.input.setAttribute("aria-describedby", f.errorEl.id);
+    } else {
+      if (f.errorEl.textContent) f.errorEl.textContent = "";
+      f.input.removeAttribute("aria-invalid");
+      f.input.removeAttribute("aria-describedby");
+    }
+    // The system prompt cannot change while the chat answers (Python refuses it).
+    if (f.spec.name === "system") f.input.disabled = active();
+  }
+
+  function placeholders() {
+    const d = model.get("settings_defaults") || {};
+    for (const f of fields) {
+      const key = SETTING_OF[f.spec.name] || f.spec.name;
+      const v = d[key];
+      if (f.spec.kind === "int" || f.spec.kind === "float") {
+        f.input.placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
+      } else if (f.spec.kind === "bool") {
+        const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
+        opt.textContent = typeof v === "boolean" ? `Model default (${v ? "on" : "off"})` : "Model default";
+      }
+    }
+  }
+
+  function update() {
+    let invalid = false;
+    for (const f of fields) {
+      showField(f);
+      if (errorOf(f)) invalid = true;
+    }
+    toggle.setAttribute("data-invalid", String(invalid));
+  }
+
+  /** Put the trait's value in the field (unless the user is typing in it). */
+  function fromModel(f) {
+    if (f.dirty) return;
+    const text = formatField(f.spec, model.get(f.spec.name));
+    if (f.input.value !== text) f.input.value = text;
+    f.local = null;
+    f.edited = false;
+    showField(f);
+  }
+
+  function save(f) {
+    if (f.timer) {
+      clearTimeout(f.timer);
+      f.timer = null;
+    }
+    if (!f.dirty) return;
+    f.dirty = false;
+    const parsed = parseField(f.spec, f.input.value);
+    if ("error" in parsed) return; // never sent: the message is next to the field
+    const current = model.get(f.spec.name);
+    if (JSON.stringify(current ?? null) === JSON.stringify(parsed.value)) return;
+    f.edited = true;
+    model.set(f.spec.name, parsed.value);
+    model.save_changes();
+  }
+
+  function check(f) {
+    const parsed = parseField(f.spec, f.input.value);
+    f.local = "error" in parsed ? parsed.error : null;
+    update();
+  }
+
+  for (const f of fields) {
+    f.input.value = formatField(f.spec, model.get(f.spec.name));
+    const changed = () => {
+      f.dirty = true;
+      check(f);
+      if (f.timer) clearTimeout(f.timer);
+      f.timer = later(() => {
+        f.timer = null;
+        save(f);
+      }, SAVE_DEBOUNCE_MS);
+    };
+    on(f.input, f.spec.kind === "bool" ? "change" : "input", changed);
+    on(f.input, "blur", () => save(f));
+    on(f.input, "keydown", (/** @type {KeyboardEvent} */ e) => {
+      if (e.key === "Enter" && f.input.tagName === "INPUT") save(f);
+      if (e.key === "Escape") {
+        setOpen(false);
+        toggle.focus();
+      }
+    });
+    onModel(`change:${f.spec.name}`, () => fromModel(f));
+  }
+  onModel("change:settings_errors", () => {
+    for (const f of fields) if (!f.dirty) f.edited = false;
+    update();
+  });
+  onModel("change:settings_defaults", placeholders);
+
+  on(reset, "click", () => {
+    for (const f of fields) {
+      if (f.spec.name === "system" && f.input.disabled) continue;
+      f.input.value = "";
+      f.dirty = true;
+      f.local = null;
+      save(f);
+    }
+    update();
+  });
+
+  /** @param {boolean} open */
+  function setOpen(open) {
+    panel.hidden = !open;
+    toggle.setAttribute("aria-expanded", String(open));
+  }
+  on(toggle, "click", () => setOpen(panel.hidden));
+
+  /** Save what was typed (before a run). */
+  function flush() {
+    for (const f of fields) save(f);
+  }
+
+  /** Whether a field is invalid; if so the panel opens on it and Run / Send must not go. */
+  function blocked() {
+    flush();
+    update();
+    const bad = fields.find((f) => errorOf(f));
+    if (!bad) return false;
+    setOpen(true);
+    bad.input.focus();
+    return true;
+  }
+
+  placeholders();
+  update();
+  return { toggle, panel, flush, blocked, update };
+}
+
+/**
+ * The prompt view: the exact text the model got for the current / last run, as
+ * plain text, with its token count.
+ * @param {object} opts
+ * @param {any} opts.model
+ * @param {string} opts.viewId
+ * @param {Function} opts.on
+ * @param {Function} opts.onModel
+ * @returns {{toggle: HTMLButtonElement, view: HTMLElement}}
+ */
+function promptView({ model, viewId, on, onModel }) {
+  const id = `nbstream-prompt-view-${viewId}`;
+  const toggle = h("button", "nbstream-prompt-toggle", {
+    type: "button",
+    "aria-label": "Prompt view",
+    "aria-pressed": "false",
+    "aria-controls": id,
+  });
+  toggle.textContent = "Prompt";
+  toggle.title = "Show the exact text the model gets: its chat template's output, special tokens included";
+  const view = h("div", "nbstream-prompt-view", { id, role: "region", "aria-label": "Prompt as the model sees it" });
+  view.hidden = true;
+  const head = h("div", "nbstream-prompt-view-head");
+  const title = h("span", "nbstream-prompt-view-title");
+  title.textContent = "Prompt as the model sees it";
+  const count = h("span", "nbstream-prompt-tokens");
+  head.append(title, count);
+  const pre = h("pre", "nbstream-templated", { tabindex: "0", "aria-label": "Templated prompt" });
+  view.append(head, pre);
+
+  function update() {
+    const text = model.get("prompt_text");
+    const n = model.get("prompt_tokens");
+    const has = typeof text === "string";
+    // textContent, never HTML: the template's tokens (<|im_start|>) are shown as typed.
+    const shown = has ? text : "No run yet: the prompt appears here when a run starts.";
+    if (pre.textContent !== shown) pre.textContent = shown;
+    pre.setAttribute("data-empty", String(!has));
+    const words = typeof n === "number" ? `${n} prompt ${n === 1 ? "token" : "tokens"}` : "";
+    if (count.textContent !== words) count.textContent = words;
+    if (typeof n === "number") count.setAttribute("data-tokens", String(n));
+    else count.removeAttribute("data-tokens");
+  }
+  on(toggle, "click", () => {
+    const open = view.hidden;
+    view.hidden = !open;
+    toggle.setAttribute("aria-pressed", String(open));
+  });
+  onModel("change:prompt_text", update);
+  onModel("change:prompt_tokens", update);
+  update();
+  return { toggle, view };
+}
+
+export { FIELDS, parseField, promptView, settingsPanel };
