@@ -80,7 +80,12 @@ const FIELDS = [
     hint: ">= 0; reproducible sampling",
     check: (v) => (v < 0 ? `seed must be >= 0, got ${v}` : null),
   },
-  { name: "stop_sequences", label: "Stop sequences", kind: "lines", hint: "one per line" },
+  {
+    name: "stop_sequences",
+    label: "Stop sequences",
+    kind: "lines",
+    hint: "one per line; \\n is a newline",
+  },
 ];
 
 /** @type {FieldSpec} */
@@ -88,6 +93,19 @@ const SYSTEM_FIELD = { name: "system", label: "System prompt", kind: "text" };
 
 /** The setting a trait stands for (the model's defaults are keyed by setting). */
 const SETTING_OF = { stop_sequences: "stop" };
+
+/**
+ * A stop string on one line: a newline is written \n, a tab \t, a backslash \\.
+ * @param {string} v
+ */
+function escapeLine(v) {
+  return v.replace(/[\\\n\r\t]/g, (c) => ({ "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" })[c]);
+}
+
+/** The inverse of escapeLine (an unknown escape stays as typed). @param {string} line */
+function unescapeLine(line) {
+  return line.replace(/\\([\\nrt])/g, (_, c) => ({ "\\": "\\", n: "\n", r: "\r", t: "\t" })[c]);
+}
 
 /**
  * The field's text as a trait value: {value} or {error}. An empty field is null (unset).
@@ -100,7 +118,7 @@ function parseField(spec, text) {
   }
   if (spec.kind === "text") return { value: text === "" ? null : text };
   if (spec.kind === "lines") {
-    const lines = text.split(/\r?\n/).filter((line) => line !== "");
+    const lines = text.split(/\r?\n/).filter((line) => line !== "").map(unescapeLine);
     return { value: lines.length ? [...new Set(lines)] : null };
   }
   const s = text.trim();
@@ -124,7 +142,9 @@ function parseField(spec, text) {
 function formatField(spec, value) {
   if (value === null || value === undefined) return "";
   if (spec.kind === "bool") return value === true ? "true" : value === false ? "false" : String(value);
-  if (spec.kind === "lines") return Array.isArray(value) ? value.join("\n") : String(value);
+  if (spec.kind === "lines") {
+    return Array.isArray(value) ? value.map((v) => escapeLine(String(v))).join("\n") : String(value);
+  }
   if (typeof value === "string") return value;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
@@ -212,15 +232,19 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
       id: `${id}-error`,
       "aria-live": "polite",
     });
-    wrap.append(label);
+    const head = h("div", "nbstream-field-head");
+    head.append(label);
+    let hintId = "";
     if (spec.hint) {
-      const hint = h("span", "nbstream-field-hint");
+      hintId = `${id}-hint`;
+      const hint = h("span", "nbstream-field-hint", { id: hintId });
       hint.textContent = spec.hint;
-      label.append(" ", hint);
+      head.append(hint);
+      input.setAttribute("aria-describedby", hintId);
     }
-    wrap.append(input, errorEl);
+    wrap.append(head, input, errorEl);
     grid.append(wrap);
-    return { spec, input, errorEl, local: null, dirty: false, edited: false, timer: null };
+    return { spec, input, errorEl, hintId, local: null, dirty: false, edited: false, timer: null };
   });
   const reset = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
   reset.textContent = "Model defaults";
@@ -247,11 +271,12 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     if (msg) {
       if (f.errorEl.textContent !== msg) f.errorEl.textContent = msg;
       f.input.setAttribute("aria-invalid", "true");
-      f.input.setAttribute("aria-describedby", f.errorEl.id);
+      f.input.setAttribute("aria-describedby", `${f.errorEl.id} ${f.hintId}`.trim());
     } else {
       if (f.errorEl.textContent) f.errorEl.textContent = "";
       f.input.removeAttribute("aria-invalid");
-      f.input.removeAttribute("aria-describedby");
+      if (f.hintId) f.input.setAttribute("aria-describedby", f.hintId);
+      else f.input.removeAttribute("aria-describedby");
     }
     // The system prompt cannot change while the chat answers (Python refuses it).
     if (f.spec.name === "system") f.input.disabled = active();
