@@ -39,6 +39,9 @@
  * @property {string} input_error     a problem with the last request of a view (nothing started)
  * @property {number} run_id          incremented at each run (and when the chat is cleared)
  * @property {Message[]} _messages    the transcript
+ * @property {string | null} system   the system message (two-way, the settings panel)
+ * Also the settings, settings_errors, settings_defaults, prompt_text and prompt_tokens of
+ * the StreamWidget (widget.js, js/src/settings.js).
  */
 
 /**

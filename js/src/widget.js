@@ -43,6 +43,13 @@
  * @property {string} [input_error] a problem with the input of the last Run click
  *                                  (nothing started), or "" (Python → JS)
  * @property {number} run_id        incremented by Python at each new run; a new run clears the output
+ * @property {string | null} prompt_text   the exact text the model got for the current / last run
+ * @property {number | null} prompt_tokens its token count
+ * @property {any} max_new_tokens   settings (two-way; null: the model's default): also
+ *   temperature, top_p, top_k, repetition_penalty, do_sample, seed, stop_sequences
+ *   (see js/src/settings.js)
+ * @property {Record<string, string>} settings_errors   Python's message per invalid setting
+ * @property {Record<string, any>} settings_defaults    the model's defaults, for placeholders
  */
 
 /**
