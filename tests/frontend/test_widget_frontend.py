@@ -373,7 +373,8 @@ def test_gap_sends_sync_and_reset_recovers(fe_page: Page) -> None:
     out = view(page).locator(".nbstream-output")
     expect(out).to_have_text("Hello")
     syncs = [m for m in sent(page) if m["type"] == "sync"]
-    assert syncs == [{"type": "sync", "view": vid}] * 2
+    assert len(syncs) == 2 and syncs[0] == syncs[1]
+    assert syncs[0]["view"] == vid and isinstance(syncs[0]["page"], str) and syncs[0]["page"]
     emit(page, delta(1, 14, "more"))  # still gapped: no sync storm
     assert len([m for m in sent(page) if m["type"] == "sync"]) == 2
     emit(page, {"type": "reset", "run_id": 1, "view": vid, "text": "Hello there, friend"})
@@ -383,6 +384,20 @@ def test_gap_sends_sync_and_reset_recovers(fe_page: Page) -> None:
     frame(page)
     expect(out).to_have_text("Hello there, friend!")
     assert len([m for m in sent(page) if m["type"] == "sync"]) == 2
+
+
+def test_removal_from_an_open_notebook_is_reported_once(fe_page: Page) -> None:
+    """A view disposed inside a notebook that stays open (a cleared output) tells the
+    kernel, with the page id it synced with; elsewhere a disposed view says nothing."""
+    page = fe_page
+    mount(page, status="running", run_id=1)  # not inside a notebook
+    page.evaluate("document.body.classList.add('jp-Notebook')")
+    mount(page, status="running", run_id=1)  # inside one
+    page.evaluate("window.views[0].cleanup(); window.views[1].cleanup()")
+    assert [m["type"] for m in sent(page, 0)] == ["sync"]
+    sync, removed = sent(page, 1)
+    assert removed == {"type": "removed", "view": sync["view"], "page": sync["page"]}
+    page.evaluate("document.body.classList.remove('jp-Notebook')")
 
 
 def test_reset_ahead_of_deltas_is_not_a_gap(fe_page: Page) -> None:
