@@ -21,7 +21,7 @@ import traitlets
 
 from ._display import chat_fallback_bundle
 from ._widget_base import RunWidget, _error_info
-from .backends.local import ContextLengthError
+from .backends.local import ContextLengthError, _check_encodable
 from .generation import CANCELLED, COMPLETE, FAILED, TERMINAL, Generation, stream
 
 logger = logging.getLogger(__name__)
@@ -55,16 +55,6 @@ class _Turn:
         if not self.run.done:
             return False
         return self.run.status == COMPLETE or self.kept
-
-
-def _check_encodable(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{what} contains text that is not valid Unicode ({exc.reason} at position "
-            f"{exc.start}); remove the lone surrogate characters"
-        ) from None
 
 
 def _check_text(text: Any, what: str = "the message") -> str:
