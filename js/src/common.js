@@ -317,6 +317,11 @@ if (typeof window !== "undefined") {
   });
   window.addEventListener("beforeunload", () => {
     unloading = true;
+    // A "leave this page?" dialog the user answers with Stay: the page lives on, and a
+    // page that really unloads never runs this timer.
+    setTimeout(() => {
+      unloading = false;
+    }, 3000);
   });
 }
 
