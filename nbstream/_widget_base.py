@@ -482,6 +482,15 @@ class RunWidget(anywidget.AnyWidget):
         elif kind == "removed":
             self._view_removed(content.get("page"), content.get("view"))
         else:
+            # A Run / Send carries the panel's values: ipywidgets holds back state updates
+            # until the kernel has answered the previous one, but not custom messages, so
+            # an edit made just before the click may not have arrived yet.
+            values = content.get("settings")
+            if isinstance(values, dict):
+                with self.hold_sync():
+                    for name, value in values.items():
+                        if name in PANEL_SETTINGS and getattr(self, name) != value:
+                            setattr(self, name, value)
             self._on_view_message(kind, content)
 
     def _view_removed(self, page: Any, view: Any) -> None:

@@ -473,7 +473,8 @@ function render({ model, el }) {
     if (settings.blocked()) return;
     const text = message.value;
     pending = text;
-    model.send(editing ? { type: "edit_last", text } : { type: "send", text });
+    const values = settings.values();
+    model.send(editing ? { type: "edit_last", text, settings: values } : { type: "send", text, settings: values });
   }
   on(message, "keydown", (/** @type {KeyboardEvent} */ e) => {
     if (e.key !== "Enter" || e.isComposing) return;

@@ -160,7 +160,8 @@ function formatField(spec, value) {
  * @param {Function} opts.later        a timer cleared at cleanup
  * @param {() => boolean} opts.active  whether a run is queued or running
  * @returns {{toggle: HTMLButtonElement, panel: HTMLElement, flush: () => void,
- *            blocked: () => boolean, update: () => void}}
+ *            blocked: () => boolean, update: () => void,
+ *            values: () => Record<string, unknown>}}
  */
 function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   const panelId = `nbstream-settings-${viewId}`;
@@ -388,6 +389,22 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     for (const f of fields) save(f);
   }
 
+  /**
+   * The panel's values as the model holds them, to send with a Run / Send message:
+   * ipywidgets throttles state updates (held until the kernel answers the previous one)
+   * but not custom messages, so a Run clicked right after an edit could reach the kernel
+   * before the edit did and run with the old settings.
+   */
+  function values() {
+    /** @type {Record<string, unknown>} */
+    const out = {};
+    for (const f of fields) {
+      if (f.spec.name === "system") continue; // the chat's own trait, not a setting
+      out[f.spec.name] = model.get(f.spec.name) ?? null;
+    }
+    return out;
+  }
+
   /** Whether a field is invalid; if so the panel opens on it and Run / Send must not go. */
   function blocked() {
     flush();
@@ -401,7 +418,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
 
   placeholders();
   update();
-  return { toggle, panel, flush, blocked, update };
+  return { toggle, panel, flush, blocked, update, values };
 }
 
 /**

@@ -363,7 +363,7 @@ function render({ model, el }) {
     savePrompt();
     // An invalid setting: the panel opens on it, and nothing is sent.
     if (settings.blocked()) return;
-    model.send({ type: "run", prompt: prompt.value });
+    model.send({ type: "run", prompt: prompt.value, settings: settings.values() });
   }
   on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
     if (e.key !== "Enter" || e.isComposing) return;
