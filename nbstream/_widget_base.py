@@ -23,6 +23,7 @@ import anywidget
 import traitlets
 
 from ._display import WIDGET_VIEW, hidden_in_live_views, show, update
+from ._tokens import TokenPieces, token_entries
 from .generation import TERMINAL, Generation
 from .settings import DEFAULT_MAX_NEW_TOKENS, validate_settings
 
@@ -35,6 +36,11 @@ _FRAME_S = 1.0 / FRAME_RATE
 _POLL_S = 0.25
 # How long wait() gives the view thread to publish a finished run's end state.
 _JOIN_S = 5.0
+# How many candidates a run captures when a view shows probabilities or alternatives and
+# the widget's ``alternatives`` setting asks for none.
+VIEW_ALTERNATIVES = 5
+#: The teaching views' toggles (traits; also keywords of the widgets).
+VIEW_TOGGLES = ("show_tokens", "show_probabilities", "show_alternatives")
 # Names of the view threads (one per run), which publish a run's end state to the views and
 # to the saved output: `%nbstream stop` waits for them.
 VIEW_THREAD_PREFIX = "nbstream-view-"
@@ -82,6 +88,7 @@ PANEL_SETTINGS = {
     "do_sample": "do_sample",
     "seed": "seed",
     "stop_sequences": "stop",
+    "alternatives": "alternatives",
 }
 _TRAIT_OF = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
 
@@ -111,6 +118,7 @@ def model_defaults(model: Any) -> dict[str, Any]:
         value = _config_value(config, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             defaults[name] = value
+    defaults["alternatives"] = 0
     return defaults
 
 
@@ -166,8 +174,29 @@ class RunWidget(anywidget.AnyWidget):
     settings_errors = traitlets.Dict().tag(sync=True)
     #: The model's defaults of the settings, shown for unset fields (may be incomplete).
     settings_defaults = traitlets.Dict().tag(sync=True)
+    #: How many top candidates per token a run captures (``run.trace``); None or 0: none,
+    #: unless a view shows probabilities or alternatives (then ``VIEW_ALTERNATIVES``).
+    alternatives = _setting_trait()
+
+    # -- teaching views (synced both ways: toggles in the views) ---------------------------
+    # Any of them on: the views show the answer as its tokens, and the kernel sends them
+    # ("tokens" messages); all off: nothing about tokens crosses the wire.
+    #: Show the answer as its real tokens (boundaries, id and text on hover).
+    show_tokens = traitlets.Bool(False).tag(sync=True)
+    #: Shade each token by the model's probability for it (needs a trace: captured for the
+    #: next run while this is on).
+    show_probabilities = traitlets.Bool(False).tag(sync=True)
+    #: A click on (or focus of) a token shows the model's top candidates at that step.
+    show_alternatives = traitlets.Bool(False).tag(sync=True)
+    #: Whether this widget's model can show tokens and probabilities (a local model; a
+    #: remote endpoint streams text only).
+    can_trace = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
+        views = {name: settings.pop(name) for name in VIEW_TOGGLES if name in settings}
+        for name, value in views.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r:.80}")
         clean = validate_settings(settings)
         # The panel's settings live in traits; the others (budget_s, expect, ...) here.
         self._settings = {k: v for k, v in clean.items() if k not in _TRAIT_OF}
@@ -193,7 +222,15 @@ class RunWidget(anywidget.AnyWidget):
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._display_id: str | None = None
         self._published_status = "idle"
-        super().__init__(**panel, settings_defaults=model_defaults(model))
+        # Tokens of the current run already sent in "tokens" messages (while a view is on).
+        self._tokens_sent = 0
+        self._pieces: TokenPieces | None = None
+        from .backends import resolve_backend
+
+        can_trace = bool(getattr(resolve_backend(model, tokenizer), "supports_alternatives", False))
+        super().__init__(
+            **panel, **views, settings_defaults=model_defaults(model), can_trace=can_trace
+        )
         self.on_msg(self._handle_message)
         self._register_cell()
 
@@ -311,7 +348,16 @@ class RunWidget(anywidget.AnyWidget):
                 if setting not in call
             }
         )
-        return {**self._settings, **panel, **call}
+        merged = {**self._settings, **panel, **call}
+        if (
+            not merged.get("alternatives")
+            and "alternatives" not in call
+            and (self.show_probabilities or self.show_alternatives)
+            and self.can_trace
+        ):
+            # The views need the model's probabilities: capture them for this run.
+            merged["alternatives"] = VIEW_ALTERNATIVES
+        return merged
 
     # -- for subclasses -----------------------------------------------------------------------
     #: The method that starts a run, named in errors.
@@ -335,6 +381,7 @@ class RunWidget(anywidget.AnyWidget):
             run = make_run()
             self._run = run
             self._sent = 0
+            self._tokens_sent = 0
             with self.hold_sync():
                 for name, value in traits.items():
                     setattr(self, name, value)
@@ -400,7 +447,9 @@ class RunWidget(anywidget.AnyWidget):
                     status = run.status
                     self._set_if_current(run_id, status=status, metrics=run.metrics)
                 text = run.partial_text
-                if len(text) > sent:
+                # A token can come without new text (a special token, part of a
+                # character, text held back while it may start a stop string).
+                if len(text) > sent or self._tokens_behind(run, run_id):
                     pause = _FRAME_S - (time.perf_counter() - last_frame)
                     if pause > 0 and not finished:
                         # Let more text pile up (one frame, not many), but send at once
@@ -409,8 +458,10 @@ class RunWidget(anywidget.AnyWidget):
                         text = run.partial_text
                     with self._lock:
                         if run_id == self.run_id:  # a newer run owns the views now
-                            self._send_delta(run, run_id, sent, text[sent:])
-                            self._sent = len(text)
+                            if len(text) > sent:
+                                self._send_delta(run, run_id, sent, text[sent:])
+                                self._sent = len(text)
+                            self._send_new_tokens(run, run_id)
                     sent = len(text)
                     last_frame = time.perf_counter()
                 if finished:
@@ -448,6 +499,62 @@ class RunWidget(anywidget.AnyWidget):
             }
         )
 
+    # -- tokens, for the teaching views ---------------------------------------------------
+    def _token_views_on(self) -> bool:
+        return self.show_tokens or self.show_probabilities or self.show_alternatives
+
+    def _tokens_behind(self, run: Generation, run_id: int) -> bool:
+        """Whether the views should get tokens of ``run`` they have not had yet."""
+        if not self._token_views_on() or run_id != self.run_id:
+            return False
+        return len(run.token_ids) > self._tokens_sent
+
+    def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
+        """Send ``run``'s tokens from ``start`` on (0: the views replace their list, even
+        with an empty one). Returns how many tokens the views now have. With a trace, only
+        tokens whose records exist are sent (a record is made before its token is read)."""
+        ids = run.token_ids
+        trace = run.trace
+        stop = len(ids) if trace is None else min(len(ids), len(trace))
+        if stop <= start and start > 0:
+            return start
+        if self._pieces is None:
+            self._pieces = TokenPieces(self._tokenizer)
+        tokens = token_entries(self._pieces, ids, trace, start, stop, self.show_alternatives)
+        self._send_msg({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
+        return stop
+
+    def _send_new_tokens(self, run: Generation, run_id: int) -> None:
+        """The current run's tokens the views have not had (lock held)."""
+        if not (self._token_views_on() and self.comm is not None and self.can_trace):
+            return
+        if self._tokens_sent == 0 and not run.token_ids:
+            return  # nothing yet (an offset-0 message would be a needless replace)
+        self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
+
+    def _token_runs(self) -> list[tuple[int, Generation]]:
+        """The runs whose tokens the views show, with their run ids (lock held)."""
+        return [(self.run_id, self._run)] if self._run is not None else []
+
+    def _send_all_tokens(self) -> None:
+        """Every shown run's tokens in full (a toggle changed, or a view synced)."""
+        if not self._token_views_on() or self.comm is None or not self.can_trace:
+            return
+        with self._lock:
+            for run_id, run in self._token_runs():
+                sent = self._send_tokens(run, run_id, 0)
+                if run_id == self.run_id:
+                    self._tokens_sent = sent
+
+    @traitlets.observe(*VIEW_TOGGLES)
+    def _token_view_changed(self, change: dict[str, Any]) -> None:
+        if not change["new"]:
+            return  # the views drop what they no longer show; nothing to send
+        try:
+            self._send_all_tokens()
+        except Exception:  # a view toggle must never raise into the comm handler
+            logger.exception("nbstream: sending the tokens to the views failed")
+
     def _send_msg(self, content: dict[str, Any]) -> None:
         """A custom message to every view (ipywidgets' ``send``; ChatWidget.send is a turn)."""
         self.send(content)
@@ -477,6 +584,7 @@ class RunWidget(anywidget.AnyWidget):
                         "text": run.partial_text[: self._sent] if run is not None else "",
                     }
                 )
+                self._send_all_tokens()
         elif kind == "stop":
             self.stop()
         elif kind == "removed":

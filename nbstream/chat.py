@@ -344,6 +344,12 @@ class ChatWidget(RunWidget):
         self._turns[-1].run_id = run_id
         self._messages = self._message_list()
 
+    def _token_runs(self) -> list[tuple[int, Generation]]:
+        # Every answer shown that came from a run (seeded history turns have no tokens).
+        return [
+            (t.run_id, t.run) for t in self._turns if t.run is not None and t.run_id is not None
+        ]
+
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         return {**super()._end_traits(run), "_messages": self._message_list()}
 

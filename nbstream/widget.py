@@ -58,6 +58,11 @@ class StreamWidget(RunWidget):
     # -- public synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
     #: The prompt box (two-way).
     prompt = traitlets.Unicode("").tag(sync=True)
+    #: A short title shown at the start of the status bar (e.g. a compare column's settings).
+    label = traitlets.Unicode("").tag(sync=True)
+    #: Whether the view shows the prompt box (Run and Stop stay either way: Run uses
+    #: ``prompt``, as in a compare column whose prompt is shared).
+    show_prompt = traitlets.Bool(True).tag(sync=True)
 
     # -- Python API ---------------------------------------------------------------------------
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:

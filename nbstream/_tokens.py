@@ -1,0 +1,121 @@
+"""Tokens as the teaching views show them, and the ``tokens`` messages that carry them.
+
+A token decoded on its own is not always text: a byte-level tokenizer splits a character
+outside its base vocabulary (an emoji, many CJK characters) into tokens that each hold
+only some of its UTF-8 bytes, and decoding one of those alone gives U+FFFD. The view
+shows such a token as its bytes in hex (kind ``"bytes"``), a special token as itself
+(kind ``"special"``), and every other token as its text (kind ``"text"``).
+
+A token of a message is ``[id, text, kind, logprob, rank, alternatives]``; see
+``js/src/widget.js`` (the protocol comment) for what the views do with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Decimals of a log-probability on the wire: 1e-4 in log space is 0.01 % of the
+# probability, finer than any view shows.
+_LOGPROB_DECIMALS = 4
+
+
+def _byte_decoder() -> dict[str, int] | None:
+    """The inverse of GPT-2's byte-to-unicode alphabet (byte-level BPE), or None."""
+    try:
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+    except ImportError:  # moved in some transformers version: show such tokens as text
+        return None
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
+class TokenPieces:
+    """``(text, kind)`` of each token id, computed once per id (on the reader's side)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._cache: dict[int, tuple[str, str]] = {}
+        self._special = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ())}
+        self._bytes_of: dict[str, int] | None = None
+        self._bytes_loaded = False
+
+    def __call__(self, token_id: int) -> tuple[str, str]:
+        piece = self._cache.get(token_id)
+        if piece is None:
+            piece = self._piece(token_id)
+            self._cache[token_id] = piece
+        return piece
+
+    def _piece(self, token_id: int) -> tuple[str, str]:
+        tokenizer = self._tokenizer
+        text = str(
+            tokenizer.decode(
+                [token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+        )
+        if token_id in self._special:
+            return text, "special"
+        if "\ufffd" in text:
+            raw = self._raw_bytes(token_id)
+            if raw is not None:
+                try:
+                    raw.decode("utf-8")  # a real U+FFFD in the vocabulary is text
+                except UnicodeDecodeError:
+                    return " ".join(f"{b:02x}" for b in raw), "bytes"
+        return text, "text"
+
+    def _raw_bytes(self, token_id: int) -> bytes | None:
+        """The token's bytes: a byte-fallback ``<0xE2>`` piece or a byte-level BPE piece."""
+        piece = self._tokenizer.convert_ids_to_tokens(token_id)
+        if not isinstance(piece, str):
+            return None
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                return None
+        if not self._bytes_loaded:
+            self._bytes_of = _byte_decoder()
+            self._bytes_loaded = True
+        table = self._bytes_of
+        if table is None or any(char not in table for char in piece):
+            return None
+        return bytes(table[char] for char in piece)
+
+
+def _logprob(value: float) -> float | None:
+    # JSON has no infinities: a probability that underflowed is sent as unknown.
+    return round(value, _LOGPROB_DECIMALS) if math.isfinite(value) else None
+
+
+def token_entries(
+    pieces: TokenPieces,
+    ids: list[int],
+    trace: list[Any] | None,
+    start: int,
+    stop: int,
+    alternatives: bool,
+) -> list[list[Any]]:
+    """The message entries of tokens ``start:stop`` (``trace``: the run's, or None)."""
+    entries: list[list[Any]] = []
+    for index in range(start, stop):
+        token_id = ids[index]
+        text, kind = pieces(token_id)
+        logprob: float | None = None
+        rank: int | None = None
+        alts: list[list[Any]] | None = None
+        if trace is not None:
+            step = trace[index]
+            logprob, rank = _logprob(step.logprob), step.rank
+            if alternatives:
+                alts = [
+                    [alt_id, *pieces(alt_id), _logprob(alt_logprob), cut]
+                    for alt_id, alt_logprob, cut in zip(
+                        step._alternative_ids, step._alternative_logprobs, step.cut, strict=True
+                    )
+                ]
+        entries.append([token_id, text, kind, logprob, rank, alts])
+    return entries

@@ -1,0 +1,212 @@
+"""The kernel side of the teaching views: the toggles and the ``tokens`` messages.
+
+The widgets are driven as their front end drives them (custom messages, trait changes);
+what they send to their views is captured from ``send``. The browser side is covered by
+tests/frontend/test_tokens_frontend.py and tests/browser/test_tokens_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_widget import Recorder, wait_followers
+
+import nbstream
+from nbstream._tokens import TokenPieces
+from nbstream.testing import tiny_model
+
+
+@pytest.fixture
+def tiny():
+    return tiny_model(one_line=True)
+
+
+def tokens_of(recorder: Recorder, run_id: int) -> list[list]:
+    """The token list a view holds after applying every ``tokens`` message in order."""
+    held: list[list] = []
+    for _, m in recorder.messages:
+        if m["type"] != "tokens" or m["run_id"] != run_id:
+            continue
+        assert m["offset"] <= len(held), "a gap: the view would have to ask again"
+        held[m["offset"] :] = m["tokens"]
+    return held
+
+
+def token_messages(recorder: Recorder) -> list[dict]:
+    return [m for _, m in recorder.messages if m["type"] == "tokens"]
+
+
+def test_no_token_message_while_every_view_is_off(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=12)
+    rec = Recorder(w)
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    assert w.run.trace is None  # nothing captured either
+    assert token_messages(rec) == []
+    assert w.can_trace
+
+
+def test_tokens_view_streams_every_token_with_its_id_and_text(tiny):
+    model, tokenizer = tiny
+    w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=40, show_tokens=True)
+    rec = Recorder(w)
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    held = tokens_of(rec, w.run_id)
+    assert [t[0] for t in held] == w.run.token_ids
+    assert len(held) == 40
+    # Streamed in several frames, not only at the end.
+    assert len([m for m in token_messages(rec) if m["run_id"] == w.run_id]) > 1
+    for token_id, text, kind, logprob, rank, alts in held:
+        assert kind in ("text", "bytes", "special")
+        if kind == "text":
+            assert text == tokenizer.decode([token_id])
+        # Tokens only: no capture was asked for, so no probabilities.
+        assert logprob is None and rank is None and alts is None
+    assert w.run.trace is None
+
+
+def test_probabilities_view_captures_the_next_run_and_sends_logprobs(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=20)
+    rec = Recorder(w)
+    w.show_probabilities = True  # from Python, as the toggle in a view does
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    trace = w.run.trace
+    assert trace is not None and len(trace) == 20
+    assert len(trace[0].alternatives) == nbstream._widget_base.VIEW_ALTERNATIVES
+    held = tokens_of(rec, w.run_id)
+    assert [t[0] for t in held] == [step.id for step in trace]
+    for entry, step in zip(held, trace, strict=True):
+        assert entry[3] == pytest.approx(step.logprob, abs=1e-4)
+        assert entry[4] == step.rank
+        assert entry[5] is None  # alternatives only while that view is on
+
+
+def test_alternatives_view_sends_candidates_with_cut_marks(tiny):
+    w = nbstream.StreamWidget(
+        *tiny, max_new_tokens=10, do_sample=True, top_k=2, seed=0, alternatives=4
+    )
+    rec = Recorder(w)
+    w.show_alternatives = True
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    held = tokens_of(rec, w.run_id)
+    assert len(held) == 10
+    for entry, step in zip(held, w.run.trace, strict=True):
+        alts = entry[5]
+        assert [a[0] for a in alts] == [a.id for a in step.alternatives]
+        assert [a[4] for a in alts] == list(step.cut)
+        # top_k=2: at most two candidates had a chance (which two is decided after the
+        # model's own processors, so not always the raw top two).
+        assert sum(not a[4] for a in alts) <= 2
+        assert any(a[4] for a in alts)
+        probs = [math.exp(a[3]) for a in alts]
+        assert probs == sorted(probs, reverse=True)
+
+
+def test_turning_a_view_on_after_the_run_sends_the_whole_list(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=15, alternatives=3)
+    rec = Recorder(w)
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    assert token_messages(rec) == []
+    w.show_tokens = True
+    (message,) = token_messages(rec)
+    assert message["offset"] == 0 and message["run_id"] == w.run_id
+    assert [t[0] for t in message["tokens"]] == w.run.token_ids
+    assert message["tokens"][0][3] is not None  # the run captured: logprobs come along
+    # Turning on alternatives as well resends the list, now with candidates.
+    w.show_alternatives = True
+    last = token_messages(rec)[-1]
+    assert last["offset"] == 0 and all(len(t[5]) == 3 for t in last["tokens"])
+    # Turning everything off sends nothing more.
+    count = len(token_messages(rec))
+    w.show_tokens = w.show_alternatives = False
+    assert len(token_messages(rec)) == count
+
+
+def test_a_syncing_view_gets_the_tokens_after_the_text(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=12, show_tokens=True)
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    rec = Recorder(w)
+    w._handle_message(w, {"type": "sync", "page": "p", "view": "v1"}, [])
+    kinds = [m["type"] for _, m in rec.messages]
+    assert kinds == ["reset", "tokens"]
+    assert [t[0] for t in rec.messages[1][1]["tokens"]] == w.run.token_ids
+
+
+def test_messages_are_plain_json(tiny):
+    """No infinities or NaN: a browser's JSON.parse would reject the whole message."""
+    w = nbstream.StreamWidget(
+        *tiny, max_new_tokens=8, do_sample=True, top_k=1, seed=1, alternatives=100
+    )
+    rec = Recorder(w)
+    w.show_alternatives = True
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    for message in token_messages(rec):
+        json.loads(json.dumps(message, allow_nan=False))
+
+
+def test_view_toggles_are_checked_in_the_constructor(tiny):
+    with pytest.raises(TypeError, match="show_tokens must be True or False"):
+        nbstream.StreamWidget(*tiny, show_tokens="yes")
+
+
+def test_explicit_alternatives_zero_means_no_capture(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=5, show_probabilities=True)
+    w.generate("Hello", alternatives=0)
+    w.wait()
+    assert w.run.trace is None
+
+
+def test_a_bad_alternatives_value_is_refused_before_anything_starts(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=5)
+    w.alternatives = 1000
+    assert "alternatives" in w.settings_errors
+    with pytest.raises(ValueError, match="alternatives"):
+        w.generate("Hello")
+    assert w.run is None
+
+
+def test_chat_views_get_every_answer_by_its_turn(tiny):
+    chat = nbstream.ChatWidget(*tiny, max_new_tokens=6)
+    chat.send("Hi")
+    chat.wait()
+    first_run_id = chat.run_id
+    chat.send("Again")
+    chat.wait()
+    wait_followers()
+    rec = Recorder(chat)
+    # ChatWidget.send is a turn: its messages to the views go through _send_msg.
+    chat._send_msg = lambda content: rec.messages.append((0.0, content))
+    chat.show_tokens = True
+    messages = token_messages(rec)
+    assert {m["run_id"] for m in messages} == {first_run_id, chat.run_id}
+    assert all(m["offset"] == 0 and len(m["tokens"]) == 6 for m in messages)
+
+
+def test_pieces_show_partial_characters_as_bytes_and_special_tokens_as_such(tiny):
+    _model, tokenizer = tiny
+    pieces = TokenPieces(tokenizer)
+    ids = tokenizer.encode("a 😀", add_special_tokens=False)
+    shown = [pieces(i) for i in ids]
+    kinds = [kind for _, kind in shown]
+    assert "bytes" in kinds, shown  # the emoji is split across byte tokens
+    raw = b"".join(
+        bytes.fromhex(text) if kind == "bytes" else text.encode() for text, kind in shown
+    )
+    assert raw.decode() == "a 😀"  # nothing lost: the pieces add up to the text
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert pieces(end) == ("<|im_end|>", "special")
