@@ -13,7 +13,14 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 @pytest.mark.model
 @pytest.mark.parametrize(
-    "name", ["quickstart.ipynb", "robustness.ipynb", "remote.ipynb", "chat.ipynb"]
+    "name",
+    [
+        "quickstart.ipynb",
+        "robustness.ipynb",
+        "remote.ipynb",
+        "chat.ipynb",
+        "teaching-sampling.ipynb",
+    ],
 )
 def test_notebook_runs_top_to_bottom(name, tmp_path):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -55,3 +62,13 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "kept | history messages: 7" in outputs
         assert "the last one is the partial answer: True" in outputs
         assert "the model got the seeded turn: True" in outputs
+    if name == "teaching-sampling.ipynb":
+        # The lesson's claims hold on the real model: greedy takes the favourite every
+        # time and repeats itself; top-p leaves one candidate where the model is sure;
+        # the four compare columns complete and repeat with the same seed.
+        assert "greedy: every pick was the favourite: True" in outputs
+        assert "greedy: only the pick survived: True" in outputs
+        assert "greedy: the same text again: True" in outputs
+        assert "steps with a single candidate left: " in outputs
+        assert outputs.count(": complete\n") == 4
+        assert "same seed, same answers: True" in outputs
