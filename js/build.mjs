@@ -3,6 +3,8 @@
 //   js/src/chat.js    -> nbstream/static/chat.js    (ChatWidget; likewise)
 //   js/src/widget.css -> nbstream/static/widget.css (copied, with a header)
 //   js/src/widget.css + js/src/chat.css -> nbstream/static/chat.css
+//   js/src/compare.js -> nbstream/static/compare.js (CompareWidget's header; likewise)
+//   js/src/compare.css -> nbstream/static/compare.css (copied, with a header)
 // Both bundles import the shared modules of js/src (markdown.js, incremental.js,
 // common.js); each carries its own copy (anywidget loads one ES module per widget).
 //
@@ -74,14 +76,19 @@ async function readCss(name) {
 
 const widgetJs = await bundle("widget", "StreamWidget");
 const chatJs = await bundle("chat", "ChatWidget");
+const compareJs = await bundle("compare", "CompareWidget");
 const widgetCss = await readCss("widget");
 const chatCss = await readCss("chat");
+const compareCss = await readCss("compare");
 // The chat view uses the StreamWidget's classes for what they share (badge, output,
 // Markdown), so its stylesheet is the widget's plus its own rules.
 await writeFile(join(outdir, "widget.css"), `${header("StreamWidget")}\n${widgetCss}`);
 await writeFile(join(outdir, "chat.css"), `${header("ChatWidget")}\n${widgetCss}\n${chatCss}`);
+// The columns are StreamWidget views, styled by widget.css; this is the header and the row.
+await writeFile(join(outdir, "compare.css"), `${header("CompareWidget")}\n${compareCss}`);
 
 console.log(
   `built ${outdir}: widget.js (${widgetJs} bytes), chat.js (${chatJs} bytes), ` +
-    `widget.css (${widgetCss.length} bytes), chat.css (${widgetCss.length + chatCss.length} bytes)`,
+    `compare.js (${compareJs} bytes), widget.css (${widgetCss.length} bytes), ` +
+    `chat.css (${widgetCss.length + chatCss.length} bytes), compare.css (${compareCss.length} bytes)`,
 );

@@ -13,6 +13,7 @@ from typing import Any
 from ._version import __version__
 from .backends.remote import Endpoint
 from .chat import ChatWidget
+from .compare import CompareWidget
 from .generation import (
     Generation,
     GenerationCancelled,
@@ -37,6 +38,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 __all__ = [
     "ChatWidget",
+    "CompareWidget",
     "Endpoint",
     "Generation",
     "GenerationCancelled",

@@ -135,3 +135,46 @@ def update(data: dict[str, Any], metadata: dict[str, Any], display_id: str) -> N
 
     publish: Callable[..., Any] = update_display
     publish(data, raw=True, metadata=metadata, display_id=display_id)
+
+
+def states_summary(statuses: list[str]) -> str:
+    """How many columns are in which state, e.g. ``"3 columns · 1 running, 2 queued"``."""
+    n = len(statuses)
+    head = f"{n} column" + ("" if n == 1 else "s")
+    if all(status == "idle" for status in statuses):
+        return f"{head} · not run yet"
+    order = ["running", "queued", "complete", "cancelled", "failed", "idle"]
+    order += sorted(set(statuses) - set(order))  # a state added later still shows
+    counts = [f"{statuses.count(state)} {state}" for state in order if state in statuses]
+    return f"{head} · " + ", ".join(counts)
+
+
+def compare_fallback_bundle(
+    prompt: str,
+    columns: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str] | None]],
+) -> dict[str, str]:
+    """The fallbacks of a comparison: the prompt, then per column its label, state and text.
+
+    ``columns`` holds ``(label, status, text, metrics, error_info)`` per column, left to
+    right; ``status`` is ``"idle"`` for a column that never ran. Each column's state line
+    says, as a widget's does, when its text is not a complete answer.
+    """
+    summary = states_summary([column[1] for column in columns])
+    plain = [f"nbstream compare · {summary}"]
+    markdown = [f"**nbstream compare** · {summary}"]
+    if prompt:
+        plain[0] += f"\nPrompt: {prompt}"
+        markdown.append(f"**Prompt:** {prompt}")
+    for i, (label, status, text, metrics, error_info) in enumerate(columns, 1):
+        if status == "idle":
+            state, note, figures = "idle", "no run yet", []
+        else:
+            state, note = _state(status, error_info)
+            figures = _figures(metrics or {})
+        plain.append(" · ".join([f"[{i}] {label}", state, *([note] if note else []), *figures]))
+        md_state = " · ".join([f"**{state}**", *([f"*{note}*"] if note else []), *figures])
+        markdown.append(f"**{i}. {label}** · {md_state}")
+        if text:
+            plain.append(text)
+            markdown.append(text)
+    return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}

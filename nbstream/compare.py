@@ -1,0 +1,669 @@
+"""``CompareWidget``: one prompt, two to four settings, side by side.
+
+Each column is a :class:`~nbstream.StreamWidget` with its own state, Stop and record; the
+header holds the shared prompt, **Run all**, **Stop all**, the **Same seed** checkbox and a
+summary of the columns' states. Columns sharing a model run one after the other (the
+engine's queue: first in, first out, never interleaved), so a column waiting its turn
+shows ``queued``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import ipywidgets
+import traitlets
+
+from ._display import (
+    WIDGET_VIEW,
+    compare_fallback_bundle,
+    hidden_in_live_views,
+    show,
+    states_summary,
+    update,
+)
+from ._widget_base import _TRAIT_OF, PANEL_SETTINGS, _error_info, _in_kernel
+from .generation import QUEUED, RUNNING, Generation, GenerationError
+from .settings import validate_settings
+from .widget import StreamWidget
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent / "static"
+
+#: How many settings (columns) a CompareWidget compares.
+MIN_COLUMNS, MAX_COLUMNS = 2, 4
+#: The settings compared when none are given: greedy, a moderate and a high temperature.
+DEFAULT_SETTINGS: tuple[dict[str, Any], ...] = (
+    {"temperature": 0},
+    {"temperature": 0.7},
+    {"temperature": 1.3},
+)
+# After a KeyboardInterrupt in wait(), how long to wait for the stopped runs to end.
+_INTERRUPT_GRACE_S = 10.0
+# Labels: how each setting is named in a column's heading (in this order).
+_LABELS = {
+    "temperature": "temperature",
+    "top_p": "top-p",
+    "top_k": "top-k",
+    "repetition_penalty": "repetition penalty",
+    "max_new_tokens": "max new tokens",
+    "do_sample": "sampling",
+    "stop": "stop",
+    "expect": "expect",
+    "budget_s": "budget",
+    "alternatives": "alternatives",
+}
+
+__all__ = ["DEFAULT_SETTINGS", "CompareWidget"]
+
+
+def _check_column_settings(settings: Any) -> list[dict[str, Any]]:
+    """The columns' settings as plain dicts, or a TypeError / ValueError saying what to do."""
+    example = "settings=[{'temperature': 0}, {'temperature': 0.7}]"
+    if isinstance(settings, (str, bytes, Mapping)) or not isinstance(settings, Sequence):
+        raise TypeError(
+            f"settings must be a list of {MIN_COLUMNS} to {MAX_COLUMNS} dicts, one per column, "
+            f"e.g. {example}; got {type(settings).__name__}"
+        )
+    if not MIN_COLUMNS <= len(settings) <= MAX_COLUMNS:
+        hint = (
+            "for one setting use nbstream.StreamWidget"
+            if len(settings) < MIN_COLUMNS
+            else "split them over several CompareWidgets"
+        )
+        raise ValueError(
+            f"CompareWidget compares {MIN_COLUMNS} to {MAX_COLUMNS} settings, got "
+            f"{len(settings)}; {hint}"
+        )
+    columns = []
+    for i, column in enumerate(settings):
+        if not isinstance(column, Mapping):
+            raise TypeError(
+                f"settings[{i}] must be a dict of settings such as {{'temperature': 0.7}}, "
+                f"got {type(column).__name__}"
+            )
+        columns.append(_named(f"settings[{i}]", dict(column)))
+    return columns
+
+
+def _named(where: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """validate_settings, its message prefixed with which settings it is about."""
+    try:
+        clean = validate_settings(settings)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    if clean.get("temperature") == 0 and clean.get("do_sample") is True:
+        raise ValueError(
+            f"{where}: temperature=0 means greedy decoding, which contradicts do_sample=True; "
+            "set temperature above 0 or drop do_sample"
+        )
+    return clean
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def describe(settings: Mapping[str, Any], seed: int | None = None) -> str:
+    """A column's label: its settings in words, e.g. ``"temperature 0.7 · seed 42"``."""
+    parts = []
+    for name, word in _LABELS.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        if name == "do_sample":
+            parts.append("sampled" if value else "greedy")
+        elif name == "temperature" and value == 0:
+            parts.append("temperature 0 (greedy)")
+        elif name == "stop":
+            parts.append(f"stop {', '.join(map(repr, value))}")
+        elif name == "budget_s":
+            parts.append(f"budget {_number(value)} s")
+        else:
+            parts.append(f"{word} {_number(value)}")
+    if seed is not None:
+        parts.append(f"seed {seed}")
+    return " · ".join(parts) or "model defaults"
+
+
+def _draw_seed() -> int:
+    # As the engine draws a sampled run's seed: from torch's global generator (so
+    # torch.manual_seed(n) before run() still decides it), below 2**32 (exact in JSON).
+    from .backends.local import _draw_seed as draw
+
+    return draw()
+
+
+class _Header(anywidget.AnyWidget):
+    """The header of a :class:`CompareWidget`: shared prompt, Run all, Stop all, Same seed.
+
+    Its front end is js/src/compare.js; the traits below are mirrored at its top.
+    """
+
+    _esm = _STATIC / "compare.js"
+    _css = _STATIC / "compare.css"
+
+    # -- synced both ways -------------------------------------------------------------------
+    #: The shared prompt box.
+    prompt = traitlets.Unicode("").tag(sync=True)
+    #: The "Same seed" checkbox.
+    same_seed = traitlets.Bool(False).tag(sync=True)
+    # -- kernel to page ---------------------------------------------------------------------
+    #: Each column's state, left to right.
+    statuses = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: Each column's label, left to right.
+    labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: One line on the columns' states (and the shared seed).
+    summary = traitlets.Unicode("").tag(sync=True)
+    #: Why the last Run all click started nothing, or "".
+    input_error = traitlets.Unicode("").tag(sync=True)
+
+    def __repr__(self) -> str:
+        return f"<CompareWidget header statuses={self.statuses!r}>"
+
+
+class _Column(StreamWidget):
+    """A column of a CompareWidget: a StreamWidget whose runs take the compare's shared seed.
+
+    Its own Run button (and ``generate``) reruns this column alone, with the seed the
+    compare last shared while "same seed" is on.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, own: dict[str, Any], **settings: Any) -> None:
+        # The settings this column varies (its dict), named in its label, and all of its
+        # settings as created: a setting later changed in its panel is named too.
+        self._own = own
+        self._created = settings
+        self._shared_seed: Callable[[], int | None] = lambda: None
+        super().__init__(model, tokenizer, **settings)
+
+    def _setting(self, name: str, call: Mapping[str, Any]) -> Any:
+        """The value of setting ``name`` for a run given ``call``'s settings."""
+        if name in call:
+            return call[name]
+        trait = _TRAIT_OF.get(name)
+        return getattr(self, trait) if trait is not None else self._created.get(name)
+
+    def samples(self, call: Mapping[str, Any] | None = None) -> bool:
+        """Whether a run (given ``call``'s settings) samples; a greedy run ignores any seed.
+
+        Unknown (a model without a generation config, such as an endpoint): True.
+        """
+        call = call or {}
+        temperature = self._setting("temperature", call)
+        do_sample = self._setting("do_sample", call)
+        if temperature == 0:
+            return False
+        if isinstance(do_sample, bool):
+            return do_sample
+        if temperature is not None:
+            return True
+        default = self.settings_defaults.get("do_sample")
+        return default if isinstance(default, bool) else True
+
+    def describe(self, call: Mapping[str, Any] | None = None, seed: int | None = None) -> str:
+        """This column's label for a run given ``call``'s settings and using ``seed``."""
+        call = call or {}
+        names = [*self._own]
+        for trait, name in PANEL_SETTINGS.items():
+            changed = getattr(self, trait) != self._created.get(name)
+            if name != "seed" and name not in names and (changed or name in call):
+                names.append(name)
+        shown = {name: self._setting(name, call) for name in names if name != "seed"}
+        return describe(shown, seed)
+
+    def generate(self, prompt: Any = None, **settings: Any) -> Generation:
+        if self._setting("seed", settings) is None and self.samples(settings):
+            shared = self._shared_seed()
+            if shared is not None:
+                settings["seed"] = shared
+        run = super().generate(prompt, **settings)
+        # The seed the run uses: given, shared, or drawn by the engine (which only the run's
+        # job knows before the run ends; its record keeps it after).
+        seed = getattr(run._job, "seed", None)
+        self.label = self.describe(settings, seed)
+        return run
+
+
+class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
+    """One prompt, two to four settings, streamed side by side (one column per setting).
+
+    ``CompareWidget(model, tokenizer, prompt, settings=[...])``; no model means the embedded
+    default model, as for :class:`~nbstream.StreamWidget`. Each entry of ``settings`` is a
+    dict of settings (as for :func:`nbstream.stream`) for one column; keyword settings
+    (``max_new_tokens=50``, ``alternatives=5``, ...) apply to every column under its own
+    dict. Every setting is checked before anything is created.
+
+    ``cw.columns`` are the columns, each a ``StreamWidget`` (``status``, ``result``,
+    ``record``, ``stop()``, ``wait()``, the teaching views); ``cw.run()`` starts them all,
+    ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
+    one after the other, in order: a column waiting for the model is ``queued``.
+
+    ``same_seed=True`` (the **Same seed** checkbox) gives every sampled column the same
+    seed: ``seed=`` if given, else one drawn at each ``run()``; greedy columns, and columns
+    whose own settings give a seed, keep theirs. Each column's ``record`` says exactly what
+    produced it, seed included.
+
+    Example::
+
+        >>> import nbstream
+        >>> cw = nbstream.CompareWidget(
+        ...     None, None, "Name two colors.",
+        ...     settings=[{"temperature": 0}, {"temperature": 0.7}, {"temperature": 1.3}],
+        ...     max_new_tokens=40, same_seed=True,
+        ... )
+        >>> cw                      # display it: the shared prompt, Run all, Stop all, columns
+        >>> runs = cw.run()
+        >>> texts = cw.wait()       # each column's result: its text, or None if not complete
+        >>> [column.record["seed"] for column in cw.columns]
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        prompt: str = "",
+        settings: Sequence[Mapping[str, Any]] = DEFAULT_SETTINGS,
+        *,
+        same_seed: bool | None = None,
+        seed: int | None = None,
+        **common: Any,
+    ) -> None:
+        # Everything is checked before any widget (or thread) exists.
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"prompt must be a string (one prompt for every column), got "
+                f"{type(prompt).__name__}"
+            )
+        columns = _check_column_settings(settings)
+        shared = _named("keyword settings", common)
+        merged = [_named(f"settings[{i}]", {**shared, **own}) for i, own in enumerate(columns)]
+        if seed is not None:
+            validate_settings({"seed": seed})
+        if same_seed is None:
+            same_seed = seed is not None
+        if not isinstance(same_seed, bool):
+            raise TypeError(f"same_seed must be True or False, got {same_seed!r}")
+        if seed is not None and not same_seed:
+            raise ValueError(
+                f"seed={seed} is the seed shared by same_seed=True; pass same_seed=True too, "
+                "or give a column its own seed in its settings dict"
+            )
+        if model is None:
+            from .models import load_model
+
+            model, tokenizer = load_model()
+
+        self._seed = seed
+        self._shared_seed: int | None = seed
+        # True until the widget is complete (and again once closed): close() does nothing.
+        self._closing = True
+        # Serializes run() and stop(); never held while a column's traits change (their
+        # observers take _view_lock), so a column ending during run() cannot deadlock it.
+        self._run_lock = threading.Lock()
+        self._view_lock = threading.RLock()
+        self._display_id: str | None = None
+
+        self._columns: list[_Column] = []
+        try:
+            for own, clean in zip(columns, merged, strict=True):
+                column = _Column(model, tokenizer, own, **clean)
+                column._shared_seed = self._seed_for_run
+                column.prompt = prompt
+                column.label = column.describe()
+                column.show_prompt = False
+                column.add_class("nbstream-column")
+                column.layout = ipywidgets.Layout(flex="1 1 300px", min_width="260px")
+                self._columns.append(column)
+            self._header = _Header(
+                prompt=prompt,
+                same_seed=same_seed,
+                labels=[c.label for c in self._columns],
+                statuses=[c.status for c in self._columns],
+            )
+            self._row = ipywidgets.HBox(
+                self._columns,
+                layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
+            )
+        except BaseException:
+            for column in self._columns:
+                column.close()
+            raise
+        self._row.add_class("nbstream-compare-columns")
+        self._header.on_msg(self._handle_message)
+        for column in self._columns:
+            # The shared prompt is every column's prompt, so a column's own Run uses it.
+            traitlets.dlink((self._header, "prompt"), (column, "prompt"))
+            column.observe(self._column_changed, names=["status"])
+            column.observe(self._column_closed, names=["comm"])
+        self._header.observe(self._column_changed, names=["same_seed"])
+        super().__init__([self._header, self._row])
+        self.add_class("nbstream-compare-widget")
+        self._closing = False
+        self._refresh()
+
+    # -- Python API ---------------------------------------------------------------------------
+    @property
+    def columns(self) -> list[StreamWidget]:
+        """The columns, one StreamWidget per setting, left to right."""
+        return list(self._columns)
+
+    @property
+    def settings(self) -> list[dict[str, Any]]:
+        """Each column's own settings dict, as given (checked)."""
+        return [dict(column._own) for column in self._columns]
+
+    @property
+    def prompt(self) -> str:
+        """The shared prompt (the header's box; two-way)."""
+        value: str = self._header.prompt
+        return value
+
+    @prompt.setter
+    def prompt(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"prompt must be a string, got {type(value).__name__}")
+        self._header.prompt = value
+
+    @property
+    def same_seed(self) -> bool:
+        """Whether sampled columns share one seed (the **Same seed** checkbox)."""
+        return bool(self._header.same_seed)
+
+    @same_seed.setter
+    def same_seed(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"same_seed must be True or False, got {value!r}")
+        self._header.same_seed = value
+
+    @property
+    def seed(self) -> int | None:
+        """The shared seed given (None: one is drawn at each ``run()`` while ``same_seed``)."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int | None) -> None:
+        if value is not None:
+            validate_settings({"seed": value})
+        self._seed = value
+        self._shared_seed = value
+
+    @property
+    def shared_seed(self) -> int | None:
+        """The seed the last ``run()`` gave the sampled columns; None without same seed."""
+        return self._shared_seed if self.same_seed else None
+
+    @property
+    def statuses(self) -> list[str]:
+        """Each column's state, left to right."""
+        return [column.status for column in self._columns]
+
+    @property
+    def results(self) -> list[str | None]:
+        """Each column's result: its text if its last run completed, else None."""
+        return [column.result for column in self._columns]
+
+    @property
+    def records(self) -> list[dict[str, Any] | None]:
+        """Each column's record (None for a column whose run has not ended)."""
+        return [column.record for column in self._columns]
+
+    def run(self, prompt: str | None = None) -> list[Generation]:
+        """Start every column on the prompt (default: the prompt box); return their runs.
+
+        The runs start left to right; on a shared model they run in that order, each
+        waiting ``queued`` for the one before. Raises ``RuntimeError`` if a column is still
+        queued or running, and ``ValueError`` for an empty prompt or a column whose
+        settings panel holds an invalid value: then nothing starts.
+        """
+        with self._run_lock:
+            if prompt is not None:
+                self.prompt = prompt
+            text = self.prompt
+            if not text.strip():
+                raise ValueError("the prompt is empty; type one in the box or pass it to run()")
+            busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]
+            if busy:
+                raise RuntimeError(
+                    f"column {busy[0] + 1} still has a run in progress; call stop() or wait() first"
+                )
+            for i, column in enumerate(self._columns):
+                if column.settings_errors:
+                    problems = "; ".join(map(str, column.settings_errors.values()))
+                    raise ValueError(f"column {i + 1}: fix its settings first: {problems}")
+            if self.same_seed:
+                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            runs: list[Generation] = []
+            try:
+                for column in self._columns:
+                    runs.append(column.generate(text))
+            except BaseException as exc:
+                # All or nothing: a column that cannot start stops those already started.
+                for run in reversed(runs):
+                    run.stop()
+                for kind in (TypeError, ValueError, RuntimeError):
+                    if isinstance(exc, kind):
+                        raise kind(f"column {len(runs) + 1}: {exc}") from exc
+                raise
+            self._header.input_error = ""
+            return runs
+
+    def wait(self, timeout: float | None = None) -> list[str | None]:
+        """Wait until every column's run has ended; return each column's ``result``.
+
+        A column's entry is its text if it completed, ``None`` if it was stopped or failed
+        (its ``status``, ``partial_text`` and ``error`` say more): one stopped column is
+        part of a comparison, not an error. ``timeout`` bounds the whole wait; when it
+        expires ``TimeoutError`` is raised and the runs go on. A ``KeyboardInterrupt`` (the
+        kernel's interrupt button) stops every column, then propagates.
+        """
+        runs = [column.run for column in self._columns]
+        if any(run is None for run in runs):
+            raise RuntimeError("nothing to wait for: call run() first")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for column, run in zip(self._columns, runs, strict=True):
+                assert run is not None
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not run.wait_done(left):
+                    states = ", ".join(self.statuses)
+                    raise TimeoutError(
+                        f"the columns are still running after {timeout} s ({states}); they go "
+                        "on (call stop() to cancel them)"
+                    )
+                # Let the column publish its end state, so that status agrees on return.
+                with contextlib.suppress(GenerationError):
+                    column.wait(0)
+        except KeyboardInterrupt:
+            self.stop()
+            for run in runs:
+                if run is not None:
+                    run.wait_done(_INTERRUPT_GRACE_S)
+            raise
+        return self.results
+
+    def stop(self) -> bool:
+        """Stop every column: queued ones are withdrawn, the running one halts.
+
+        Returns True if any column had a run to stop.
+        """
+        stopped = False
+        # Right to left: queued columns leave the line before the running one lets go of
+        # the model, so none of them starts only to be stopped.
+        for column in reversed(self._columns):
+            stopped = column.stop() or stopped
+        return stopped
+
+    def close(self) -> None:
+        """Stop every column and close the widget: its columns, header and views."""
+        # getattr: Widget.__del__ calls close() also when __init__ raised before anything
+        # was created.
+        if getattr(self, "_closing", True):
+            return
+        self._closing = True
+        self.stop()
+        for column in self._columns:
+            column.close()
+        self._header.close()
+        self._row.close()
+        super().close()
+
+    # -- teaching views, on every column ------------------------------------------------------
+    def _all(self, name: str) -> bool:
+        return all(bool(getattr(column, name)) for column in self._columns)
+
+    def _set_all(self, name: str, value: bool) -> None:
+        for column in self._columns:
+            setattr(column, name, value)
+
+    @property
+    def show_tokens(self) -> bool:
+        """Every column shows its answer as tokens (setting it sets every column's)."""
+        return self._all("show_tokens")
+
+    @show_tokens.setter
+    def show_tokens(self, value: bool) -> None:
+        self._set_all("show_tokens", value)
+
+    @property
+    def show_probabilities(self) -> bool:
+        """Every column shades its tokens by probability (setting it sets every column's)."""
+        return self._all("show_probabilities")
+
+    @show_probabilities.setter
+    def show_probabilities(self, value: bool) -> None:
+        self._set_all("show_probabilities", value)
+
+    @property
+    def show_alternatives(self) -> bool:
+        """Every column shows a token's alternatives (setting it sets every column's)."""
+        return self._all("show_alternatives")
+
+    @show_alternatives.setter
+    def show_alternatives(self, value: bool) -> None:
+        self._set_all("show_alternatives", value)
+
+    # -- the header and the columns -----------------------------------------------------------
+    def _seed_for_run(self) -> int | None:
+        """The seed a sampled column's run gets while same seed is on (drawn once if needed)."""
+        if not self.same_seed:
+            return None
+        with self._view_lock:
+            if self._shared_seed is None:
+                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            return self._shared_seed
+
+    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "stop":
+            self.stop()
+        elif kind == "run":
+            if any(c.status in (QUEUED, RUNNING) for c in self._columns):
+                logger.debug("Run all ignored: a column is still queued or running")
+                return
+            prompt = content.get("prompt")
+            try:
+                self.run(prompt if isinstance(prompt, str) else None)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                self._header.input_error = str(exc)
+
+    def _column_changed(self, _change: dict[str, Any]) -> None:
+        # A column's state, or the Same seed checkbox: the header's summary follows.
+        self._refresh()
+
+    def _column_closed(self, change: dict[str, Any]) -> None:
+        # A column closed from elsewhere: its cell ran again (the new widgets close the old
+        # ones), or its output was cleared. With every column gone, so is the comparison.
+        closed = all(column.comm is None for column in self._columns)
+        if change["new"] is None and closed and not self._closing:
+            logger.debug("every column of a CompareWidget closed; closing it")
+            self.close()
+
+    def _summary(self, statuses: list[str]) -> str:
+        line = states_summary(statuses)
+        seed = self.shared_seed
+        if seed is not None and any(s != "idle" for s in statuses):
+            line += f" · same seed {seed}"
+        return line
+
+    def _refresh(self) -> None:
+        """Show the columns' states in the header, and in the saved output (any thread)."""
+        with self._view_lock:
+            statuses = self.statuses
+            header = self._header
+            if header.comm is None:
+                return
+            with header.hold_sync():
+                header.statuses = statuses
+                header.labels = [column.label for column in self._columns]
+                header.summary = self._summary(statuses)
+            self._publish_fallback()
+
+    # -- display ------------------------------------------------------------------------------
+    def _fallback(self) -> dict[str, str]:
+        """The text/plain and text/markdown fallbacks: each column's label, state and text."""
+        entries: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str] | None]] = []
+        for column in self._columns:
+            run = column.run
+            if run is None:
+                entries.append((column.label, "idle", "", {}, None))
+                continue
+            # Read once, state first: the text of an ended run is final.
+            status = run.status
+            entries.append(
+                (column.label, status, run.partial_text, run.metrics, _error_info(run.error))
+            )
+        return compare_fallback_bundle(self.prompt, entries)
+
+    def _bundle(self) -> dict[str, Any] | None:
+        if self.comm is None:
+            return None
+        view = super()._repr_mimebundle_()
+        if view is None:
+            return None
+        data = view[0] if isinstance(view, tuple) else view
+        return {**data, **self._fallback()}
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        # The live view, plus each column's label, state and text for everything that
+        # cannot run widgets (nbconvert, GitHub).
+        return self._bundle()
+
+    def _ipython_display_(self) -> None:
+        data = self._bundle()
+        if data is None:  # closed: no view to show, only what it held
+            show(self._fallback(), raw=True)
+            return
+        if not _in_kernel():
+            show(data, raw=True)
+            return
+        # As StreamWidget: the live view, then the fallback (hidden in live front ends),
+        # which is rewritten whenever a column's state changes.
+        show({WIDGET_VIEW: data[WIDGET_VIEW], "text/plain": ""}, raw=True)
+        self._display_id = f"nbstream-compare-{self.model_id}"
+        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
+
+    def _publish_fallback(self) -> None:
+        if self._display_id is None:
+            return
+        data = self._bundle()
+        if data is None:
+            return
+        try:
+            update(hidden_in_live_views(data), {}, self._display_id)
+        except Exception:  # the kernel is shutting down: the live view is gone anyway
+            logger.debug("could not update the compare widget's saved output", exc_info=True)
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait (children included); this one stays cheap.
+        return f"<CompareWidget statuses={self.statuses!r}>"
