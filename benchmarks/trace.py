@@ -9,6 +9,14 @@ chunk consumed, the trace read once at the end (as a view would after the run). 
 reports the median of the per-round ratios (capture on / off), and the cost per token
 (1/on − 1/off, median of the rounds).
 
+Then the same through a ``StreamWidget`` (not displayed; what it sends to its views is
+serialized to JSON and counted instead): the teaching views all on (``show_tokens``,
+``show_probabilities``, ``show_alternatives``, so the run captures ``alternatives=5`` and
+every token goes to the views with its probability and five candidates) against all off,
+interleaved the same way; and the payload each view costs on the wire, in bytes per token
+(JSON of the ``tokens`` messages; Jupyter's envelope per message is extra and shared with the
+text deltas of the same frame).
+
 Models: the embedded default model (300 new tokens, torch's default threads; the target is a
 median ratio ≥ 0.9) and, unless ``--models default``, the tiny model (1,500 tokens, one
 thread: a fast model, where a per-step cost shows most).
@@ -130,6 +138,93 @@ def measure(case: Case, warmup_tokens: int) -> dict[str, Any]:
     }
 
 
+VIEWS = ("show_tokens", "show_probabilities", "show_alternatives")
+
+
+def run_widget(case: Case, views: tuple[str, ...]) -> dict[str, Any]:
+    """One widget run with ``views`` on; what it sends is JSON-encoded and counted."""
+    import nbstream
+
+    w = nbstream.StreamWidget(
+        case.model,
+        case.tokenizer,
+        max_new_tokens=case.new_tokens,
+        do_sample=False,
+        **dict.fromkeys(views, True),
+    )
+    payload = {"delta": 0, "tokens": 0}
+    messages = {"delta": 0, "tokens": 0}
+
+    def send(content: dict[str, Any], buffers: Any = None) -> None:
+        kind = content.get("type", "")
+        if kind in payload:
+            payload[kind] += len(json.dumps(content, separators=(",", ":")).encode())
+            messages[kind] += 1
+
+    w.send = send  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        run = w.generate(PROMPT)
+        w.wait(STREAM_TIMEOUT_S)
+        seconds = time.perf_counter() - start
+        ids = run.token_ids
+    finally:
+        w.close()
+    return {
+        "ids": ids,
+        "tokens": len(ids),
+        "seconds": seconds,
+        "tok_per_s": len(ids) / seconds,
+        "payload": payload,
+        "messages": messages,
+    }
+
+
+def measure_views(case: Case) -> dict[str, Any]:
+    """Widget throughput with every view on against none, and each view's bytes per token."""
+    rounds: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for index in range(case.rounds):
+        order = (OFF, ON) if index % 2 == 0 else (ON, OFF)
+        samples: dict[str, dict[str, Any]] = {}
+        for variant in order:
+            gc.collect()
+            samples[variant] = run_widget(case, VIEWS if variant == ON else ())
+        off, on = samples[OFF], samples[ON]
+        if off["ids"] != on["ids"] or off["tokens"] != case.new_tokens:
+            problems.append(f"{case.key} widget round {index + 1}: tokens differ")
+        rounds.append({"ratio": on["tok_per_s"] / off["tok_per_s"], "off": off, "on": on})
+        log(
+            f"  {case.key} widget round {index + 1}/{case.rounds}: views off "
+            f"{off['tok_per_s']:.1f} tok/s, on {on['tok_per_s']:.1f} tok/s "
+            f"({rounds[-1]['ratio']:.3f}x)"
+        )
+    # Bytes per token of each view alone (one run each; the payload does not depend on load).
+    per_view: dict[str, float] = {}
+    for views in (("show_tokens",), ("show_probabilities",), VIEWS):
+        sample = run_widget(case, views)
+        per_view["+".join(v.removeprefix("show_") for v in views)] = sample["payload"][
+            "tokens"
+        ] / max(sample["tokens"], 1)
+    ratios = [r["ratio"] for r in rounds]
+    return {
+        "median_ratio": statistics.median(ratios),
+        "min_ratio": min(ratios),
+        "max_ratio": max(ratios),
+        "median_off_tok_per_s": statistics.median(r["off"]["tok_per_s"] for r in rounds),
+        "median_on_tok_per_s": statistics.median(r["on"]["tok_per_s"] for r in rounds),
+        "text_bytes_per_token": statistics.median(
+            r["off"]["payload"]["delta"] / max(r["off"]["tokens"], 1) for r in rounds
+        ),
+        "token_messages": statistics.median(r["on"]["messages"]["tokens"] for r in rounds),
+        "bytes_per_token": per_view,
+        "rounds": [
+            {"ratio": r["ratio"], **{v: r[v]["tok_per_s"] for v in (OFF, ON)}} for r in rounds
+        ],
+        "problems": problems,
+    }
+
+
 def render(report: dict[str, Any]) -> str:
     env = report["environment"]
     lines = [
@@ -148,6 +243,31 @@ def render(report: dict[str, Any]) -> str:
             f"| {case['label']} | {r['median_off_tok_per_s']:.1f} | {r['median_on_tok_per_s']:.1f} "
             f"| {r['median_ratio']:.3f} | {r['min_ratio']:.3f}–{r['max_ratio']:.3f} "
             f"| {r['median_cost_ms_per_token']:+.3f} ms | {len(r['rounds'])} "
+            f"| {target if case['key'] == 'default' else 'info'} |"
+        )
+    lines += [
+        "",
+        "StreamWidget, every teaching view on (tokens, probabilities, alternatives: k = "
+        f"{ALTERNATIVES} captured and sent) vs every view off; payload of the views' "
+        "messages in bytes per token (JSON; the text deltas alone shown for scale)",
+        "",
+        "| model | views off tok/s | views on tok/s | median ratio on/off | min–max "
+        "| tokens msgs | text B/token | tokens B/token | + probabilities | + alternatives "
+        "| target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in report["cases"]:
+        v = case.get("views")
+        if v is None:
+            continue
+        b = v["bytes_per_token"]
+        target = f"≥ {TARGET}: {'met' if v['median_ratio'] >= TARGET else 'missed'}"
+        lines.append(
+            f"| {case['label']} | {v['median_off_tok_per_s']:.1f} "
+            f"| {v['median_on_tok_per_s']:.1f} | {v['median_ratio']:.3f} "
+            f"| {v['min_ratio']:.3f}–{v['max_ratio']:.3f} | {v['token_messages']:.0f} "
+            f"| {v['text_bytes_per_token']:.1f} | {b['tokens']:.1f} | {b['probabilities']:.1f} "
+            f"| {b['tokens+probabilities+alternatives']:.1f} "
             f"| {target if case['key'] == 'default' else 'info'} |"
         )
     if report["problems"]:
@@ -214,8 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{case.key}: {case.rounds} rounds of {case.new_tokens} tokens ...")
         with torch_threads(case.threads), forced_length(case):
             result = measure(case, warmup)
-        report["cases"].append({"key": case.key, "label": case.label, "result": result})
-        report["problems"].extend(result["problems"])
+            views = measure_views(case)
+        report["cases"].append(
+            {"key": case.key, "label": case.label, "result": result, "views": views}
+        )
+        report["problems"].extend(result["problems"] + views["problems"])
     report["loadavg_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     text = render(report)
     report["markdown"] = text
