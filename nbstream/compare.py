@@ -321,7 +321,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 column.label = column.describe()
                 column.show_prompt = False
                 column.add_class("nbstream-column")
-                column.layout = ipywidgets.Layout(flex="1 1 300px", min_width="260px")
+                column.layout = ipywidgets.Layout(flex="1 1 240px", min_width="220px")
                 self._columns.append(column)
             self._header = _Header(
                 prompt=prompt,
