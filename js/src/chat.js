@@ -40,8 +40,10 @@
  * @property {number} run_id          incremented at each run (and when the chat is cleared)
  * @property {Message[]} _messages    the transcript
  * @property {string | null} system   the system message (two-way, the settings panel)
- * Also the settings, settings_errors, settings_defaults, prompt_text and prompt_tokens of
- * the StreamWidget (widget.js, js/src/settings.js).
+ * Also the settings (alternatives included), settings_errors, settings_defaults,
+ * prompt_text, prompt_tokens, show_tokens, show_probabilities, show_alternatives and
+ * can_trace of the StreamWidget (widget.js, js/src/settings.js, js/src/tokens.js): with a
+ * token view on, each assistant message that came from a run shows its tokens.
  */
 
 /**
@@ -53,7 +55,8 @@
  *   | {type: "clear"}
  *   | {type: "stop"}
  *   | {type: "sync", view: string}} OutgoingMessage
- * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget.
+ * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget, and
+ * `tokens` of any turn's run (by its run_id; see TokensMessage in widget.js).
  */
 
 import {
@@ -76,6 +79,7 @@ import {
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
+import { TokenList, canTrace, makeLegend, makeNote, tokenModes, tokenToggles } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
 
@@ -92,6 +96,7 @@ import { promptView, settingsPanel } from "./settings.js";
  * @property {HTMLElement} partialLabel
  * @property {HTMLElement} errorEl
  * @property {HTMLElement} actions
+ * @property {HTMLElement} note             assistant: "made without probabilities"
  */
 
 /** @param {Message} m */
@@ -153,8 +158,13 @@ function render({ model, el }) {
     active: () => ACTIVE.has(status()),
   });
   const templated = promptView({ model, viewId, on, onModel });
+  const toggles = tokenToggles({ model, on, onModel, changed: () => updateTokenView() });
   const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, rawBtn, templated.toggle, settings.toggle, clearBtn);
+  bar.append(badge, metricsEl, rawBtn, toggles.group, templated.toggle, settings.toggle, clearBtn);
+  // The token views' legend (one for the conversation) and the remote-model note.
+  const tokenHead = h("div", "nbstream-token-head");
+  const legend = makeLegend();
+  const remoteNote = makeNote("remote");
 
   const list = h("div", "nbstream-messages", { "aria-label": "Conversation", tabindex: "0" });
 
@@ -188,7 +198,7 @@ function render({ model, el }) {
   const inputErrorId = `nbstream-input-error-${viewId}`;
   const inputErrorEl = h("div", "nbstream-input-error", { role: "alert", id: inputErrorId });
 
-  root.append(bar, settings.panel, templated.view, list, promptRow);
+  root.append(bar, settings.panel, templated.view, tokenHead, list, promptRow);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
@@ -200,6 +210,9 @@ function render({ model, el }) {
   /** @type {string | null} text this view sent, cleared from the box once its run starts */
   let pending = null;
   let rafId = 0;
+  let tokenView = false; // answers show their tokens
+  /** @type {Map<number, TokenList>} each run's tokens, by run_id */
+  const tokenLists = new Map();
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
     clear: schedule,
@@ -258,6 +271,7 @@ function render({ model, el }) {
       partialLabel: h("div", "nbstream-partial-label"),
       errorEl: h("div", "nbstream-error", { role: "alert" }),
       actions: h("div", "nbstream-message-actions"),
+      note: makeNote("capture"),
     };
     if (m.role === "user") {
       const text = h("div", "nbstream-message-text");
@@ -275,13 +289,104 @@ function render({ model, el }) {
       });
       const rendered = h("div", "nbstream-rendered");
       const rawPre = h("pre", "nbstream-raw");
-      output.append(rawMode ? rawPre : rendered);
       e.output = output;
       e.renderer = new TextRenderer(rendered, rawPre);
       elm.append(output);
+      showOutput(e);
     }
     elm.append(e.actions);
     return e;
+  }
+
+  // ---- token views ---------------------------------------------------------------
+  /** The tokens of run `rid` (made on first use: its tokens may come before its message). */
+  function tokensOf(rid) {
+    let t = tokenLists.get(rid);
+    if (!t) {
+      t = new TokenList(rid, {
+        label: "Answer tokens",
+        changed: () => {
+          updateNotes();
+          schedule();
+        },
+        closeOthers: (keep) => {
+          for (const other of tokenLists.values()) if (other !== keep) other.close();
+        },
+      });
+      t.setModes(tokenModes(model));
+      tokenLists.set(rid, t);
+    }
+    return t;
+  }
+
+  /** The token list an answer shows, or null (no run made it: seeded from Python). */
+  function listOf(e) {
+    const rid = e.msg.run_id;
+    return e.msg.role === "assistant" && typeof rid === "number" ? tokensOf(rid) : null;
+  }
+
+  /** What an answer's output shows: its tokens, its raw text or its rendered Markdown. */
+  function showOutput(e) {
+    if (!e.output || !e.renderer) return;
+    const tl = tokenView ? listOf(e) : null;
+    const want = tl ? tl.el : rawMode ? e.renderer.rawPre : e.renderer.rendered;
+    if (e.output.firstChild !== want || e.output.childNodes.length !== 1) e.output.replaceChildren(want);
+  }
+
+  /** The legend, the remote note, and each answer's "made without probabilities" note. */
+  function updateNotes() {
+    const modes = tokenModes(model);
+    const local = canTrace(model);
+    /** @type {HTMLElement[]} */
+    const want = [];
+    if (modes.any && !local) want.push(remoteNote);
+    if (local && modes.probs) want.push(legend);
+    const have = [...tokenHead.children];
+    if (have.length !== want.length || have.some((x, k) => x !== want[k])) tokenHead.replaceChildren(...want);
+    tokenHead.hidden = want.length === 0;
+    for (const e of entries) {
+      if (!e.output) continue;
+      const tl = tokenView ? listOf(e) : null;
+      const show = !!tl && (modes.probs || modes.alts) && tl.noCapture;
+      if (show && !e.note.isConnected) e.output.before(e.note);
+      else if (!show && e.note.isConnected) e.note.remove();
+    }
+  }
+
+  function updateTokenView() {
+    const modes = tokenModes(model);
+    const was = tokenView;
+    tokenView = modes.any && canTrace(model);
+    for (const t of tokenLists.values()) t.setModes(modes);
+    root.setAttribute("data-token-view", String(tokenView));
+    rawBtn.disabled = tokenView;
+    rawBtn.title = tokenView
+      ? "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text"
+      : "Show the answers' raw text instead of rendered Markdown";
+    if (was !== tokenView) {
+      for (const e of entries) showOutput(e);
+      schedule(); // the Markdown catches up with text that came while tokens were shown
+    }
+    updateNotes();
+  }
+
+  /** A `tokens` message: for the turn whose run it is. */
+  function onTokens(msg) {
+    const rid = Number(msg.run_id);
+    if (!Number.isInteger(rid)) return;
+    if (tokensOf(rid).apply(msg) === "gap") live.requestSync();
+  }
+
+  /** Drop the token lists of runs gone from the transcript (cleared, regenerated). */
+  function pruneTokens() {
+    const keep = new Set(messages().map((m) => m.run_id));
+    const current = Number(model.get("run_id")) || 0;
+    for (const [rid, t] of tokenLists) {
+      if (!keep.has(rid) && rid < current) {
+        t.dispose();
+        tokenLists.delete(rid);
+      }
+    }
   }
 
   /** Match the elements to the transcript (new ones made, gone ones removed, order kept). */
@@ -292,10 +397,12 @@ function render({ model, el }) {
       e.msg = m;
       return e;
     });
+    pruneTokens();
     entries.forEach((e, i) => {
       if (list.children[i] !== e.el) list.insertBefore(e.el, list.children[i] || null);
     });
     while (list.children.length > entries.length) list.lastElementChild?.remove();
+    updateNotes();
     updateChrome();
     schedule();
   }
@@ -370,6 +477,8 @@ function render({ model, el }) {
     let chars = 0;
     entries.forEach((e, i) => {
       if (!e.renderer) return;
+      // An answer showing its tokens: its Markdown is brought up to date when shown again.
+      if (tokenView && listOf(e)) return;
       const text = textOf(e, i);
       const active = isLive(e, i) && ACTIVE.has(status());
       if (text === e.shown && active === e.shownActive) return;
@@ -437,6 +546,8 @@ function render({ model, el }) {
     } else if (msg.type === "reset" && live.reset(msg)) {
       schedule();
       updateChrome();
+    } else if (msg.type === "tokens") {
+      onTokens(msg);
     }
   });
   onModel("change:run_id", () => {
@@ -526,12 +637,10 @@ function render({ model, el }) {
   });
 
   on(rawBtn, "click", () => {
+    if (tokenView) return;
     rawMode = !rawMode;
     rawBtn.setAttribute("aria-pressed", String(rawMode));
-    for (const e of entries) {
-      if (!e.renderer || !e.output) continue;
-      e.output.replaceChildren(rawMode ? e.renderer.rawPre : e.renderer.rendered);
-    }
+    for (const e of entries) showOutput(e);
     if (follow) list.scrollTop = list.scrollHeight;
   });
 
@@ -545,6 +654,7 @@ function render({ model, el }) {
   );
 
   // ---- start ------------------------------------------------------------------
+  updateTokenView();
   syncEntries();
   live.sync();
   const removed = watchRemoval(el, (m) => model.send(m), viewId);
@@ -552,6 +662,8 @@ function render({ model, el }) {
   return () => {
     disposed = true;
     removed();
+    for (const t of tokenLists.values()) t.dispose();
+    tokenLists.clear();
     for (const [name, fn] of modelHandlers) model.off(name, fn);
     modelHandlers.length = 0;
     ac.abort();

@@ -4,7 +4,7 @@
 // Synced traits they use (RunWidget in nbstream/_widget_base.py; `system` is the
 // ChatWidget's, nbstream/chat.py):
 //   max_new_tokens, temperature, top_p, top_k, repetition_penalty, do_sample, seed,
-//   stop_sequences, [system]   two-way; null means "the model's default"
+//   stop_sequences, alternatives, [system]   two-way; null means "the model's default"
 //   settings_errors            {trait: message} from Python's validate_settings (JS reads)
 //   settings_defaults          {setting: the model's default} for placeholders (JS reads)
 //   prompt_text, prompt_tokens what the model got for the current / last run (JS reads)
@@ -17,6 +17,7 @@ import { h } from "./common.js";
 
 const SAVE_DEBOUNCE_MS = 300;
 const MAX_NEW_TOKENS_LIMIT = 1000000; // nbstream/settings.py MAX_NEW_TOKENS_LIMIT
+const MAX_ALTERNATIVES = 100; // nbstream/settings.py MAX_ALTERNATIVES
 const INT_RE = /^[+-]?\d+$/;
 const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 
@@ -79,6 +80,16 @@ const FIELDS = [
     kind: "int",
     hint: ">= 0; reproducible sampling",
     check: (v) => (v < 0 ? `seed must be >= 0, got ${v}` : null),
+  },
+  {
+    name: "alternatives",
+    label: "Alternatives (k)",
+    kind: "int",
+    hint: `0\u2013${MAX_ALTERNATIVES}; top candidates per token`,
+    check: (v) =>
+      v < 0 || v > MAX_ALTERNATIVES
+        ? `alternatives must be between 0 (off) and ${MAX_ALTERNATIVES}, got ${v}`
+        : null,
   },
   {
     name: "stop_sequences",
@@ -288,7 +299,10 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     for (const f of fields) {
       const key = SETTING_OF[f.spec.name] || f.spec.name;
       const v = d[key];
-      if (f.spec.kind === "int" || f.spec.kind === "float") {
+      if (f.spec.name === "alternatives") {
+        // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
+        f.input.placeholder = "auto (5 with a token view)";
+      } else if (f.spec.kind === "int" || f.spec.kind === "float") {
         f.input.placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
       } else if (f.spec.kind === "bool") {
         const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
@@ -400,7 +414,10 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     const out = {};
     for (const f of fields) {
       if (f.spec.name === "system") continue; // the chat's own trait, not a setting
-      out[f.spec.name] = model.get(f.spec.name) ?? null;
+      const v = model.get(f.spec.name);
+      // A trait the kernel's widget does not have (an older kernel) is not sent.
+      if (v === undefined) continue;
+      out[f.spec.name] = v;
     }
     return out;
   }

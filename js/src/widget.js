@@ -50,6 +50,25 @@
  *   (see js/src/settings.js)
  * @property {Record<string, string>} settings_errors   Python's message per invalid setting
  * @property {Record<string, any>} settings_defaults    the model's defaults, for placeholders
+ * @property {number | null} alternatives  a setting (two-way, the panel's "Alternatives (k)"):
+ *   the k top candidates captured per step; null or 0 with Probabilities or Alternatives on
+ *   (and a local model): the kernel captures k = 5 anyway
+ * @property {boolean} show_tokens         Tokens view: the answer as its real tokens (two-way)
+ * @property {boolean} show_probabilities  each token shaded by the model's probability, a
+ *   legend, the rank of sampled picks (two-way)
+ * @property {boolean} show_alternatives   clicking or focusing a token shows the top-k
+ *   candidates at that step, with which the run's settings cut (two-way)
+ * @property {boolean} can_trace   the model is a local transformers model (token ids and
+ *   probabilities exist); false for a remote Endpoint: the token views show a note (Python → JS)
+ * @property {string} label        shown at the start of the status bar when not "" (two-way;
+ *   StreamWidget only, e.g. "temperature 0.7" in a compare column)
+ * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
+ *   re-runs with the `prompt` trait (two-way; StreamWidget only)
+ *
+ * Any of show_tokens / show_probabilities / show_alternatives on: the output shows the token
+ * view (plain text made of token spans, js/src/tokens.js) instead of rendered Markdown; all
+ * off: the usual rendered view. The same traits (but label and show_prompt) are the
+ * ChatWidget's, whose assistant messages show their tokens.
  */
 
 /**
@@ -65,7 +84,36 @@
  * before this delta.
  * @typedef {{type: "delta", run_id: number, offset: number, text: string,
  *            tokens: number | null, elapsed_s: number | null}
- *   | {type: "reset", run_id: number, view: string | null, text: string}} IncomingMessage
+ *   | {type: "reset", run_id: number, view: string | null, text: string}
+ *   | TokensMessage} IncomingMessage
+ */
+
+/**
+ * The teaching views' message (issue 7): tokens `offset`, `offset` + 1, ... of the run
+ * `run_id` (StreamWidget: the current run; ChatWidget: the assistant turn with that run_id
+ * in the transcript). Offset 0 means "replace this run's token list"; an offset past the
+ * tokens a view has is a gap: the view sends a `sync`.
+ * Sent only while at least one show_* toggle is on: (a) by the follower thread, in the same
+ * frames as the text deltas (at most 20 per second), (b) with offset 0 for every run shown
+ * (chat: every turn that had a run) whenever a toggle changes and at least one is on,
+ * (c) with offset 0 after answering a view's `sync` (after the `reset`).
+ * @typedef {{type: "tokens", run_id: number, offset: number, tokens: Token[]}} TokensMessage
+ */
+
+/**
+ * One token: [id, text, kind, logprob, rank, alts].
+ * - id: the token id
+ * - text: kind "text": the token decoded on its own (may hold spaces, "\n", "\t");
+ *   kind "special": a special token shown as itself (e.g. "<|im_end|>"); kind "bytes": a
+ *   token that is only part of a multi-byte character, its bytes in hex, e.g. "e2 80"
+ * - logprob: natural log of the model's own probability (raw logits, 4 decimals), or null
+ *   when the run captured no trace
+ * - rank: 1 = the model's favourite, or null
+ * - alts: null unless show_alternatives is on and the run captured a trace; else the top k
+ *   as [id, text, kind, logprob, cut], best first; cut is true when the run's sampling
+ *   settings (temperature / top-k / top-p, or greedy) gave that candidate no chance
+ * @typedef {[number, string, "text" | "special" | "bytes", number | null, number | null,
+ *            Array<[number, string, string, number | null, boolean]> | null]} Token
  */
 
 /**
@@ -100,6 +148,7 @@ import {
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
+import { TokenList, canTrace, makeLegend, makeNote, tokenModes, tokenToggles } from "./tokens.js";
 
 const PROMPT_DEBOUNCE_MS = 300;
 
@@ -178,8 +227,15 @@ function render({ model, el }) {
     active: () => ACTIVE.has(status()),
   });
   const templated = promptView({ model, viewId, on, onModel });
+  const toggles = tokenToggles({ model, on, onModel, changed: () => updateTokenView() });
+  const labelEl = h("span", "nbstream-label");
   const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, rawBtn, templated.toggle, settings.toggle);
+  bar.append(labelEl, badge, metricsEl, rawBtn, toggles.group, templated.toggle, settings.toggle);
+  // The token views' legend and notes, between the bar and the output.
+  const tokenHead = h("div", "nbstream-token-head");
+  const legend = makeLegend();
+  const captureNote = makeNote("capture");
+  const remoteNote = makeNote("remote");
 
   const partialLabel = h("div", "nbstream-partial-label");
   const output = h("div", "nbstream-output", {
@@ -197,7 +253,7 @@ function render({ model, el }) {
   output.append(rendered);
   const errorEl = h("div", "nbstream-error", { role: "alert" });
 
-  root.append(promptRow, bar, settings.panel, templated.view, output);
+  root.append(promptRow, bar, settings.panel, templated.view, tokenHead, output);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
@@ -205,6 +261,14 @@ function render({ model, el }) {
   let follow = true;
   const renderer = new TextRenderer(rendered, rawPre);
   let rafId = 0;
+  let tokenView = false; // the output shows the token view
+  const tokens = new TokenList(Number(model.get("run_id")) || 0, {
+    label: "Answer tokens",
+    changed: () => {
+      updateTokenHead();
+      schedule();
+    },
+  });
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
     clear() {
@@ -226,7 +290,8 @@ function render({ model, el }) {
     /** @type {FrameStats} */
     const st = { parsed: 0, nodes: 0 };
     const text = live.text;
-    renderer.update(text, ACTIVE.has(status()), st);
+    // The Markdown is brought up to date when it is shown again (it is incremental).
+    if (!tokenView) renderer.update(text, ACTIVE.has(status()), st);
     const t1 = performance.now();
     if (follow) output.scrollTop = output.scrollHeight;
 
@@ -301,11 +366,29 @@ function render({ model, el }) {
     } else if (msg.type === "reset" && live.reset(msg)) {
       schedule();
       updateChrome();
+    } else if (msg.type === "tokens") {
+      onTokens(msg);
     }
   });
 
+  /** A `tokens` message: this run's (or a newer one's from the start), else stale. */
+  function onTokens(msg) {
+    const rid = Number(msg.run_id);
+    if (!Number.isFinite(rid) || rid < (tokens.runId ?? 0)) return; // a late one of an old run
+    if (rid > (tokens.runId ?? 0)) {
+      if (Number(msg.offset) !== 0) {
+        live.requestSync(); // a run this view has not seen start: ask for all of it
+        return;
+      }
+      tokens.reset(rid);
+    }
+    if (tokens.apply(msg) === "gap") live.requestSync();
+  }
+
   onModel("change:run_id", () => {
-    if (!live.newRun(Number(model.get("run_id")) || 0)) return;
+    const rid = Number(model.get("run_id")) || 0;
+    if (rid > (tokens.runId ?? 0)) tokens.reset(rid);
+    if (!live.newRun(rid)) return;
     schedule();
     updateChrome();
   });
@@ -377,12 +460,63 @@ function render({ model, el }) {
     if (!stopBtn.disabled) model.send({ type: "stop" });
   });
 
+  // ---- label, prompt box shown or not --------------------------------------------
+  function updateLabel() {
+    const text = String(model.get("label") ?? "");
+    if (labelEl.textContent !== text) labelEl.textContent = text;
+    labelEl.hidden = !text;
+    const shown = model.get("show_prompt") !== false;
+    prompt.hidden = !shown;
+    promptRow.setAttribute("data-prompt", shown ? "shown" : "hidden");
+  }
+  onModel("change:label", updateLabel);
+  onModel("change:show_prompt", updateLabel);
+
+  // ---- token views -----------------------------------------------------------------
+  /** What the output shows: the token view, the raw text or the rendered Markdown. */
+  function showOutput() {
+    const want = tokenView ? tokens.el : rawMode ? rawPre : rendered;
+    if (output.firstChild !== want || output.childNodes.length !== 1) output.replaceChildren(want);
+    if (follow) output.scrollTop = output.scrollHeight;
+  }
+
+  function updateTokenHead() {
+    const modes = tokenModes(model);
+    const local = canTrace(model);
+    const noCapture = local && (modes.probs || modes.alts) && tokens.noCapture;
+    /** @type {HTMLElement[]} */
+    const want = [];
+    if (modes.any && !local) want.push(remoteNote);
+    if (noCapture) want.push(captureNote);
+    if (local && modes.probs && !tokens.noCapture) want.push(legend);
+    const have = [...tokenHead.children];
+    if (have.length !== want.length || have.some((e, k) => e !== want[k])) tokenHead.replaceChildren(...want);
+    tokenHead.hidden = want.length === 0;
+  }
+
+  function updateTokenView() {
+    const modes = tokenModes(model);
+    const was = tokenView;
+    tokenView = modes.any && canTrace(model);
+    tokens.setModes(modes);
+    root.setAttribute("data-token-view", String(tokenView));
+    rawBtn.disabled = tokenView;
+    rawBtn.title = tokenView
+      ? "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text"
+      : "Show the raw text instead of rendered Markdown";
+    updateTokenHead();
+    if (was !== tokenView) {
+      showOutput();
+      schedule(); // the Markdown catches up with text that came while tokens were shown
+    }
+  }
+
   // ---- raw toggle, copy buttons, scrolling ---------------------------------
   on(rawBtn, "click", () => {
+    if (tokenView) return;
     rawMode = !rawMode;
     rawBtn.setAttribute("aria-pressed", String(rawMode));
-    output.replaceChildren(rawMode ? rawPre : rendered);
-    if (follow) output.scrollTop = output.scrollHeight;
+    showOutput();
   });
 
   on(output, "click", (/** @type {MouseEvent} */ e) => {
@@ -411,6 +545,8 @@ function render({ model, el }) {
   );
 
   // ---- start ------------------------------------------------------------------
+  updateLabel();
+  updateTokenView();
   updateChrome();
   live.sync();
   const removed = watchRemoval(el, (m) => model.send(m), viewId);
@@ -418,6 +554,7 @@ function render({ model, el }) {
   return () => {
     disposed = true;
     removed();
+    tokens.dispose();
     for (const [name, fn] of modelHandlers) model.off(name, fn);
     modelHandlers.length = 0;
     ac.abort();
