@@ -166,6 +166,7 @@ def compare_fallback_bundle(
         plain[0] += f"\nPrompt: {prompt}"
         markdown.append(f"**Prompt:** {prompt}")
     for i, (label, status, text, metrics, error_info) in enumerate(columns, 1):
+        note: str | None
         if status == "idle":
             state, note, figures = "idle", "no run yet", []
         else:

@@ -460,17 +460,18 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """Wait until every column's run has ended; return each column's ``result``.
 
         A column's entry is its text if it completed, ``None`` if it was stopped or failed
-        (its ``status``, ``partial_text`` and ``error`` say more): one stopped column is
-        part of a comparison, not an error. ``timeout`` bounds the whole wait; when it
-        expires ``TimeoutError`` is raised and the runs go on. A ``KeyboardInterrupt`` (the
-        kernel's interrupt button) stops every column, then propagates.
+        (its ``status``, ``partial_text`` and ``error`` say more) or never ran: one stopped
+        column is part of a comparison, not an error. ``timeout`` bounds the whole wait;
+        when it expires ``TimeoutError`` is raised and the runs go on. A
+        ``KeyboardInterrupt`` (the kernel's interrupt button) stops every column, then
+        propagates.
         """
-        runs = [column.run for column in self._columns]
-        if any(run is None for run in runs):
+        started = [(column, column.run) for column in self._columns if column.run is not None]
+        if not started:
             raise RuntimeError("nothing to wait for: call run() first")
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            for column, run in zip(self._columns, runs, strict=True):
+            for column, run in started:
                 assert run is not None
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not run.wait_done(left):
@@ -484,9 +485,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                     column.wait(0)
         except KeyboardInterrupt:
             self.stop()
-            for run in runs:
-                if run is not None:
-                    run.wait_done(_INTERRUPT_GRACE_S)
+            for _column, run in started:
+                assert run is not None
+                run.wait_done(_INTERRUPT_GRACE_S)
             raise
         return self.results
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import signal
 import sys
 import threading
 import time
@@ -243,6 +244,39 @@ def test_stop_all_withdraws_queued_columns_and_stops_the_running_one(line, probe
     assert {run._thread.ident for run in runs[1:]}.isdisjoint(p.threads)
     assert [run.metrics["tokens"] for run in runs[1:]] == [0, 0]
     assert cw.stop() is False  # nothing left to stop
+
+
+def test_wait_timeout_bounds_the_whole_wait_and_the_runs_go_on(line):
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
+    runs = cw.run()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"still running after 0.3 s \(running, queued"):
+        cw.wait(0.3)
+    assert time.monotonic() - started < 2
+    assert runs[0].status == "running"  # a timeout stops nothing
+    cw.stop()
+    assert cw.wait(30) == [None, None, None]
+
+
+def test_an_interrupt_during_wait_stops_every_column(line):
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
+    runs = cw.run()
+    wait_until(lambda: runs[0].partial_text)
+    main = threading.main_thread()
+    # What the kernel's interrupt button does: SIGINT to the main thread.
+    timer = threading.Timer(0.2, signal.pthread_kill, (main.ident, signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        cw.wait(60)
+    timer.join()
+    assert [run.status for run in runs] == ["cancelled"] * 3
+
+
+def test_wait_after_one_column_ran_alone(line):
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=4)
+    cw.columns[1].generate()  # its own Run
+    assert cw.wait(60) == [None, cw.columns[1].result]
+    assert cw.statuses == ["idle", "complete"]
 
 
 def test_run_all_from_the_header(line):

@@ -29,6 +29,8 @@ STATIC = (
     "nbstream/static/widget.css",
     "nbstream/static/chat.js",
     "nbstream/static/chat.css",
+    "nbstream/static/compare.js",
+    "nbstream/static/compare.css",
 )
 
 
@@ -100,6 +102,8 @@ def test_sdist_carries_sources_and_the_built_front_end(dist: dict[str, Path]) ->
         "js/src/widget.css",
         "js/src/chat.js",
         "js/src/chat.css",
+        "js/src/compare.js",
+        "js/src/compare.css",
         "js/src/common.js",
         "js/package-lock.json",
         "js/build.mjs",
