@@ -112,7 +112,7 @@ def _number(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def describe(settings: Mapping[str, Any], seed: int | None = None) -> str:
+def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> str:
     """A column's label: its settings in words, e.g. ``"temperature 0.7 · seed 42"``."""
     parts = []
     for name, word in _LABELS.items():
@@ -159,8 +159,6 @@ class _Header(anywidget.AnyWidget):
     # -- kernel to page ---------------------------------------------------------------------
     #: Each column's state, left to right.
     statuses = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    #: Each column's label, left to right.
-    labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
     #: One line on the columns' states (and the shared seed).
     summary = traitlets.Unicode("").tag(sync=True)
     #: Why the last Run all click started nothing, or "".
@@ -218,7 +216,7 @@ class _Column(StreamWidget):
             if name != "seed" and name not in names and (changed or name in call):
                 names.append(name)
         shown = {name: self._setting(name, call) for name in names if name != "seed"}
-        return describe(shown, seed)
+        return describe_settings(shown, seed)
 
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
         if self._setting("seed", settings) is None and self.samples(settings):
@@ -250,7 +248,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     ``same_seed=True`` (the **Same seed** checkbox) gives every sampled column the same
     seed: ``seed=`` if given, else one drawn at each ``run()``; greedy columns, and columns
     whose own settings give a seed, keep theirs. Each column's ``record`` says exactly what
-    produced it, seed included.
+    produced it, seed included (a shared seed is ``"given"`` there: the comparison gave it;
+    ``cw.shared_seed`` is the last one).
 
     Example::
 
@@ -326,7 +325,6 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             self._header = _Header(
                 prompt=prompt,
                 same_seed=same_seed,
-                labels=[c.label for c in self._columns],
                 statuses=[c.status for c in self._columns],
             )
             self._row = ipywidgets.HBox(
@@ -606,7 +604,6 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 return
             with header.hold_sync():
                 header.statuses = statuses
-                header.labels = [column.label for column in self._columns]
                 header.summary = self._summary(statuses)
             self._publish_fallback()
 

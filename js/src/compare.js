@@ -20,7 +20,6 @@
  * @property {string} prompt        the shared prompt (two-way: saved on input and before Run all)
  * @property {boolean} same_seed    the Same seed checkbox (two-way)
  * @property {Status[]} statuses    each column's state, left to right (Python → JS)
- * @property {string[]} labels      each column's label, left to right (Python → JS)
  * @property {string} summary       one line on the columns' states (Python → JS)
  * @property {string} input_error   why the last Run all started nothing, or "" (Python → JS)
  */
