@@ -309,6 +309,9 @@ function render({ model, el }) {
           updateNotes();
           schedule();
         },
+        opened: () => {
+          follow = false;
+        },
         closeOthers: (keep) => {
           for (const other of tokenLists.values()) if (other !== keep) other.close();
         },

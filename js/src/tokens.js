@@ -225,7 +225,7 @@ function makeLegend() {
   hi.textContent = "100%";
   scale.append(lo, bar, hi);
   const rank = h("span", "nbstream-legend-rank");
-  const sample = h("span", "nbstream-token-rank", { "data-rank": "3" });
+  const sample = h("span", "nbstream-legend-rank-sample", { "data-rank": "3" });
   rank.append(sample, "rank of a pick that was not the model's favourite");
   legend.append(title, scale, rank);
   return legend;
@@ -248,7 +248,10 @@ let popoverCount = 0;
 class TokenList {
   /**
    * @param {number | null} runId the run whose tokens these are
-   * @param {{label?: string, changed?: () => void, closeOthers?: (list: TokenList) => void}} [opts]
+   * @param {{label?: string, changed?: () => void, opened?: () => void,
+   *          closeOthers?: (list: TokenList) => void}} [opts]
+   *   changed: tokens came or went; opened: a popover opened (the view stops following
+   *   the end of the output, so that streaming does not scroll it away)
    */
   constructor(runId, opts = {}) {
     this.runId = runId;
@@ -259,17 +262,19 @@ class TokenList {
     this.openIndex = -1; // the token whose popover is open, or -1
     this.changed = opts.changed || (() => {});
     this.closeOthers = opts.closeOthers || (() => {});
+    this.opened = opts.opened || (() => {});
     this.ac = new AbortController();
 
-    this.el = h("div", "nbstream-tokens-view");
+    this.el = h("div", "nbstream-tokens-view", {
+      // Lumino (JupyterLab) leaves keys pressed in here to this element: the arrow keys
+      // move between tokens rather than between cells, Escape closes the popover only.
+      "data-lm-suppress-shortcuts": "true",
+    });
     this.list = h("div", "nbstream-tokens", {
       "aria-label": opts.label || "Tokens",
       "data-boundaries": "false",
       "data-probs": "false",
       "data-alts": "false",
-      // Lumino (JupyterLab) leaves keys pressed in here to this element: the arrow keys
-      // move between tokens rather than between cells.
-      "data-lm-suppress-shortcuts": "true",
     });
     this.popId = `nbstream-alternatives-${++popoverCount}-${Math.random().toString(36).slice(2, 8)}`;
     this.pop = h("div", "nbstream-alternatives", {
@@ -512,6 +517,7 @@ class TokenList {
     s.classList.add("nbstream-token-open");
     this.fill(i);
     this.pop.hidden = false;
+    this.opened();
     this.place(s);
   }
 

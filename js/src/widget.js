@@ -268,6 +268,9 @@ function render({ model, el }) {
       updateTokenHead();
       schedule();
     },
+    opened: () => {
+      follow = false;
+    },
   });
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
