@@ -65,6 +65,12 @@ class TokenPieces:
                     raw.decode("utf-8")  # a real U+FFFD in the vocabulary is text
                 except UnicodeDecodeError:
                     return " ".join(f"{b:02x}" for b in raw), "bytes"
+        if not text.startswith(" "):
+            # SentencePiece decoders drop the leading space of a text's first token, so a
+            # token decoded alone loses it; its piece still says so ("▁world").
+            piece = self._tokenizer.convert_ids_to_tokens(token_id)
+            if isinstance(piece, str) and piece.startswith("\u2581"):
+                text = " " + text
         return text, "text"
 
     def _raw_bytes(self, token_id: int) -> bytes | None:

@@ -350,8 +350,7 @@ class RunWidget(anywidget.AnyWidget):
         )
         merged = {**self._settings, **panel, **call}
         if (
-            not merged.get("alternatives")
-            and "alternatives" not in call
+            merged.get("alternatives") is None  # unset: an explicit 0 means no capture
             and (self.show_probabilities or self.show_alternatives)
             and self.can_trace
         ):

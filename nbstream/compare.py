@@ -29,7 +29,7 @@ from ._display import (
     states_summary,
     update,
 )
-from ._widget_base import _TRAIT_OF, PANEL_SETTINGS, _error_info, _in_kernel
+from ._widget_base import _TRAIT_OF, PANEL_SETTINGS, VIEW_TOGGLES, _error_info, _in_kernel
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import validate_settings
 from .widget import StreamWidget
@@ -283,6 +283,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 f"{type(prompt).__name__}"
             )
         columns = _check_column_settings(settings)
+        # The teaching views' toggles (show_tokens=True, ...) are not settings: every column
+        # gets them.
+        views = {name: common.pop(name) for name in VIEW_TOGGLES if name in common}
+        for name, value in views.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r:.80}")
         shared = _named("keyword settings", common)
         merged = [_named(f"settings[{i}]", {**shared, **own}) for i, own in enumerate(columns)]
         if seed is not None:
@@ -305,8 +311,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._shared_seed: int | None = seed
         # True until the widget is complete (and again once closed): close() does nothing.
         self._closing = True
-        # Serializes run() and stop(); never held while a column's traits change (their
-        # observers take _view_lock), so a column ending during run() cannot deadlock it.
+        # Serializes run() (stop() takes no lock: stopping twice is harmless). Never held
+        # while a column's traits change (their observers take _view_lock), so a column
+        # ending during run() cannot deadlock it.
         self._run_lock = threading.Lock()
         self._view_lock = threading.RLock()
         self._display_id: str | None = None
@@ -315,6 +322,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         try:
             for own, clean in zip(columns, merged, strict=True):
                 column = _Column(model, tokenizer, own, **clean)
+                for name, value in views.items():
+                    setattr(column, name, value)
                 column._shared_seed = self._seed_for_run
                 column.prompt = prompt
                 column.label = column.describe()
@@ -420,7 +429,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         The runs start left to right; on a shared model they run in that order, each
         waiting ``queued`` for the one before. Raises ``RuntimeError`` if a column is still
         queued or running, and ``ValueError`` for an empty prompt or a column whose
-        settings panel holds an invalid value: then nothing starts.
+        settings panel holds an invalid value: then nothing starts. Should a column still
+        fail to start (its model refuses the prompt), the columns already started are
+        stopped and the error names the column.
         """
         with self._run_lock:
             if prompt is not None:
@@ -571,6 +582,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 logger.debug("Run all ignored: a column is still queued or running")
                 return
             prompt = content.get("prompt")
+            # The checkbox travels with the click, as the prompt does: its state update
+            # may still be held back by ipywidgets' throttle.
+            same_seed = content.get("same_seed")
+            if isinstance(same_seed, bool) and same_seed != self.same_seed:
+                self.same_seed = same_seed
             try:
                 self.run(prompt if isinstance(prompt, str) else None)
             except (TypeError, ValueError, RuntimeError) as exc:

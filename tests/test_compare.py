@@ -381,6 +381,17 @@ def test_same_seed_checkbox_from_the_page(line):
     assert "same seed" not in cw._header.summary
 
 
+def test_run_all_carries_the_checkbox_ahead_of_its_state_update(line):
+    """Ticked then Run all at once: the click may reach the kernel before the checkbox's
+    state update (ipywidgets throttles those, not custom messages)."""
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=6)
+    send(cw, {"type": "run", "prompt": "Hello", "same_seed": True})
+    cw.wait(60)
+    assert cw.same_seed is True
+    seeds = [r["seed"] for r in cw.records]
+    assert seeds[1] is not None and seeds[1] == seeds[2] == cw.shared_seed
+
+
 def test_a_columns_own_run_uses_the_shared_seed_and_its_own_seed_wins(line):
     settings = [{"temperature": 0.9}, {"temperature": 0.9, "seed": 7}]
     cw = nbstream.CompareWidget(*line, "Hello", settings=settings, max_new_tokens=15, seed=99)

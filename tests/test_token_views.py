@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from test_widget import Recorder, wait_followers
@@ -210,3 +211,79 @@ def test_pieces_show_partial_characters_as_bytes_and_special_tokens_as_such(tiny
     assert raw.decode() == "a 😀"  # nothing lost: the pieces add up to the text
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert pieces(end) == ("<|im_end|>", "special")
+
+
+def test_pieces_keep_the_space_a_sentencepiece_decoder_drops():
+    """Llama/Mistral-style decoders drop a lone token's leading space; the view must not."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "\u2581Hello": 1, "\u2581world": 2, "ly": 3}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    assert tokenizer.decode([2]) == "world"  # what decoding one token alone gives
+    pieces = TokenPieces(tokenizer)
+    assert pieces(2) == (" world", "text")
+    assert pieces(3) == ("ly", "text")  # a piece without the marker gets no space
+    # The pieces add up to the text (a text's first space is the decoder's to drop).
+    assert "".join(pieces(i)[0] for i in (1, 2, 3)).strip() == tokenizer.decode([1, 2, 3])
+
+
+def test_a_probability_that_is_not_finite_is_sent_as_unknown():
+    """JSON has no -inf: a browser's JSON.parse would reject the whole frame."""
+    from types import SimpleNamespace
+
+    from nbstream._tokens import token_entries
+
+    _model, tokenizer = tiny_model(one_line=True)
+    step = SimpleNamespace(
+        logprob=float("-inf"),
+        rank=7,
+        cut=(False, True),
+        _alternative_ids=(5, 6),
+        _alternative_logprobs=(-0.5, float("nan")),
+    )
+    (entry,) = token_entries(TokenPieces(tokenizer), [9], [step], 0, 1, alternatives=True)
+    assert entry[3] is None and entry[4] == 7
+    assert entry[5][0][3] == -0.5 and entry[5][1][3] is None
+    json.loads(json.dumps(entry, allow_nan=False))
+
+
+def test_turning_a_view_on_mid_stream_leaves_no_gap_and_no_duplicate(tiny):
+    """The toggle's full resend (main thread) and the follower's deltas (its thread) meet."""
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3000)
+    rec = Recorder(w)
+    run = w.generate("Hello")
+    deadline = time.monotonic() + 60
+    while len(run.token_ids) < 50:
+        assert time.monotonic() < deadline and not run.done, "the run made no tokens"
+        time.sleep(0.005)
+    w.show_tokens = True
+    time.sleep(0.2)
+    w.show_probabilities = True  # a second resend while it streams
+    w.wait()
+    wait_followers()
+    held = tokens_of(rec, w.run_id)
+    assert [t[0] for t in held] == run.token_ids
+    assert token_messages(rec)[0]["offset"] == 0  # the first one was the full list
+
+
+def test_compare_columns_take_the_view_keywords(tiny):
+    cw = nbstream.CompareWidget(
+        *tiny,
+        "Hello",
+        settings=[{"temperature": 0}, {"temperature": 0.7}],
+        max_new_tokens=3,
+        show_tokens=True,
+        show_alternatives=True,
+    )
+    try:
+        assert all(c.show_tokens and c.show_alternatives for c in cw.columns)
+        assert not any(c.show_probabilities for c in cw.columns)
+        assert cw.show_tokens and not cw.show_probabilities
+        with pytest.raises(TypeError, match="show_tokens must be True or False"):
+            nbstream.CompareWidget(*tiny, "Hi", settings=[{}, {}], show_tokens=1)
+    finally:
+        cw.close()

@@ -26,7 +26,7 @@
 
 /**
  * Custom messages, JS → Python (`model.send`).
- * @typedef {{type: "run", prompt: string} | {type: "stop"}} OutgoingMessage
+ * @typedef {{type: "run", prompt: string, same_seed: boolean} | {type: "stop"}} OutgoingMessage
  */
 
 import { ACTIVE, VERSION, h } from "./common.js";
@@ -153,7 +153,7 @@ function render({ model, el }) {
     savePrompt();
     // The prompt travels with the click: a state update may still be held back by
     // ipywidgets' throttle, a custom message is not.
-    model.send({ type: "run", prompt: prompt.value });
+    model.send({ type: "run", prompt: prompt.value, same_seed: seedBox.checked });
   };
   on(runBtn, "click", runAll);
   on(stopBtn, "click", () => model.send({ type: "stop" }));

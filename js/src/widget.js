@@ -449,7 +449,11 @@ function render({ model, el }) {
     savePrompt();
     // An invalid setting: the panel opens on it, and nothing is sent.
     if (settings.blocked()) return;
-    model.send({ type: "run", prompt: prompt.value, settings: settings.values() });
+    // Without its prompt box (a compare column) the view sends no prompt: the kernel's
+    // prompt trait (the shared one) is the prompt, not this view's hidden copy of it.
+    const message = { type: "run", settings: settings.values() };
+    if (model.get("show_prompt") !== false) message.prompt = prompt.value;
+    model.send(message);
   }
   on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
     if (e.key !== "Enter" || e.isComposing) return;
