@@ -225,6 +225,7 @@ class RunWidget(anywidget.AnyWidget):
         # Tokens of the current run already sent in "tokens" messages (while a view is on).
         self._tokens_sent = 0
         self._pieces: TokenPieces | None = None
+        self._answer_counts: dict[int, tuple[Generation, int]] = {}
         from .backends import resolve_backend
 
         can_trace = bool(getattr(resolve_backend(model, tokenizer), "supports_alternatives", False))
@@ -471,6 +472,10 @@ class RunWidget(anywidget.AnyWidget):
         finally:
             with self._lock:
                 if run_id == self.run_id:
+                    try:
+                        self._mark_stop_tokens(run, run_id)
+                    except Exception:  # never at the cost of the end state below
+                        logger.exception("nbstream: marking the stop string's tokens failed")
                     self._set_if_current(run_id, **self._end_traits(run))
                     self._publish_fallback()
         if run.status == "complete":
@@ -520,8 +525,48 @@ class RunWidget(anywidget.AnyWidget):
         if self._pieces is None:
             self._pieces = TokenPieces(self._tokenizer)
         tokens = token_entries(self._pieces, ids, trace, start, stop, self.show_alternatives)
+        answer = self._answer_tokens(run, ids)
+        if answer is not None:
+            for index, entry in enumerate(tokens, start):
+                entry.append(index >= answer)
         self._send_msg({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
         return stop
+
+    def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
+        """How many tokens made the answer of a run that ended at a stop string, else None.
+
+        The text is cut before the stop string, but the tokens that made it were generated:
+        the views show them marked. Found once per run by bisecting on the decoded length.
+        """
+        if not run.done or run.metrics.get("finish_reason") != "stop":
+            return None
+        cached = self._answer_counts.get(id(run))
+        if cached is not None and cached[0] is run:
+            return cached[1]
+        # The most tokens whose text stays within the answer (a token that holds the
+        # answer's last characters and the stop string's first is the stop string's).
+        target = len(run.partial_text)
+        low, high = 0, len(ids)
+        while low < high:
+            middle = (low + high + 1) // 2
+            text = self._tokenizer.decode(ids[:middle], skip_special_tokens=True)
+            if len(text) <= target:
+                low = middle
+            else:
+                high = middle - 1
+        self._answer_counts = {id(run): (run, low)}  # one run at a time is enough
+        return low
+
+    def _mark_stop_tokens(self, run: Generation, run_id: int) -> None:
+        """A run that ended at a stop string: the views get its tokens again, those that
+        made the stop string marked (lock held)."""
+        if (
+            self._token_views_on()
+            and self.comm is not None
+            and self.can_trace
+            and self._answer_tokens(run, run.token_ids) is not None
+        ):
+            self._tokens_sent = self._send_tokens(run, run_id, 0)
 
     def _send_new_tokens(self, run: Generation, run_id: int) -> None:
         """The current run's tokens the views have not had (lock held)."""

@@ -70,5 +70,6 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "greedy: only the pick survived: True" in outputs
         assert "greedy: the same text again: True" in outputs
         assert "steps with a single candidate left: " in outputs
+        assert "more picks off the favourite at 1.3 than at 0.3: True" in outputs
         assert outputs.count(": complete\n") == 4
         assert "same seed, same answers: True" in outputs

@@ -287,3 +287,29 @@ def test_compare_columns_take_the_view_keywords(tiny):
             nbstream.CompareWidget(*tiny, "Hi", settings=[{}, {}], show_tokens=1)
     finally:
         cw.close()
+
+
+def test_tokens_that_made_the_stop_string_are_marked_not_part_of_the_answer():
+    """The text is cut before a stop string; the tokens that made it were generated."""
+    from nbstream.testing import forced_model
+
+    model, tokenizer = forced_model("One two three END four five")
+    ids = tokenizer.encode("One two three END four five", add_special_tokens=False)
+    answer = next(n for n in range(len(ids)) if tokenizer.decode(ids[: n + 1]).endswith("END"))
+    w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=30, show_tokens=True)
+    rec = Recorder(w)
+    w.generate("Hello", stop=["END"])
+    assert w.wait() == "One two three "
+    wait_followers()
+    assert w.metrics["finish_reason"] == "stop"
+    held = tokens_of(rec, w.run_id)
+    assert [t[0] for t in held] == w.run.token_ids
+    # Every token up to the one that made "END" is the answer; that one and any after are
+    # marked (generation stops within a step or two of the stop string).
+    marks = [t[6] for t in held]
+    assert marks[:answer] == [False] * answer and all(marks[answer:]) and len(marks) > answer
+    # A run that ends otherwise has no such mark.
+    w.generate("Hello")
+    w.wait()
+    wait_followers()
+    assert all(len(t) == 6 for t in tokens_of(rec, w.run_id))

@@ -399,6 +399,9 @@ class TokenList {
       "data-index": String(i),
       "data-kind": k,
     });
+    // t[6]: the run ended at a stop string and this token made it (or came after it):
+    // generated, but not part of the answer.
+    if (t[6] === true) s.setAttribute("data-after-stop", "true");
     appendPieces(s, text, k);
     if (isNum(logprob)) {
       const p = Math.exp(logprob);
@@ -423,6 +426,7 @@ class TokenList {
     const t = this.tokens[i];
     const [id, text, kind, logprob, rank] = t;
     let title = `token ${id}: ${describe(text, kind)}`;
+    if (t[6] === true) title += "\nafter the stop string: not part of the answer";
     if (this.modes.probs || this.modes.alts) {
       if (isNum(logprob)) {
         title += `\nprobability ${pct(Math.exp(logprob))}`;

@@ -201,6 +201,21 @@ def test_offset_zero_replaces_the_list_and_a_new_run_clears_it(fe_page: Page) ->
     assert syncs(page) == before  # no gap
 
 
+def test_tokens_that_made_a_stop_string_are_marked(fe_page: Page) -> None:
+    """The run ended at a stop string: its tokens come again, those past the answer marked."""
+    page = fe_page
+    root = running(page, show_tokens=True)
+    streamed = [tok(1, "One"), tok(2, " two"), tok(3, " END")]
+    emit(page, tokens_msg(1, 0, streamed))
+    expect(root.locator('.nbstream-token[data-after-stop="true"]')).to_have_count(0)
+    emit(page, tokens_msg(1, 0, [[*t, i == 2] for i, t in enumerate(streamed)]))
+    marked = root.locator('.nbstream-token[data-after-stop="true"]')
+    expect(marked).to_have_count(1)
+    expect(marked).to_have_attribute("data-token-id", "3")
+    assert "not part of the answer" in (marked.get_attribute("title") or "")
+    assert marked.evaluate("(e) => getComputedStyle(e).textDecorationLine") == "line-through"
+
+
 def test_a_gap_asks_for_a_sync(fe_page: Page) -> None:
     page = fe_page
     root = running(page, show_tokens=True)
