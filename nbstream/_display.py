@@ -7,10 +7,13 @@ stopped or failed run's text is never mistaken for a finished answer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .generation import COMPLETE, TERMINAL
+
+logger = logging.getLogger(__name__)
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -135,6 +138,29 @@ def update(data: dict[str, Any], metadata: dict[str, Any], display_id: str) -> N
 
     publish: Callable[..., Any] = update_display
     publish(data, raw=True, metadata=metadata, display_id=display_id)
+
+
+def show_with_fallback(data: dict[str, Any], metadata: dict[str, Any], display_id: str) -> None:
+    """Show a widget in a kernel as two outputs: the live view, then its fallback.
+
+    The fallback output (text/plain and text/markdown, hidden in live front ends) is the
+    one rewritten by :func:`republish` when a run ends: rewriting the view's own output
+    would make JupyterLab re-create the view (losing its toggles and scroll position).
+    """
+    view = {key: value for key, value in data.items() if key == WIDGET_VIEW}
+    show({**view, "text/plain": ""}, raw=True, metadata=metadata)
+    show(hidden_in_live_views(data), raw=True, display_id=display_id)
+
+
+def republish(data: dict[str, Any], display_id: str) -> bool:
+    """Rewrite the fallback shown by :func:`show_with_fallback` (any thread); False if
+    the kernel could not take it (it is shutting down: the live view is gone anyway)."""
+    try:
+        update(hidden_in_live_views(data), {}, display_id)
+    except Exception:
+        logger.debug("could not update a saved output", exc_info=True)
+        return False
+    return True
 
 
 def states_summary(statuses: list[str]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ._display import WIDGET_VIEW, hidden_in_live_views, show, update
+from ._display import republish, show, show_with_fallback
 from ._tokens import TokenPieces, token_entries
 from .generation import TERMINAL, Generation
 from .settings import DEFAULT_MAX_NEW_TOKENS, validate_settings
@@ -706,13 +706,8 @@ class RunWidget(anywidget.AnyWidget):
             # an update at some later moment, from the view thread.
             show(data, raw=True, metadata=metadata)
             return
-        # Two outputs. The first is the live view; the second, the fallback, is the one
-        # rewritten when a run ends. Rewriting the view's own output would make JupyterLab
-        # re-create the view (losing its raw-text toggle and scroll position) at every end.
-        view = {key: value for key, value in data.items() if key == WIDGET_VIEW}
-        show({**view, "text/plain": ""}, raw=True, metadata=metadata)
         self._display_id = f"nbstream-{self.model_id}"
-        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
+        show_with_fallback(data, metadata, self._display_id)
         self._published_status = status
 
     def _publish_fallback(self) -> None:
@@ -723,9 +718,5 @@ class RunWidget(anywidget.AnyWidget):
         if bundle is None:
             return
         status, data, _metadata = bundle
-        try:
-            update(hidden_in_live_views(data), {}, self._display_id)
-        except Exception:  # the kernel is shutting down: the live view is gone anyway
-            logger.debug("could not update the widget's saved output", exc_info=True)
-            return
-        self._published_status = status
+        if republish(data, self._display_id):
+            self._published_status = status

@@ -22,12 +22,11 @@ import ipywidgets
 import traitlets
 
 from ._display import (
-    WIDGET_VIEW,
     compare_fallback_bundle,
-    hidden_in_live_views,
+    republish,
     show,
+    show_with_fallback,
     states_summary,
-    update,
 )
 from ._widget_base import _TRAIT_OF, PANEL_SETTINGS, VIEW_TOGGLES, _error_info, _in_kernel
 from .generation import QUEUED, RUNNING, Generation, GenerationError
@@ -661,22 +660,16 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         if not _in_kernel():
             show(data, raw=True)
             return
-        # As StreamWidget: the live view, then the fallback (hidden in live front ends),
-        # which is rewritten whenever a column's state changes.
-        show({WIDGET_VIEW: data[WIDGET_VIEW], "text/plain": ""}, raw=True)
+        # As StreamWidget; the fallback is rewritten whenever a column's state changes.
         self._display_id = f"nbstream-compare-{self.model_id}"
-        show(hidden_in_live_views(data), raw=True, display_id=self._display_id)
+        show_with_fallback(data, {}, self._display_id)
 
     def _publish_fallback(self) -> None:
         if self._display_id is None:
             return
         data = self._bundle()
-        if data is None:
-            return
-        try:
-            update(hidden_in_live_views(data), {}, self._display_id)
-        except Exception:  # the kernel is shutting down: the live view is gone anyway
-            logger.debug("could not update the compare widget's saved output", exc_info=True)
+        if data is not None:
+            republish(data, self._display_id)
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (children included); this one stays cheap.
