@@ -1,9 +1,11 @@
 // nbstream — browser front end of `nbstream.chat.ChatWidget` (an anywidget).
 //
 // Built by js/build.mjs into nbstream/static/chat.js (ESM, minified, with
-// markdown-it and DOMPurify bundled). The rendering (markdown.js,
-// incremental.js), the run-text protocol, badge and metrics line (common.js)
-// are the StreamWidget's (widget.js).
+// markdown-it and DOMPurify bundled). The rendering (markdown.js, incremental.js),
+// the view's lifecycle, run-text protocol, badge, metrics line and common chrome
+// (common.js) and the token views (tokens.js) are the StreamWidget's (widget.js).
+// What is here is the chat's own: the transcript, one output and token list per
+// answer, the composer, editing, Keep partial and Regenerate.
 //
 // ---------------------------------------------------------------------------
 // Synced traits. Mirror of the Python class `ChatWidget` in nbstream/chat.py
@@ -61,25 +63,32 @@
 
 import {
   ACTIVE,
-  COPY_FEEDBACK_MS,
-  FOLLOW_SLACK_PX,
   LiveText,
-  PARTIAL,
-  RENDER_LOG_MAX,
   STATUSES,
   VERSION,
-  copyText,
+  copyCode,
+  follower,
   h,
+  iconButton,
+  inputErrorView,
+  logFrame,
   makeBadge,
+  markOutput,
+  modelStatus,
   newViewId,
-  renderLog,
+  onRunMessages,
+  onSubmitKey,
+  outputArea,
+  promptBox,
+  rawToggle,
   setBadge,
   showMetrics,
+  viewScope,
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { TokenList, canTrace, makeLegend, makeNote, tokenModes, tokenToggles } from "./tokens.js";
+import { makeNote, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
 
@@ -110,25 +119,9 @@ function keyOf(m) {
  */
 function render({ model, el }) {
   const viewId = newViewId();
-  const ac = new AbortController();
-  const on = (target, type, fn, opts) =>
-    target.addEventListener(type, fn, { ...opts, signal: ac.signal });
-  /** @type {Array<[string, Function]>} */
-  const modelHandlers = [];
-  const onModel = (name, fn) => {
-    model.on(name, fn);
-    modelHandlers.push([name, fn]);
-  };
-  const timers = new Set();
-  const later = (fn, ms) => {
-    const t = setTimeout(() => {
-      timers.delete(t);
-      fn();
-    }, ms);
-    timers.add(t);
-    return t;
-  };
-  let disposed = false;
+  const scope = viewScope(model);
+  const { on, onModel, later } = scope;
+  const status = () => modelStatus(model);
 
   // ---- DOM ---------------------------------------------------------------
   const root = h("div", "nbstream nbstream-chat", {
@@ -138,13 +131,10 @@ function render({ model, el }) {
 
   const badge = makeBadge();
   const metricsEl = h("span", "nbstream-metrics");
-  const rawBtn = h("button", "nbstream-raw-toggle", {
-    type: "button",
-    "aria-label": "Raw text",
-    "aria-pressed": "false",
+  const raw = rawToggle(scope, "Show the answers' raw text instead of rendered Markdown", () => {
+    for (const e of entries) showOutput(e);
+    follow.stick();
   });
-  rawBtn.textContent = "Raw text";
-  rawBtn.title = "Show the answers' raw text instead of rendered Markdown";
   const clearBtn = h("button", "nbstream-clear", { type: "button", "aria-label": "Clear chat" });
   clearBtn.textContent = "Clear chat";
   clearBtn.title = "Stop any answer and start the conversation afresh";
@@ -158,30 +148,32 @@ function render({ model, el }) {
     active: () => ACTIVE.has(status()),
   });
   const templated = promptView({ model, viewId, on, onModel });
-  const toggles = tokenToggles({ model, on, onModel, changed: () => updateTokenView() });
+  // The token views: toggles in the bar, the legend (one for the conversation) and the
+  // remote-model note above the messages; each answer says itself when it ran without
+  // probabilities.
+  const tv = tokenViews({
+    model,
+    scope,
+    root,
+    raw,
+    lists: () => tokenLists.values(),
+    switched: () => {
+      for (const e of entries) showOutput(e);
+    },
+    redraw: () => schedule(),
+    opened: () => {
+      follow.on = false;
+    },
+    notes: updateNotes,
+  });
   const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, rawBtn, toggles.group, templated.toggle, settings.toggle, clearBtn);
-  // The token views' legend (one for the conversation) and the remote-model note.
-  const tokenHead = h("div", "nbstream-token-head");
-  const legend = makeLegend();
-  const remoteNote = makeNote("remote");
+  bar.append(badge, metricsEl, raw.button, tv.group, templated.toggle, settings.toggle, clearBtn);
 
   const list = h("div", "nbstream-messages", { "aria-label": "Conversation", tabindex: "0" });
 
-  const message = h("textarea", "nbstream-prompt", {
-    "aria-label": "Message",
-    rows: "2",
-    placeholder: "Message the model… (Shift+Enter to send)",
-    spellcheck: "true",
-    // Lumino (JupyterLab / Notebook 7) skips its keyboard shortcuts for
-    // events from inside this element: Shift+Enter must not run the cell.
-    "data-lm-suppress-shortcuts": "true",
-  });
-  const sendBtn = h("button", "nbstream-run nbstream-send", { type: "button", "aria-label": "Send" });
-  sendBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">▶</span>Send';
-  sendBtn.title = "Send (Shift+Enter)";
-  const stopBtn = h("button", "nbstream-stop", { type: "button", "aria-label": "Stop" });
-  stopBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">■</span>Stop';
+  const message = promptBox("nbstream-prompt", "Message", 2, "Message the model… (Shift+Enter to send)");
+  const sendBtn = iconButton("nbstream-run nbstream-send", "Send", "▶", "Send (Shift+Enter)");
+  const stopBtn = iconButton("nbstream-stop", "Stop", "■");
   const actions = h("div", "nbstream-actions");
   actions.append(sendBtn, stopBtn);
   const promptRow = h("div", "nbstream-prompt-row");
@@ -195,34 +187,29 @@ function render({ model, el }) {
   });
   cancelEditBtn.textContent = "Cancel edit";
   editNote.append(editText, cancelEditBtn);
-  const inputErrorId = `nbstream-input-error-${viewId}`;
-  const inputErrorEl = h("div", "nbstream-input-error", { role: "alert", id: inputErrorId });
+  const updateInputError = inputErrorView(model, viewId, message, promptRow);
 
-  root.append(bar, settings.panel, templated.view, tokenHead, list, promptRow);
+  root.append(bar, settings.panel, templated.view, tv.head, list, promptRow);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
   /** @type {Entry[]} */
   let entries = [];
-  let rawMode = false;
-  let follow = true;
+  const follow = follower(scope, list);
   let editing = false;
   /** @type {string | null} text this view sent, cleared from the box once its run starts */
   let pending = null;
-  let rafId = 0;
-  let tokenView = false; // answers show their tokens
-  /** @type {Map<number, TokenList>} each run's tokens, by run_id */
+  /** @type {Map<number, import("./tokens.js").TokenList>} each run's tokens, by run_id */
   const tokenLists = new Map();
-
-  const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
-    clear: schedule,
-    grew: schedule,
+  scope.defer(() => {
+    for (const t of tokenLists.values()) t.dispose();
+    tokenLists.clear();
   });
 
-  function status() {
-    const s = String(model.get("status") ?? "idle");
-    return STATUSES.includes(s) ? s : "idle";
-  }
+  const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
+    clear: () => schedule(),
+    grew: () => schedule(),
+  });
 
   /** @returns {Message[]} */
   function messages() {
@@ -278,15 +265,7 @@ function render({ model, el }) {
       text.textContent = String(m.content ?? "");
       elm.append(text);
     } else {
-      const output = h("div", "nbstream-output", {
-        role: "log",
-        "aria-label": "Answer",
-        "aria-live": "polite",
-        "aria-relevant": "additions",
-        "aria-atomic": "false",
-        "data-partial": "false",
-        "data-empty": "true",
-      });
+      const output = outputArea("Answer");
       const rendered = h("div", "nbstream-rendered");
       const rawPre = h("pre", "nbstream-raw");
       e.output = output;
@@ -303,20 +282,9 @@ function render({ model, el }) {
   function tokensOf(rid) {
     let t = tokenLists.get(rid);
     if (!t) {
-      t = new TokenList(rid, {
-        label: "Answer tokens",
-        changed: () => {
-          updateNotes();
-          schedule();
-        },
-        opened: () => {
-          follow = false;
-        },
-        closeOthers: (keep) => {
-          for (const other of tokenLists.values()) if (other !== keep) other.close();
-        },
+      t = tv.list(rid, (keep) => {
+        for (const other of tokenLists.values()) if (other !== keep) other.close();
       });
-      t.setModes(tokenModes(model));
       tokenLists.set(rid, t);
     }
     return t;
@@ -331,46 +299,20 @@ function render({ model, el }) {
   /** What an answer's output shows: its tokens, its raw text or its rendered Markdown. */
   function showOutput(e) {
     if (!e.output || !e.renderer) return;
-    const tl = tokenView ? listOf(e) : null;
-    const want = tl ? tl.el : rawMode ? e.renderer.rawPre : e.renderer.rendered;
+    const tl = tv.shown ? listOf(e) : null;
+    const want = tl ? tl.el : raw.raw ? e.renderer.rawPre : e.renderer.rendered;
     if (e.output.firstChild !== want || e.output.childNodes.length !== 1) e.output.replaceChildren(want);
   }
 
-  /** The legend, the remote note, and each answer's "made without probabilities" note. */
-  function updateNotes() {
-    const modes = tokenModes(model);
-    const local = canTrace(model);
-    /** @type {HTMLElement[]} */
-    const want = [];
-    if (modes.any && !local) want.push(remoteNote);
-    if (local && modes.probs) want.push(legend);
-    const have = [...tokenHead.children];
-    if (have.length !== want.length || have.some((x, k) => x !== want[k])) tokenHead.replaceChildren(...want);
-    tokenHead.hidden = want.length === 0;
+  /** Each answer's "made without probabilities" note (after the token views' head). */
+  function updateNotes(modes) {
     for (const e of entries) {
       if (!e.output) continue;
-      const tl = tokenView ? listOf(e) : null;
+      const tl = tv.shown ? listOf(e) : null;
       const show = !!tl && (modes.probs || modes.alts) && tl.noCapture;
       if (show && !e.note.isConnected) e.output.before(e.note);
       else if (!show && e.note.isConnected) e.note.remove();
     }
-  }
-
-  function updateTokenView() {
-    const modes = tokenModes(model);
-    const was = tokenView;
-    tokenView = modes.any && canTrace(model);
-    for (const t of tokenLists.values()) t.setModes(modes);
-    root.setAttribute("data-token-view", String(tokenView));
-    rawBtn.disabled = tokenView;
-    rawBtn.title = tokenView
-      ? "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text"
-      : "Show the answers' raw text instead of rendered Markdown";
-    if (was !== tokenView) {
-      for (const e of entries) showOutput(e);
-      schedule(); // the Markdown catches up with text that came while tokens were shown
-    }
-    updateNotes();
   }
 
   /** A `tokens` message: for the turn whose run it is. */
@@ -405,7 +347,7 @@ function render({ model, el }) {
       if (list.children[i] !== e.el) list.insertBefore(e.el, list.children[i] || null);
     });
     while (list.children.length > entries.length) list.lastElementChild?.remove();
-    updateNotes();
+    tv.refresh();
     updateChrome();
     schedule();
   }
@@ -423,24 +365,9 @@ function render({ model, el }) {
       e.el.setAttribute("data-status", s);
       const text = textOf(e, i);
       const output = /** @type {HTMLElement} */ (e.output);
-      output.setAttribute("data-partial", String(text.length > 0 && PARTIAL.has(s)));
-      output.setAttribute("data-empty", String(!text));
-      output.setAttribute("aria-busy", String(ACTIVE.has(s)));
-      if (text && (s === "cancelled" || s === "failed")) {
-        const kept = m.kept ? " (kept in the conversation)" : "";
-        e.partialLabel.textContent = `Partial output — run ${s}${kept}`;
-        if (!e.partialLabel.isConnected) output.before(e.partialLabel);
-      } else if (e.partialLabel.isConnected) {
-        e.partialLabel.remove();
-      }
-      if (s === "failed") {
-        const info = (isLive(e, i) ? model.get("error_info") : m.error) || {};
-        const msg = [info.type, info.message].filter((x) => x).join(": ");
-        e.errorEl.textContent = msg || "Run failed";
-        if (!e.errorEl.isConnected) output.after(e.errorEl);
-      } else if (e.errorEl.isConnected) {
-        e.errorEl.remove();
-      }
+      const error = () => (isLive(e, i) ? model.get("error_info") : m.error);
+      const kept = m.kept ? " (kept in the conversation)" : "";
+      markOutput({ output, partialLabel: e.partialLabel, errorEl: e.errorEl }, s, text.length > 0, error, kept);
       if (!active && text && (s === "cancelled" || s === "failed") && !m.kept) {
         buttons.push(["Keep partial", "keep", "Keep this partial answer in the conversation"]);
       }
@@ -467,13 +394,7 @@ function render({ model, el }) {
   }
 
   // ---- rendering (at most once per animation frame) ------------------------
-  function schedule() {
-    if (!rafId && !disposed) rafId = requestAnimationFrame(frame);
-  }
-
-  function frame() {
-    rafId = 0;
-    if (disposed) return;
+  const frames = scope.frames(() => {
     const t0 = performance.now();
     /** @type {FrameStats} */
     const st = { parsed: 0, nodes: 0 };
@@ -481,7 +402,7 @@ function render({ model, el }) {
     entries.forEach((e, i) => {
       if (!e.renderer) return;
       // An answer showing its tokens: its Markdown is brought up to date when shown again.
-      if (tokenView && listOf(e)) return;
+      if (tv.shown && listOf(e)) return;
       const text = textOf(e, i);
       const active = isLive(e, i) && ACTIVE.has(status());
       if (text === e.shown && active === e.shownActive) return;
@@ -494,11 +415,10 @@ function render({ model, el }) {
       chars += text.length;
     });
     const t1 = performance.now();
-    if (follow) list.scrollTop = list.scrollHeight;
-    const log = renderLog();
-    log.push({ ms: performance.now() - t0, js: t1 - t0, chars, parsed: st.parsed, nodes: st.nodes });
-    if (log.length > RENDER_LOG_MAX + 1000) log.splice(0, log.length - RENDER_LOG_MAX);
-  }
+    follow.stick();
+    logFrame(t0, t1, chars, st);
+  });
+  const schedule = frames.schedule;
 
   // ---- chrome ----------------------------------------------------------------
   function updateChrome() {
@@ -512,18 +432,7 @@ function render({ model, el }) {
     settings.update();
     entries.forEach((e, i) => updateEntry(e, i, active));
     if (editing && (active || !entries.some((e) => e.msg.role === "user"))) setEditing(false);
-
-    const inputError = String(model.get("input_error") ?? "");
-    if (inputError) {
-      inputErrorEl.textContent = inputError;
-      if (!inputErrorEl.isConnected) promptRow.after(inputErrorEl);
-      message.setAttribute("aria-invalid", "true");
-      message.setAttribute("aria-describedby", inputErrorId);
-    } else if (inputErrorEl.isConnected) {
-      inputErrorEl.remove();
-      message.removeAttribute("aria-invalid");
-      message.removeAttribute("aria-describedby");
-    }
+    updateInputError();
     updateMetrics();
   }
 
@@ -540,19 +449,7 @@ function render({ model, el }) {
   }
 
   // ---- protocol --------------------------------------------------------------
-  onModel("msg:custom", (msg) => {
-    if (disposed || !msg || typeof msg !== "object") return;
-    if (msg.type === "delta") {
-      const what = live.delta(msg);
-      if (what === "text") updateChrome();
-      else if (what === "counters") updateMetrics();
-    } else if (msg.type === "reset" && live.reset(msg)) {
-      schedule();
-      updateChrome();
-    } else if (msg.type === "tokens") {
-      onTokens(msg);
-    }
-  });
+  onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
   onModel("change:run_id", () => {
     if (pending !== null && message.value === pending) {
       message.value = ""; // the message this view sent is in the transcript now
@@ -565,11 +462,8 @@ function render({ model, el }) {
   });
   onModel("change:_messages", syncEntries);
   onModel("change:status", () => {
-    if (!ACTIVE.has(status())) {
-      // The run ended: render the answer in full now, while it is still aria-busy.
-      if (rafId) cancelAnimationFrame(rafId);
-      frame();
-    }
+    // The run ended: render the answer in full now, while it is still aria-busy.
+    if (!ACTIVE.has(status())) frames.now();
     updateChrome();
     schedule();
   });
@@ -590,13 +484,7 @@ function render({ model, el }) {
     const values = settings.values();
     model.send(editing ? { type: "edit_last", text, settings: values } : { type: "send", text, settings: values });
   }
-  on(message, "keydown", (/** @type {KeyboardEvent} */ e) => {
-    if (e.key !== "Enter" || e.isComposing) return;
-    if (!(e.shiftKey || e.ctrlKey || e.metaKey)) return;
-    e.preventDefault();
-    e.stopPropagation();
-    send();
-  });
+  onSubmitKey(scope, message, send);
   on(sendBtn, "click", send);
   on(stopBtn, "click", () => {
     if (!stopBtn.disabled) model.send({ type: "stop" });
@@ -609,22 +497,13 @@ function render({ model, el }) {
     message.value = "";
   });
 
-  // ---- message buttons, copy buttons, raw toggle, scrolling ------------------
+  // ---- message buttons, copy buttons -------------------------------------------
   on(list, "click", (/** @type {MouseEvent} */ ev) => {
     const target = /** @type {Element} */ (ev.target);
     const btn = target.closest?.("button");
     if (!btn || !list.contains(btn)) return;
     if (btn.classList.contains("nbstream-copy")) {
-      const code = btn.parentElement?.querySelector("code, pre");
-      copyText(code ? code.textContent || "" : "", root).then((ok) => {
-        if (disposed) return;
-        btn.textContent = ok ? "Copied ✓" : "Copy failed";
-        btn.classList.add("nbstream-copied");
-        later(() => {
-          btn.textContent = "Copy";
-          btn.classList.remove("nbstream-copied");
-        }, COPY_FEEDBACK_MS);
-      });
+      copyCode(scope, btn, root);
       return;
     }
     const entry = entries.find((e) => e.el.contains(btn));
@@ -639,42 +518,12 @@ function render({ model, el }) {
     }
   });
 
-  on(rawBtn, "click", () => {
-    if (tokenView) return;
-    rawMode = !rawMode;
-    rawBtn.setAttribute("aria-pressed", String(rawMode));
-    for (const e of entries) showOutput(e);
-    if (follow) list.scrollTop = list.scrollHeight;
-  });
-
-  on(
-    list,
-    "scroll",
-    () => {
-      follow = list.scrollHeight - list.scrollTop - list.clientHeight <= FOLLOW_SLACK_PX;
-    },
-    { passive: true },
-  );
-
   // ---- start ------------------------------------------------------------------
-  updateTokenView();
+  tv.update();
   syncEntries();
   live.sync();
-  const removed = watchRemoval(el, (m) => model.send(m), viewId);
-
-  return () => {
-    disposed = true;
-    removed();
-    for (const t of tokenLists.values()) t.dispose();
-    tokenLists.clear();
-    for (const [name, fn] of modelHandlers) model.off(name, fn);
-    modelHandlers.length = 0;
-    ac.abort();
-    if (rafId) cancelAnimationFrame(rafId);
-    rafId = 0;
-    for (const t of timers) clearTimeout(t);
-    timers.clear();
-  };
+  scope.defer(watchRemoval(el, (m) => model.send(m), viewId));
+  return scope.dispose;
 }
 
 export default { render };

@@ -1,6 +1,8 @@
 // nbstream front end: what the StreamWidget view (widget.js) and the ChatWidget view
-// (chat.js) share besides rendering: states and their badge, the metrics line, the
-// delta / reset protocol of a run's text, and small DOM helpers.
+// (chat.js) share besides rendering: a view's lifecycle (listeners, timers and frames its
+// cleanup takes away), states and their badge, the metrics line, the delta / reset protocol
+// of a run's text, the parts of the chrome both have, and small DOM helpers. The
+// CompareWidget header (compare.js) uses the lifecycle and the prompt box.
 
 const STATUSES = ["idle", "queued", "running", "complete", "failed", "cancelled"];
 /** Word and glyph per status: the state is shown by word AND look, never colour alone. */
@@ -19,6 +21,7 @@ const ACTIVE = new Set(["queued", "running"]);
 const PARTIAL = new Set(["queued", "running", "failed", "cancelled"]);
 
 const SYNC_RETRY_MS = 1500;
+const PROMPT_DEBOUNCE_MS = 300;
 const COPY_FEEDBACK_MS = 1500;
 const FOLLOW_SLACK_PX = 12;
 const RENDER_LOG_MAX = 10000;
@@ -93,6 +96,18 @@ function renderLog() {
 }
 
 /**
+ * Record the cost of one frame in the page's render log (read by the tests and the
+ * benchmarks; bounded, so a long session does not grow it without end).
+ * @param {number} t0 performance.now() at the frame's start @param {number} t1 after its JS work
+ * @param {number} chars text length rendered @param {{parsed: number, nodes: number}} st
+ */
+function logFrame(t0, t1, chars, st) {
+  const log = renderLog();
+  log.push({ ms: performance.now() - t0, js: t1 - t0, chars, parsed: st.parsed, nodes: st.nodes });
+  if (log.length > RENDER_LOG_MAX + 1000) log.splice(0, log.length - RENDER_LOG_MAX);
+}
+
+/**
  * @template {keyof HTMLElementTagNameMap} K
  * @param {K} tag @param {string} [cls] @param {Record<string, string>} [attrs]
  * @returns {HTMLElementTagNameMap[K]}
@@ -126,6 +141,359 @@ async function copyText(text, host) {
   }
   ta.remove();
   return ok;
+}
+
+// ---------------------------------------------------------------------------
+// A view's lifecycle
+// ---------------------------------------------------------------------------
+
+/**
+ * @typedef {object} ViewScope
+ * @property {boolean} disposed  true once the view is gone (late promises check it)
+ * @property {(target: EventTarget, type: string, fn: Function, opts?: object) => void} on
+ *   a DOM listener
+ * @property {(name: string, fn: Function) => void} onModel  a model listener
+ * @property {(fn: () => void, ms: number) => ReturnType<typeof setTimeout>} later  a timer
+ * @property {(t: ReturnType<typeof setTimeout> | null) => void} cancel  a timer of `later`
+ * @property {(draw: () => void) => {schedule: () => void, now: () => void}} frames
+ *   drawing at most once per animation frame: schedule() asks for a frame, now() draws at
+ *   once (a pending frame is dropped)
+ * @property {(fn: () => void) => void} defer  more to do at cleanup (run first, in order)
+ * @property {() => void} dispose  the view's cleanup
+ */
+
+/**
+ * What one view adds to the page and to the model, kept so that its cleanup (anywidget
+ * calls what render returns) takes all of it away: nothing of a view keeps running, or
+ * answers the model, after it is gone. The functions need no `this`: pass them on as they
+ * are (the settings panel takes on / onModel / later).
+ * @param {any} model
+ * @returns {ViewScope}
+ */
+function viewScope(model) {
+  const ac = new AbortController();
+  /** @type {Array<[string, Function]>} */
+  const handlers = [];
+  /** @type {Set<ReturnType<typeof setTimeout>>} */
+  const timers = new Set();
+  /** @type {Array<() => void>} */
+  const deferred = [];
+  let rafId = 0;
+  /** @type {ViewScope} */
+  const scope = {
+    disposed: false,
+    on(target, type, fn, opts) {
+      target.addEventListener(type, fn, { ...opts, signal: ac.signal });
+    },
+    onModel(name, fn) {
+      model.on(name, fn);
+      handlers.push([name, fn]);
+    },
+    later(fn, ms) {
+      const t = setTimeout(() => {
+        timers.delete(t);
+        fn();
+      }, ms);
+      timers.add(t);
+      return t;
+    },
+    cancel(t) {
+      if (t == null) return;
+      clearTimeout(t);
+      timers.delete(t);
+    },
+    frames(draw) {
+      const frame = () => {
+        rafId = 0;
+        if (!scope.disposed) draw();
+      };
+      return {
+        schedule() {
+          if (!rafId && !scope.disposed) rafId = requestAnimationFrame(frame);
+        },
+        now() {
+          if (rafId) cancelAnimationFrame(rafId);
+          frame();
+        },
+      };
+    },
+    defer(fn) {
+      deferred.push(fn);
+    },
+    dispose() {
+      scope.disposed = true;
+      for (const fn of deferred.splice(0)) fn();
+      for (const [name, fn] of handlers) model.off(name, fn);
+      handlers.length = 0;
+      ac.abort();
+      if (rafId) cancelAnimationFrame(rafId);
+      rafId = 0;
+      for (const t of timers) clearTimeout(t);
+      timers.clear();
+    },
+  };
+  return scope;
+}
+
+/**
+ * The status trait, one of STATUSES (anything else reads as idle).
+ * @param {any} model
+ */
+function modelStatus(model) {
+  const s = String(model.get("status") ?? "idle");
+  return STATUSES.includes(s) ? s : "idle";
+}
+
+/**
+ * A view's part of the run protocol (`msg:custom`): `delta` and `reset` messages go to
+ * `live`; the view then updates its chrome when text came, its metrics line when only the
+ * counters did, and redraws after a reset. `tokens` messages go to `tokens`.
+ * @param {ViewScope} scope @param {LiveText} live
+ * @param {{chrome: () => void, metrics: () => void, redraw: () => void,
+ *          tokens: (msg: any) => void}} view
+ */
+function onRunMessages(scope, live, view) {
+  scope.onModel("msg:custom", (msg) => {
+    if (scope.disposed || !msg || typeof msg !== "object") return;
+    if (msg.type === "delta") {
+      const what = live.delta(msg);
+      if (what === "text") view.chrome();
+      else if (what === "counters") view.metrics();
+    } else if (msg.type === "reset" && live.reset(msg)) {
+      view.redraw();
+      view.chrome();
+    } else if (msg.type === "tokens") {
+      view.tokens(msg);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Chrome both views have
+// ---------------------------------------------------------------------------
+
+/**
+ * A prompt box. Lumino (JupyterLab / Notebook 7) skips its keyboard shortcuts for events
+ * from inside it: Shift+Enter must not run the cell.
+ * @param {string} cls @param {string} label @param {number} rows @param {string} placeholder
+ */
+function promptBox(cls, label, rows, placeholder) {
+  return h("textarea", cls, {
+    "aria-label": label,
+    rows: String(rows),
+    placeholder,
+    spellcheck: "true",
+    "data-lm-suppress-shortcuts": "true",
+  });
+}
+
+/**
+ * An output area: a polite live region that announces what is added to it (not the
+ * whole text again at each frame); data-partial / data-empty are kept by markOutput.
+ * @param {string} label its accessible name
+ */
+function outputArea(label) {
+  return h("div", "nbstream-output", {
+    role: "log",
+    "aria-label": label,
+    "aria-live": "polite",
+    "aria-relevant": "additions",
+    "aria-atomic": "false",
+    "data-partial": "false",
+    "data-empty": "true",
+  });
+}
+
+/**
+ * A button with a glyph before its word; the glyph is decoration (aria-hidden), the word
+ * is also its accessible name.
+ * @param {string} cls @param {string} label @param {string} glyph @param {string} [title]
+ */
+function iconButton(cls, label, glyph, title) {
+  const b = h("button", cls, { type: "button", "aria-label": label });
+  b.innerHTML = `<span class="nbstream-btn-icon" aria-hidden="true">${glyph}</span>${label}`;
+  if (title) b.title = title;
+  return b;
+}
+
+/**
+ * Shift+Enter (or Ctrl / Cmd+Enter) in `box` calls `fn`; the key goes no further (not to
+ * the notebook). Enter alone types a newline; nothing happens while an IME composes.
+ * @param {ViewScope} scope @param {HTMLElement} box @param {() => void} fn
+ */
+function onSubmitKey(scope, box, fn) {
+  scope.on(box, "keydown", (/** @type {KeyboardEvent} */ e) => {
+    if (e.key !== "Enter" || e.isComposing) return;
+    if (!(e.shiftKey || e.ctrlKey || e.metaKey)) return;
+    e.preventDefault();
+    e.stopPropagation();
+    fn();
+  });
+}
+
+/**
+ * Keep a text box and a string trait in step both ways: typing saves the trait (debounced,
+ * at once on blur); the kernel's value shows unless the user is typing (their words win
+ * until saved).
+ * @param {ViewScope} scope @param {any} model
+ * @param {HTMLTextAreaElement} box @param {string} trait
+ * @returns {() => void} save now (before a run: the run must see what was typed)
+ */
+function syncedText(scope, model, box, trait) {
+  let dirty = false;
+  /** @type {ReturnType<typeof setTimeout> | null} */
+  let timer = null;
+  box.value = String(model.get(trait) ?? "");
+  const save = () => {
+    scope.cancel(timer);
+    timer = null;
+    dirty = false;
+    model.set(trait, box.value);
+    model.save_changes();
+  };
+  scope.onModel(`change:${trait}`, () => {
+    const v = String(model.get(trait) ?? "");
+    if (!dirty && box.value !== v) box.value = v;
+  });
+  scope.on(box, "input", () => {
+    dirty = true;
+    scope.cancel(timer);
+    timer = scope.later(() => {
+      timer = null;
+      save();
+    }, PROMPT_DEBOUNCE_MS);
+  });
+  scope.on(box, "blur", () => {
+    if (dirty) save();
+  });
+  return save;
+}
+
+/**
+ * The Raw text toggle: the exact text instead of rendered Markdown. `changed` runs after
+ * each switch; block(why) turns it off and says why in its title ("" turns it on again).
+ * @param {ViewScope} scope @param {string} title @param {() => void} changed
+ * @returns {{button: HTMLButtonElement, raw: boolean, block: (why: string) => void}}
+ */
+function rawToggle(scope, title, changed) {
+  const button = h("button", "nbstream-raw-toggle", {
+    type: "button",
+    "aria-label": "Raw text",
+    "aria-pressed": "false",
+  });
+  button.textContent = "Raw text";
+  button.title = title;
+  const toggle = {
+    button,
+    raw: false,
+    block(why) {
+      button.disabled = !!why;
+      button.title = why || title;
+    },
+  };
+  scope.on(button, "click", () => {
+    if (button.disabled) return;
+    toggle.raw = !toggle.raw;
+    button.setAttribute("aria-pressed", String(toggle.raw));
+    changed();
+  });
+  return toggle;
+}
+
+/**
+ * Whether a scrolling element follows the end of what streams in: yes until the user
+ * scrolls up (more than FOLLOW_SLACK_PX from the end), again once they scroll back down.
+ * @param {ViewScope} scope @param {HTMLElement} el
+ * @returns {{on: boolean, stick: () => void}} stick(): bring the end into sight if following
+ */
+function follower(scope, el) {
+  const follow = {
+    on: true,
+    stick() {
+      if (follow.on) el.scrollTop = el.scrollHeight;
+    },
+  };
+  scope.on(
+    el,
+    "scroll",
+    () => {
+      follow.on = el.scrollHeight - el.scrollTop - el.clientHeight <= FOLLOW_SLACK_PX;
+    },
+    { passive: true },
+  );
+  return follow;
+}
+
+/**
+ * The Copy button of a code block was clicked: copy the code, and say on the button for a
+ * moment whether it worked.
+ * @param {ViewScope} scope @param {HTMLElement} btn @param {HTMLElement} host where the
+ *   fallback's hidden textarea goes
+ */
+function copyCode(scope, btn, host) {
+  const code = btn.parentElement?.querySelector("code, pre");
+  copyText(code ? code.textContent || "" : "", host).then((ok) => {
+    if (scope.disposed) return;
+    btn.textContent = ok ? "Copied ✓" : "Copy failed";
+    btn.classList.add("nbstream-copied");
+    scope.later(() => {
+      btn.textContent = "Copy";
+      btn.classList.remove("nbstream-copied");
+    }, COPY_FEEDBACK_MS);
+  });
+}
+
+/**
+ * The input_error trait (what was wrong with the last Run / Send; nothing started) under
+ * the prompt row, tied to the box by aria-describedby.
+ * @param {any} model @param {string} viewId @param {HTMLElement} box @param {HTMLElement} row
+ * @returns {() => void} update
+ */
+function inputErrorView(model, viewId, box, row) {
+  const id = `nbstream-input-error-${viewId}`;
+  const el = h("div", "nbstream-input-error", { role: "alert", id });
+  return () => {
+    const inputError = String(model.get("input_error") ?? "");
+    if (inputError) {
+      el.textContent = inputError;
+      if (!el.isConnected) row.after(el);
+      box.setAttribute("aria-invalid", "true");
+      box.setAttribute("aria-describedby", id);
+    } else if (el.isConnected) {
+      el.remove();
+      box.removeAttribute("aria-invalid");
+      box.removeAttribute("aria-describedby");
+    }
+  };
+}
+
+/**
+ * An output area's end-state marks: data-partial, data-empty and aria-busy on it; the
+ * "Partial output" label above it (it has text, and the run was cancelled or failed); the
+ * error below it (failed).
+ * @param {{output: HTMLElement, partialLabel: HTMLElement, errorEl: HTMLElement}} els
+ * @param {string} s the run's status @param {boolean} hasText
+ * @param {() => any} errorInfo the error ({type, message}), asked for only when failed
+ * @param {string} [more] said after "Partial output — run <status>"
+ */
+function markOutput({ output, partialLabel, errorEl }, s, hasText, errorInfo, more = "") {
+  output.setAttribute("data-partial", String(hasText && PARTIAL.has(s)));
+  output.setAttribute("data-empty", String(!hasText));
+  output.setAttribute("aria-busy", String(ACTIVE.has(s)));
+  if (hasText && (s === "cancelled" || s === "failed")) {
+    partialLabel.textContent = `Partial output — run ${s}${more}`;
+    if (!partialLabel.isConnected) output.before(partialLabel);
+  } else if (partialLabel.isConnected) {
+    partialLabel.remove();
+  }
+  if (s === "failed") {
+    const info = errorInfo() || {};
+    const msg = [info.type, info.message].filter((x) => x).join(": ");
+    errorEl.textContent = msg || "Run failed";
+    if (!errorEl.isConnected) output.after(errorEl);
+  } else if (errorEl.isConnected) {
+    errorEl.remove();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -288,11 +656,7 @@ class LiveText {
     if (rid < this.runId) return false; // stale
     const full = String(msg.text ?? "");
     this.gapSyncAt = 0;
-    if (rid !== this.runId) {
-      this.runId = rid;
-      this.liveTokens = null;
-      this.liveElapsed = null;
-      this.clear();
+    if (this.newRun(rid)) {
       this.append(full);
     } else if (full.startsWith(this.text)) {
       this.append(full.slice(this.text.length)); // usually: the view was merely behind
@@ -363,21 +727,29 @@ function watchRemoval(el, send, viewId) {
 export {
   ACTIVE,
   BADGE,
-  COPY_FEEDBACK_MS,
-  FOLLOW_SLACK_PX,
   LiveText,
-  PARTIAL,
-  RENDER_LOG_MAX,
   STATUSES,
   VERSION,
-  copyText,
+  copyCode,
   fmtSeconds,
+  follower,
   h,
+  iconButton,
+  inputErrorView,
   isNum,
+  logFrame,
   makeBadge,
+  markOutput,
+  modelStatus,
   newViewId,
-  renderLog,
+  onRunMessages,
+  onSubmitKey,
+  outputArea,
+  promptBox,
+  rawToggle,
   setBadge,
   showMetrics,
+  syncedText,
+  viewScope,
   watchRemoval,
 };

@@ -29,42 +29,32 @@
  * @typedef {{type: "run", prompt: string, same_seed: boolean} | {type: "stop"}} OutgoingMessage
  */
 
-import { ACTIVE, VERSION, h } from "./common.js";
-
-const PROMPT_DEBOUNCE_MS = 300;
+import { ACTIVE, VERSION, h, iconButton, promptBox, syncedText, viewScope } from "./common.js";
 
 /**
  * @param {{model: any, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
 function render({ model, el }) {
-  const ac = new AbortController();
-  const on = (target, type, fn, opts) =>
-    target.addEventListener(type, fn, { ...opts, signal: ac.signal });
-  /** @type {Array<[string, Function]>} */
-  const modelHandlers = [];
-  const onModel = (name, fn) => {
-    model.on(name, fn);
-    modelHandlers.push([name, fn]);
-  };
+  const scope = viewScope(model);
+  const { on, onModel } = scope;
   const uid = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
 
   // ---- DOM ---------------------------------------------------------------
   const root = h("div", "nbstream-compare", { "data-status": "idle", "data-version": VERSION });
-  const prompt = h("textarea", "nbstream-compare-prompt", {
-    "aria-label": "Shared prompt",
-    rows: "2",
-    placeholder: "One prompt for every column… (Shift+Enter to run all)",
-    spellcheck: "true",
-    // Lumino skips its shortcuts for events from inside this element (Shift+Enter).
-    "data-lm-suppress-shortcuts": "true",
-  });
-  const runBtn = h("button", "nbstream-compare-run", { type: "button", "aria-label": "Run all" });
-  runBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">▶</span>Run all';
-  runBtn.title = "Run every column on the prompt (Shift+Enter)";
-  const stopBtn = h("button", "nbstream-compare-stop", { type: "button", "aria-label": "Stop all" });
-  stopBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">■</span>Stop all';
-  stopBtn.title = "Stop the running column and withdraw the queued ones";
+  const prompt = promptBox(
+    "nbstream-compare-prompt",
+    "Shared prompt",
+    2,
+    "One prompt for every column… (Shift+Enter to run all)",
+  );
+  const runBtn = iconButton("nbstream-compare-run", "Run all", "▶", "Run every column on the prompt (Shift+Enter)");
+  const stopBtn = iconButton(
+    "nbstream-compare-stop",
+    "Stop all",
+    "■",
+    "Stop the running column and withdraw the queued ones",
+  );
   const seedId = `nbstream-compare-seed-${uid}`;
   const seedBox = h("input", "nbstream-compare-same-seed", { type: "checkbox", id: seedId });
   const seedLabel = h("label", "nbstream-compare-seed-label", { for: seedId });
@@ -123,29 +113,7 @@ function render({ model, el }) {
   }
 
   // ---- prompt (two-way; the kernel's value wins unless the user is typing) ---
-  let promptDirty = false;
-  /** @type {ReturnType<typeof setTimeout> | null} */
-  let promptTimer = null;
-  prompt.value = String(model.get("prompt") ?? "");
-  const savePrompt = () => {
-    if (promptTimer) clearTimeout(promptTimer);
-    promptTimer = null;
-    promptDirty = false;
-    model.set("prompt", prompt.value);
-    model.save_changes();
-  };
-  onModel("change:prompt", () => {
-    const v = String(model.get("prompt") ?? "");
-    if (!promptDirty && prompt.value !== v) prompt.value = v;
-  });
-  on(prompt, "input", () => {
-    promptDirty = true;
-    if (promptTimer) clearTimeout(promptTimer);
-    promptTimer = setTimeout(savePrompt, PROMPT_DEBOUNCE_MS);
-  });
-  on(prompt, "blur", () => {
-    if (promptDirty) savePrompt();
-  });
+  const savePrompt = syncedText(scope, model, prompt, "prompt");
 
   // ---- actions -----------------------------------------------------------
   const runAll = () => {
@@ -170,14 +138,7 @@ function render({ model, el }) {
   });
 
   updateChrome();
-
-  return () => {
-    for (const [name, fn] of modelHandlers) model.off(name, fn);
-    modelHandlers.length = 0;
-    ac.abort();
-    if (promptTimer) clearTimeout(promptTimer);
-    promptTimer = null;
-  };
+  return scope.dispose;
 }
 
 export default { render };

@@ -1,7 +1,7 @@
 // nbstream front end: the teaching views (issue 7), shared by the StreamWidget view
 // (widget.js) and the ChatWidget view (chat.js): the Tokens / Probabilities /
-// Alternatives toggles, a run's token list, its legend and notes, and the alternatives
-// popover. The protocol (the `tokens` message, the show_* traits, can_trace) is
+// Alternatives toggles, a run's token list, its legend and notes, the alternatives
+// popover, and the controller that ties them into a view (tokenViews). The protocol (the `tokens` message, the show_* traits, can_trace) is
 // described in widget.js.
 //
 // Tokens are model output: every piece of text goes into the page with textContent
@@ -45,6 +45,7 @@ const VIRIDIS = [
 const NO_CAPTURE_NOTE = "This run was made without probabilities; run again to capture them";
 const REMOTE_NOTE =
   "Token views need a local model: this widget's model is remote (an endpoint sends text, not tokens).";
+const RAW_BLOCKED = "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text";
 const CUT_TITLE = "The run's settings gave it no chance (temperature / top-k / top-p, or greedy decoding)";
 
 /** @param {number} c 0..255 */
@@ -691,6 +692,100 @@ class TokenList {
   }
 }
 
+// ---------------------------------------------------------------------------
+// The token views in a view
+// ---------------------------------------------------------------------------
+
+/**
+ * The token views of one view (StreamWidget or ChatWidget): the toggles for its status bar,
+ * the head that goes between the bar and the output (the legend, the remote-model note),
+ * the view's token lists made alike, and whether its output shows tokens rather than text
+ * (`shown`: the view's frame and outputs ask).
+ * @param {object} o
+ * @param {any} o.model
+ * @param {import("./common.js").ViewScope} o.scope
+ * @param {HTMLElement} o.root  carries data-token-view
+ * @param {{block: (why: string) => void}} o.raw  the Raw text toggle: off while tokens are shown
+ * @param {() => Iterable<TokenList>} o.lists  the view's token lists (their modes follow the toggles)
+ * @param {() => void} o.switched  the output switched between tokens and text: show the right one
+ * @param {() => void} o.redraw  schedule a frame
+ * @param {() => void} o.opened  a popover opened: stop following the end of the output
+ * @param {() => boolean} [o.noCapture]  for a view of one run: whether it ran without
+ *   capturing probabilities; the note saying so is in the head, in place of the legend
+ * @param {(modes: ReturnType<typeof tokenModes>) => void} [o.notes]  after the head: the
+ *   view's own notes (chat: each answer's "made without probabilities")
+ */
+function tokenViews(o) {
+  const { model, scope } = o;
+  const toggles = tokenToggles({ model, on: scope.on, onModel: scope.onModel, changed: () => update() });
+  const head = h("div", "nbstream-token-head");
+  const legend = makeLegend();
+  const remoteNote = makeNote("remote");
+  const captureNote = o.noCapture ? makeNote("capture") : null;
+  let shown = false;
+
+  /** The head (and the view's notes), after tokens came or a mode changed. */
+  function refresh() {
+    const modes = tokenModes(model);
+    const local = canTrace(model);
+    const noCapture = !!captureNote && !!o.noCapture?.();
+    /** @type {HTMLElement[]} */
+    const want = [];
+    if (modes.any && !local) want.push(remoteNote);
+    if (captureNote && local && (modes.probs || modes.alts) && noCapture) want.push(captureNote);
+    if (local && modes.probs && !noCapture) want.push(legend);
+    const have = [...head.children];
+    if (have.length !== want.length || have.some((e, k) => e !== want[k])) head.replaceChildren(...want);
+    head.hidden = want.length === 0;
+    o.notes?.(modes);
+  }
+
+  /** The toggles or can_trace changed: modes of every list, tokens or text, the head. */
+  function update() {
+    const modes = tokenModes(model);
+    const was = shown;
+    shown = modes.any && canTrace(model);
+    for (const t of o.lists()) t.setModes(modes);
+    o.root.setAttribute("data-token-view", String(shown));
+    o.raw.block(shown ? RAW_BLOCKED : "");
+    if (was !== shown) {
+      o.switched();
+      o.redraw(); // the Markdown catches up with text that came while tokens were shown
+    }
+    refresh();
+  }
+
+  /**
+   * A token list of run `runId`, in the view's modes, telling the view when tokens come.
+   * @param {number | null} runId
+   * @param {(list: TokenList) => void} [closeOthers] a view of several lists: one popover open
+   */
+  function list(runId, closeOthers) {
+    const t = new TokenList(runId, {
+      label: "Answer tokens",
+      changed: () => {
+        refresh();
+        o.redraw();
+      },
+      opened: o.opened,
+      closeOthers,
+    });
+    t.setModes(tokenModes(model));
+    return t;
+  }
+
+  return {
+    group: toggles.group,
+    head,
+    list,
+    refresh,
+    update,
+    get shown() {
+      return shown;
+    },
+  };
+}
+
 export {
   CUT_TITLE,
   NO_CAPTURE_NOTE,
@@ -705,4 +800,5 @@ export {
   shade,
   tokenModes,
   tokenToggles,
+  tokenViews,
 };

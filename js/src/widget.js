@@ -1,9 +1,11 @@
 // nbstream — browser front end of `nbstream.widget.StreamWidget` (an anywidget).
 //
 // Built by js/build.mjs into nbstream/static/widget.js (ESM, minified, with
-// markdown-it and DOMPurify bundled: nothing is fetched at run time). The
-// rendering (markdown.js, incremental.js) and the run-text protocol, badge and
-// metrics line (common.js) are shared with the ChatWidget view (chat.js).
+// markdown-it and DOMPurify bundled: nothing is fetched at run time). Shared with
+// the ChatWidget view (chat.js): the rendering (markdown.js, incremental.js); the
+// view's lifecycle, the run-text protocol, badge, metrics line and the chrome both
+// views have (common.js); the token views (tokens.js, tokenViews). What is here is
+// the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
 // ---------------------------------------------------------------------------
 // Synced traits. Mirror of the Python class `StreamWidget` in
@@ -127,30 +129,34 @@
  * @property {(msg: OutgoingMessage) => void} send
  */
 
-
 import {
   ACTIVE,
-  COPY_FEEDBACK_MS,
-  FOLLOW_SLACK_PX,
   LiveText,
-  PARTIAL,
-  RENDER_LOG_MAX,
-  STATUSES,
   VERSION,
-  copyText,
+  copyCode,
+  follower,
   h,
+  iconButton,
+  inputErrorView,
+  logFrame,
   makeBadge,
+  markOutput,
+  modelStatus,
   newViewId,
-  renderLog,
+  onRunMessages,
+  onSubmitKey,
+  outputArea,
+  promptBox,
+  rawToggle,
   setBadge,
   showMetrics,
+  syncedText,
+  viewScope,
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { TokenList, canTrace, makeLegend, makeNote, tokenModes, tokenToggles } from "./tokens.js";
-
-const PROMPT_DEBOUNCE_MS = 300;
+import { tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
 
@@ -164,59 +170,25 @@ const PROMPT_DEBOUNCE_MS = 300;
  */
 function render({ model, el }) {
   const viewId = newViewId();
-  const ac = new AbortController();
-  const on = (target, type, fn, opts) =>
-    target.addEventListener(type, fn, { ...opts, signal: ac.signal });
-  /** @type {Array<[string, Function]>} */
-  const modelHandlers = [];
-  const onModel = (name, fn) => {
-    model.on(name, fn);
-    modelHandlers.push([name, fn]);
-  };
-  const timers = new Set();
-  const later = (fn, ms) => {
-    const t = setTimeout(() => {
-      timers.delete(t);
-      fn();
-    }, ms);
-    timers.add(t);
-    return t;
-  };
-  let disposed = false;
+  const scope = viewScope(model);
+  const { on, onModel, later } = scope;
+  const status = () => modelStatus(model);
 
   // ---- DOM ---------------------------------------------------------------
   const root = h("div", "nbstream", { "data-status": "idle", "data-version": VERSION });
 
-  const prompt = h("textarea", "nbstream-prompt", {
-    "aria-label": "Prompt",
-    rows: "3",
-    placeholder: "Ask the model… (Shift+Enter to run)",
-    spellcheck: "true",
-    // Lumino (JupyterLab / Notebook 7) skips its keyboard shortcuts for
-    // events from inside this element: Shift+Enter must not run the cell.
-    "data-lm-suppress-shortcuts": "true",
-  });
-  const runBtn = h("button", "nbstream-run", { type: "button", "aria-label": "Run" });
-  runBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">▶</span>Run';
-  runBtn.title = "Run (Shift+Enter)";
-  const stopBtn = h("button", "nbstream-stop", { type: "button", "aria-label": "Stop" });
-  stopBtn.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">■</span>Stop';
+  const prompt = promptBox("nbstream-prompt", "Prompt", 3, "Ask the model… (Shift+Enter to run)");
+  const runBtn = iconButton("nbstream-run", "Run", "▶", "Run (Shift+Enter)");
+  const stopBtn = iconButton("nbstream-stop", "Stop", "■");
   const actions = h("div", "nbstream-actions");
   actions.append(runBtn, stopBtn);
   const promptRow = h("div", "nbstream-prompt-row");
   promptRow.append(prompt, actions);
-  const inputErrorId = `nbstream-input-error-${viewId}`;
-  const inputErrorEl = h("div", "nbstream-input-error", { role: "alert", id: inputErrorId });
+  const updateInputError = inputErrorView(model, viewId, prompt, promptRow);
 
   const badge = makeBadge();
   const metricsEl = h("span", "nbstream-metrics");
-  const rawBtn = h("button", "nbstream-raw-toggle", {
-    type: "button",
-    "aria-label": "Raw text",
-    "aria-pressed": "false",
-  });
-  rawBtn.textContent = "Raw text";
-  rawBtn.title = "Show the raw text instead of rendered Markdown";
+  const raw = rawToggle(scope, "Show the raw text instead of rendered Markdown", () => showOutput());
   const settings = settingsPanel({
     model,
     viewId,
@@ -227,89 +199,64 @@ function render({ model, el }) {
     active: () => ACTIVE.has(status()),
   });
   const templated = promptView({ model, viewId, on, onModel });
-  const toggles = tokenToggles({ model, on, onModel, changed: () => updateTokenView() });
+  // The token views: toggles in the bar, the legend and notes between the bar and the output.
+  const tv = tokenViews({
+    model,
+    scope,
+    root,
+    raw,
+    lists: () => [tokens],
+    noCapture: () => tokens.noCapture,
+    switched: () => showOutput(),
+    redraw: () => schedule(),
+    opened: () => {
+      follow.on = false;
+    },
+  });
   const labelEl = h("span", "nbstream-label");
   const bar = h("div", "nbstream-bar");
-  bar.append(labelEl, badge, metricsEl, rawBtn, toggles.group, templated.toggle, settings.toggle);
-  // The token views' legend and notes, between the bar and the output.
-  const tokenHead = h("div", "nbstream-token-head");
-  const legend = makeLegend();
-  const captureNote = makeNote("capture");
-  const remoteNote = makeNote("remote");
+  bar.append(labelEl, badge, metricsEl, raw.button, tv.group, templated.toggle, settings.toggle);
 
   const partialLabel = h("div", "nbstream-partial-label");
-  const output = h("div", "nbstream-output", {
-    role: "log",
-    "aria-label": "Output",
-    "aria-live": "polite",
-    "aria-relevant": "additions",
-    "aria-atomic": "false",
-    "data-partial": "false",
-    "data-empty": "true",
-    tabindex: "0",
-  });
+  const output = outputArea("Output");
+  output.setAttribute("tabindex", "0");
   const rendered = h("div", "nbstream-rendered");
   const rawPre = h("pre", "nbstream-raw");
   output.append(rendered);
   const errorEl = h("div", "nbstream-error", { role: "alert" });
 
-  root.append(promptRow, bar, settings.panel, templated.view, tokenHead, output);
+  root.append(promptRow, bar, settings.panel, templated.view, tv.head, output);
   el.append(root);
 
   // ---- view state ----------------------------------------------------------
-  let rawMode = false;
-  let follow = true;
+  const follow = follower(scope, output);
   const renderer = new TextRenderer(rendered, rawPre);
-  let rafId = 0;
-  let tokenView = false; // the output shows the token view
-  const tokens = new TokenList(Number(model.get("run_id")) || 0, {
-    label: "Answer tokens",
-    changed: () => {
-      updateTokenHead();
-      schedule();
-    },
-    opened: () => {
-      follow = false;
-    },
-  });
+  const tokens = tv.list(Number(model.get("run_id")) || 0);
+  scope.defer(() => tokens.dispose());
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
     clear() {
       renderer.clear();
-      follow = true;
+      follow.on = true;
     },
-    grew: schedule,
+    grew: () => schedule(),
   });
 
   // ---- rendering (at most once per animation frame) ------------------------
-  function schedule() {
-    if (!rafId && !disposed) rafId = requestAnimationFrame(frame);
-  }
-
-  function frame() {
-    rafId = 0;
-    if (disposed) return;
+  const frames = scope.frames(() => {
     const t0 = performance.now();
     /** @type {FrameStats} */
     const st = { parsed: 0, nodes: 0 };
     const text = live.text;
     // The Markdown is brought up to date when it is shown again (it is incremental).
-    if (!tokenView) renderer.update(text, ACTIVE.has(status()), st);
+    if (!tv.shown) renderer.update(text, ACTIVE.has(status()), st);
     const t1 = performance.now();
-    if (follow) output.scrollTop = output.scrollHeight;
-
-    const { parsed, nodes } = st;
-    const log = renderLog();
-    log.push({ ms: performance.now() - t0, js: t1 - t0, chars: text.length, parsed, nodes });
-    if (log.length > RENDER_LOG_MAX + 1000) log.splice(0, log.length - RENDER_LOG_MAX);
-  }
+    follow.stick();
+    logFrame(t0, t1, text.length, st);
+  });
+  const schedule = frames.schedule;
 
   // ---- chrome (status, buttons, badge, labels) -----------------------------
-  function status() {
-    const s = String(model.get("status") ?? "idle");
-    return STATUSES.includes(s) ? s : "idle";
-  }
-
   function updateChrome() {
     const s = status();
     root.setAttribute("data-status", s);
@@ -320,38 +267,8 @@ function render({ model, el }) {
     stopBtn.disabled = !active;
     settings.update();
 
-    const hasText = live.text.length > 0;
-    output.setAttribute("data-partial", String(hasText && PARTIAL.has(s)));
-    output.setAttribute("data-empty", String(!hasText));
-    output.setAttribute("aria-busy", String(active));
-
-    if (hasText && (s === "cancelled" || s === "failed")) {
-      partialLabel.textContent = `Partial output — run ${s}`;
-      if (!partialLabel.isConnected) output.before(partialLabel);
-    } else if (partialLabel.isConnected) {
-      partialLabel.remove();
-    }
-
-    const inputError = String(model.get("input_error") ?? "");
-    if (inputError) {
-      inputErrorEl.textContent = inputError;
-      if (!inputErrorEl.isConnected) promptRow.after(inputErrorEl);
-      prompt.setAttribute("aria-invalid", "true");
-      prompt.setAttribute("aria-describedby", inputErrorId);
-    } else if (inputErrorEl.isConnected) {
-      inputErrorEl.remove();
-      prompt.removeAttribute("aria-invalid");
-      prompt.removeAttribute("aria-describedby");
-    }
-
-    if (s === "failed") {
-      const info = model.get("error_info") || {};
-      const msg = [info.type, info.message].filter((x) => x).join(": ");
-      errorEl.textContent = msg || "Run failed";
-      if (!errorEl.isConnected) output.after(errorEl);
-    } else if (errorEl.isConnected) {
-      errorEl.remove();
-    }
+    markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
+    updateInputError();
     updateMetrics();
   }
 
@@ -360,19 +277,7 @@ function render({ model, el }) {
   }
 
   // ---- protocol --------------------------------------------------------------
-  onModel("msg:custom", (msg) => {
-    if (disposed || !msg || typeof msg !== "object") return;
-    if (msg.type === "delta") {
-      const what = live.delta(msg);
-      if (what === "text") updateChrome();
-      else if (what === "counters") updateMetrics();
-    } else if (msg.type === "reset" && live.reset(msg)) {
-      schedule();
-      updateChrome();
-    } else if (msg.type === "tokens") {
-      onTokens(msg);
-    }
-  });
+  onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
 
   /** A `tokens` message: this run's (or a newer one's from the start), else stale. */
   function onTokens(msg) {
@@ -396,12 +301,9 @@ function render({ model, el }) {
     updateChrome();
   });
   onModel("change:status", () => {
-    if (!ACTIVE.has(status()) && renderer.frozen) {
-      // The run ended: render the open block in full now, while the output
-      // is still aria-busy, rather than in the next frame.
-      if (rafId) cancelAnimationFrame(rafId);
-      frame();
-    }
+    // The run ended: render the open block in full now, while the output
+    // is still aria-busy, rather than in the next frame.
+    if (!ACTIVE.has(status()) && renderer.frozen) frames.now();
     updateChrome();
     schedule();
   });
@@ -410,39 +312,7 @@ function render({ model, el }) {
   onModel("change:input_error", updateChrome);
 
   // ---- prompt ----------------------------------------------------------------
-  let promptDirty = false;
-  let promptTimer = null;
-  prompt.value = String(model.get("prompt") ?? "");
-
-  function savePrompt() {
-    if (promptTimer) {
-      clearTimeout(promptTimer);
-      timers.delete(promptTimer);
-      promptTimer = null;
-    }
-    promptDirty = false;
-    model.set("prompt", prompt.value);
-    model.save_changes();
-  }
-
-  onModel("change:prompt", () => {
-    const v = String(model.get("prompt") ?? "");
-    if (!promptDirty && prompt.value !== v) prompt.value = v;
-  });
-  on(prompt, "input", () => {
-    promptDirty = true;
-    if (promptTimer) {
-      clearTimeout(promptTimer);
-      timers.delete(promptTimer);
-    }
-    promptTimer = later(() => {
-      promptTimer = null;
-      savePrompt();
-    }, PROMPT_DEBOUNCE_MS);
-  });
-  on(prompt, "blur", () => {
-    if (promptDirty) savePrompt();
-  });
+  const savePrompt = syncedText(scope, model, prompt, "prompt");
 
   function run() {
     if (runBtn.disabled) return;
@@ -455,13 +325,7 @@ function render({ model, el }) {
     if (model.get("show_prompt") !== false) message.prompt = prompt.value;
     model.send(message);
   }
-  on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
-    if (e.key !== "Enter" || e.isComposing) return;
-    if (!(e.shiftKey || e.ctrlKey || e.metaKey)) return;
-    e.preventDefault();
-    e.stopPropagation();
-    run();
-  });
+  onSubmitKey(scope, prompt, run);
   on(runBtn, "click", run);
   on(stopBtn, "click", () => {
     if (!stopBtn.disabled) model.send({ type: "stop" });
@@ -479,98 +343,26 @@ function render({ model, el }) {
   onModel("change:label", updateLabel);
   onModel("change:show_prompt", updateLabel);
 
-  // ---- token views -----------------------------------------------------------------
+  // ---- output: tokens, raw text or Markdown; copy buttons --------------------------
   /** What the output shows: the token view, the raw text or the rendered Markdown. */
   function showOutput() {
-    const want = tokenView ? tokens.el : rawMode ? rawPre : rendered;
+    const want = tv.shown ? tokens.el : raw.raw ? rawPre : rendered;
     if (output.firstChild !== want || output.childNodes.length !== 1) output.replaceChildren(want);
-    if (follow) output.scrollTop = output.scrollHeight;
+    follow.stick();
   }
-
-  function updateTokenHead() {
-    const modes = tokenModes(model);
-    const local = canTrace(model);
-    const noCapture = local && (modes.probs || modes.alts) && tokens.noCapture;
-    /** @type {HTMLElement[]} */
-    const want = [];
-    if (modes.any && !local) want.push(remoteNote);
-    if (noCapture) want.push(captureNote);
-    if (local && modes.probs && !tokens.noCapture) want.push(legend);
-    const have = [...tokenHead.children];
-    if (have.length !== want.length || have.some((e, k) => e !== want[k])) tokenHead.replaceChildren(...want);
-    tokenHead.hidden = want.length === 0;
-  }
-
-  function updateTokenView() {
-    const modes = tokenModes(model);
-    const was = tokenView;
-    tokenView = modes.any && canTrace(model);
-    tokens.setModes(modes);
-    root.setAttribute("data-token-view", String(tokenView));
-    rawBtn.disabled = tokenView;
-    rawBtn.title = tokenView
-      ? "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text"
-      : "Show the raw text instead of rendered Markdown";
-    updateTokenHead();
-    if (was !== tokenView) {
-      showOutput();
-      schedule(); // the Markdown catches up with text that came while tokens were shown
-    }
-  }
-
-  // ---- raw toggle, copy buttons, scrolling ---------------------------------
-  on(rawBtn, "click", () => {
-    if (tokenView) return;
-    rawMode = !rawMode;
-    rawBtn.setAttribute("aria-pressed", String(rawMode));
-    showOutput();
-  });
 
   on(output, "click", (/** @type {MouseEvent} */ e) => {
     const btn = /** @type {Element} */ (e.target).closest?.(".nbstream-copy");
-    if (!btn || !output.contains(btn)) return;
-    const code = btn.parentElement?.querySelector("code, pre");
-    const src = code ? code.textContent || "" : "";
-    copyText(src, root).then((ok) => {
-      if (disposed) return;
-      btn.textContent = ok ? "Copied ✓" : "Copy failed";
-      btn.classList.add("nbstream-copied");
-      later(() => {
-        btn.textContent = "Copy";
-        btn.classList.remove("nbstream-copied");
-      }, COPY_FEEDBACK_MS);
-    });
+    if (btn && output.contains(btn)) copyCode(scope, /** @type {HTMLElement} */ (btn), root);
   });
-
-  on(
-    output,
-    "scroll",
-    () => {
-      follow = output.scrollHeight - output.scrollTop - output.clientHeight <= FOLLOW_SLACK_PX;
-    },
-    { passive: true },
-  );
 
   // ---- start ------------------------------------------------------------------
   updateLabel();
-  updateTokenView();
+  tv.update();
   updateChrome();
   live.sync();
-  const removed = watchRemoval(el, (m) => model.send(m), viewId);
-
-  return () => {
-    disposed = true;
-    removed();
-    tokens.dispose();
-    for (const [name, fn] of modelHandlers) model.off(name, fn);
-    modelHandlers.length = 0;
-    ac.abort();
-    if (rafId) cancelAnimationFrame(rafId);
-    rafId = 0;
-    for (const t of timers) clearTimeout(t);
-    timers.clear();
-    promptTimer = null;
-  };
+  scope.defer(watchRemoval(el, (m) => model.send(m), viewId));
+  return scope.dispose;
 }
 
 export default { render };

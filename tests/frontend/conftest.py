@@ -6,6 +6,7 @@ with a fake anywidget model; no Jupyter server is involved.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -51,10 +52,13 @@ def fe_browser(chromium: Browser) -> Browser:
     return chromium
 
 
-@pytest.fixture
-def fe_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
-    """A fresh page with the harness loaded; fails the test on any page error."""
-    context = fe_browser.new_context(viewport={"width": 900, "height": 900})
+@contextlib.contextmanager
+def harness_page(
+    browser: Browser, server: str, bundle: str = "widget", height: int = 900
+) -> Iterator[Page]:
+    """A fresh page with the harness loading `bundle` (widget, chat or compare); fails the
+    test on any page error or on a fetch from outside the local server."""
+    context = browser.new_context(viewport={"width": 900, "height": height})
     page = context.new_page()
     page_errors: list[str] = []
     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
@@ -65,8 +69,9 @@ def fe_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
         outside.append(route.request.url)
         route.abort()
 
-    page.route(lambda url: not url.startswith(fe_server), block_outside)
-    page.goto(f"{fe_server}/tests/frontend/harness.html")
+    page.route(lambda url: not url.startswith(server), block_outside)
+    query = "" if bundle == "widget" else f"?bundle={bundle}"
+    page.goto(f"{server}/tests/frontend/harness.html{query}")
     page.wait_for_function("window.__ready === true")
     try:
         yield page
@@ -75,3 +80,17 @@ def fe_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
         assert outside == [], f"the page tried to fetch {outside}"
     finally:
         context.close()
+
+
+@pytest.fixture
+def fe_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
+    """A fresh page with the harness loaded (the StreamWidget bundle)."""
+    with harness_page(fe_browser, fe_server) as page:
+        yield page
+
+
+@pytest.fixture
+def compare_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
+    """A fresh page with the harness loading the CompareWidget header's bundle."""
+    with harness_page(fe_browser, fe_server, "compare", height=600) as page:
+        yield page

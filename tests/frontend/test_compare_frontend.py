@@ -1,0 +1,80 @@
+"""Front-end tests of the CompareWidget header (nbstream/static/compare.js) against a fake
+model: the shared prompt kept in step both ways, Run all / Stop all, and a cleanup that
+leaves nothing running. The columns are StreamWidget views (test_widget_frontend.py); the
+header in JupyterLab is covered by tests/browser/test_compare_browser.py. The page is
+conftest.py's `compare_page` (harness.html?bundle=compare).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.sync_api import Page, expect
+
+STATE = {"prompt": "", "same_seed": False, "statuses": ["idle", "idle"], "summary": ""}
+
+
+def mount(page: Page, **state: Any) -> None:
+    page.evaluate("([s]) => window.mount(s, null)", [{**STATE, **state}])
+
+
+def change(page: Page, **values: Any) -> None:
+    page.evaluate("([v]) => window.views[0].model.changeMany(v)", [values])
+
+
+def sent(page: Page) -> list[dict]:
+    return page.evaluate("window.views[0].model.sent")
+
+
+def prompt_sets(page: Page) -> list[str]:
+    log = page.evaluate("window.views[0].model.log")
+    return [entry[2] for entry in log if entry[0] == "set" and entry[1] == "prompt"]
+
+
+def test_prompt_both_ways_run_all_and_stop_all(compare_page: Page) -> None:
+    page = compare_page
+    mount(page, prompt="from Python")
+    box = page.get_by_role("textbox", name="Shared prompt")
+    expect(box).to_have_value("from Python")
+    expect(box).to_have_attribute("data-lm-suppress-shortcuts", "true")
+    # Typing is saved once the user pauses; the kernel's value does not overwrite it meanwhile.
+    box.fill("")
+    box.press_sequentially("Hello")
+    change(page, prompt="kernel meanwhile")
+    expect(box).to_have_value("Hello")
+    page.wait_for_timeout(600)  # past the debounce
+    assert prompt_sets(page)[-1] == "Hello"
+    change(page, prompt="kernel later")
+    expect(box).to_have_value("kernel later")
+
+    # Shift+Enter is Run all: the prompt travels with the click.
+    box.fill("Compare this")
+    box.press("Shift+Enter")
+    assert sent(page) == [{"type": "run", "prompt": "Compare this", "same_seed": False}]
+    assert prompt_sets(page)[-1] == "Compare this"
+    run_all = page.get_by_role("button", name="Run all")
+    stop_all = page.get_by_role("button", name="Stop all")
+    expect(stop_all).to_be_disabled()
+    change(page, statuses=["running", "queued"], summary="1 running, 1 queued")
+    expect(run_all).to_be_disabled()
+    expect(page.locator(".nbstream-compare-summary")).to_have_text("1 running, 1 queued")
+    stop_all.click()
+    assert sent(page)[-1] == {"type": "stop"}
+
+
+def test_cleanup_removes_everything(compare_page: Page) -> None:
+    page = compare_page
+    mount(page)
+    assert page.evaluate("window.views[0].model.listenerCount()") > 0
+    box = page.get_by_role("textbox", name="Shared prompt")
+    box.press_sequentially("typing")  # a debounced save is pending
+    page.evaluate("window.views[0].cleanup()")
+    assert page.evaluate("window.views[0].model.listenerCount()") == 0
+    n_log = len(page.evaluate("window.views[0].model.log"))
+    page.wait_for_timeout(600)  # longer than the debounce: the pending save never comes
+    change(page, prompt="after", statuses=["running", "idle"])
+    expect(box).to_have_value("typing")
+    page.get_by_role("button", name="Run all").click()
+    box.press("Shift+Enter")
+    assert sent(page) == []
+    assert len(page.evaluate("window.views[0].model.log")) == n_log
