@@ -3,12 +3,20 @@ Chromium, on the tiny model: what the page shows is checked against the kernel's
 (``run.token_ids``, ``run.trace``), read through `nb.kernel_eval` (see
 test_widget_browser.py). The front end alone is covered by
 tests/frontend/test_tokens_frontend.py, the kernel alone by tests/test_token_views.py.
+
+test_teaching_views_on_the_default_model takes the README's picture of the three views
+(a sampled run of the default model, one token's alternatives open) into
+test-artifacts/teaching-views.png; with NBSTREAM_UPDATE_SCREENSHOT=1 it also writes
+docs/teaching-views.png (left alone otherwise, so a test run does not dirty the repo), as
+test_widget_browser.py does for docs/screenshot.png.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 
 import pytest
 from playwright.sync_api import expect
@@ -26,6 +34,8 @@ from test_widget_browser import (
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = REPO / "test-artifacts"
+TEACHING_SHOT = ARTIFACTS / "teaching-views.png"
+README_TEACHING_SHOT = REPO / "docs" / "teaching-views.png"
 
 # A sampled run whose top-k cuts all but two candidates at every step.
 SAMPLED = (
@@ -44,6 +54,22 @@ def spans(v):
 
 def shown_ids(v) -> list[int]:
     return [int(x) for x in spans(v).evaluate_all("(s) => s.map((e) => e.dataset.tokenId)")]
+
+
+# Each token's text colour and shade as the page draws them, and its WCAG contrast ratio.
+_TOKEN_COLOURS = """(spans) => spans.map((e) => {
+  const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+  const lum = (c) => {
+    const [r, g, b] = rgb(c).map((x) => {
+      const s = x / 255;
+      return s <= 0.04045 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const st = getComputedStyle(e);
+  const [a, b] = [lum(st.color), lum(st.backgroundColor)].sort((x, y) => y - x);
+  return {bg: st.backgroundColor, contrast: (a + 0.05) / (b + 0.05)};
+})"""
 
 
 def press(v, name: str):
@@ -233,4 +259,69 @@ def test_chat_answers_show_their_tokens(lab):
     pop = answers.nth(1).get_by_role("dialog", name="Alternatives at step 1")
     expect(pop).to_be_visible()
     expect(pop.locator("tbody tr")).to_have_count(5)  # the kernel's 5 when none was set
+    assert nb.console_errors() == []
+
+
+def test_teaching_views_on_the_default_model(lab):
+    """Tokens, Probabilities and Alternatives on the default model's sampled run: what a
+    learner sees (shades that differ, readable on each; a popover of candidates with the
+    chosen one marked), and the README's picture of it."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "w = nbstream.StreamWidget(max_new_tokens=40, temperature=0.8, seed=3,\n"
+            "                          show_tokens=True, show_probabilities=True,\n"
+            "                          show_alternatives=True)\n"
+            "w",
+            "run = w.generate('Complete the sentence: The best thing about autumn is')",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    for name in ("Tokens", "Probabilities", "Alternatives"):
+        expect(v.get_by_role("button", name=name, exact=True)).to_have_attribute(
+            "aria-pressed", "true"
+        )
+    nb.run_cell(2)
+    wait_status(v, "complete")
+    ids = kval(nb, "w.run.token_ids")
+    wait_until(lambda: shown_ids(v) == ids, 15, what="the run's tokens shown")
+    expect(v.locator(".nbstream-legend")).to_be_visible()
+    expect(v.locator(".nbstream-token-note")).to_have_count(0)
+
+    # The shading tells tokens apart, and every token stays readable on its shade.
+    wait_until(lambda: v.locator(".nbstream-token[data-p]").count() == len(ids), 15, what="shading")
+    colours = spans(v).evaluate_all(_TOKEN_COLOURS)
+    assert len({c["bg"] for c in colours}) > 1, colours
+    low = [c for c in colours if c["contrast"] < 4.5]
+    assert low == [], low
+
+    # A pick that was not the model's favourite, if the run made one: its alternatives.
+    ranks = spans(v).evaluate_all("(s) => s.map((e) => Number(e.dataset.rank || 0))")
+    k = next((i for i, r in enumerate(ranks) if r > 1), len(ids) // 2)
+    if ranks[k] > 1:
+        expect(spans(v).nth(k).locator(".nbstream-token-rank")).to_be_visible()
+    spans(v).nth(k).click()
+    pop = v.get_by_role("dialog", name=f"Alternatives at step {k + 1}")
+    expect(pop).to_be_visible()
+    rows = pop.locator("tbody tr")
+    assert rows.count() >= 2
+    chosen = pop.locator(".nbstream-alt-chosen")
+    if ids[k] in rows.evaluate_all("(r) => r.map((e) => Number(e.dataset.tokenId))"):
+        expect(chosen).to_have_count(1)
+        expect(chosen).to_have_attribute("data-token-id", str(ids[k]))
+        expect(chosen).to_contain_text("chosen")
+    else:
+        expect(pop.locator(".nbstream-alt-outside")).to_contain_text("was not in the top")
+    # The model's own probabilities of its top k: shown rounded, they add up to at most 100%.
+    shown = [p.strip("<>%") for p in rows.locator(".nbstream-alt-pct").all_inner_texts()]
+    total = sum(float(p) for p in shown)
+    assert 0 < total <= 100 + 0.05 * len(shown), shown
+
+    # The README's picture: the whole widget, the popover inside it.
+    ARTIFACTS.mkdir(exist_ok=True)
+    v.screenshot(path=str(TEACHING_SHOT))
+    if os.environ.get("NBSTREAM_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(TEACHING_SHOT, README_TEACHING_SHOT)
     assert nb.console_errors() == []
