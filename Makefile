@@ -53,13 +53,13 @@ lint: install
 	$(VENV)/bin/ruff check nbstream tests benchmarks
 
 test-only: install
-	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS))
+	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 
 test: install chromium
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare)
 	@$(call timed,front-end build check,$(MAKE) --no-print-directory js-check)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
-	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS))
+	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 
 # The README's reliability table, from the fault, cancel, contention, soak, hostile-input and
 # XSS suites (about two minutes).
