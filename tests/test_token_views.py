@@ -263,7 +263,11 @@ def test_turning_a_view_on_mid_stream_leaves_no_gap_and_no_duplicate(tiny):
     w.show_tokens = True
     time.sleep(0.2)
     w.show_probabilities = True  # a second resend while it streams
-    w.wait()
+    time.sleep(0.2)
+    assert not run.done  # both happened mid-stream
+    w.stop()  # a stopped run's tokens must line up just the same
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait()
     wait_followers()
     held = tokens_of(rec, w.run_id)
     assert [t[0] for t in held] == run.token_ids
