@@ -9,6 +9,7 @@ of the token stream is never taken as success on its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -46,6 +47,8 @@ METRIC_KEYS = (
 _MIN_WAKE_INTERVAL_S = 0.02
 # After a KeyboardInterrupt in wait(), how long to wait for the worker to acknowledge Stop.
 _INTERRUPT_GRACE_S = 10.0
+#: Every thread nbstream starts for a run (its worker, its budget's timer) is named so.
+RUN_THREAD_PREFIX = "nbstream-run-"
 
 
 class GenerationError(Exception):
@@ -149,7 +152,10 @@ class _ModelQueue:
 _queues: weakref.WeakKeyDictionary[Any, _ModelQueue] = weakref.WeakKeyDictionary()
 _strong_queues: dict[Any, _ModelQueue] = {}
 _queues_lock = threading.Lock()
+# Runs are added by whichever thread starts them and dropped by the garbage collector: a
+# WeakSet iterated while another thread adds to it raises, so every use holds the lock.
 _live: weakref.WeakSet[Generation] = weakref.WeakSet()
+_live_lock = threading.Lock()
 
 
 def _queue_for(key: Any) -> _ModelQueue:
@@ -167,7 +173,9 @@ def _queue_for(key: Any) -> _ModelQueue:
 
 def active_runs() -> list[Generation]:
     """Runs in this process that are queued or running."""
-    return [run for run in list(_live) if run.status not in TERMINAL]
+    with _live_lock:
+        runs = list(_live)
+    return [run for run in runs if run.status not in TERMINAL]
 
 
 class Generation:
@@ -211,8 +219,11 @@ class Generation:
         self._created_at = time.time()
         self._decode_lock = threading.Lock()
         self._decoded = 0
+        # The text is kept as its chunks; joined on demand (see _text): appending to one
+        # growing string would copy the whole answer on every chunk.
         self._chunks: list[str] = []
-        self._text = ""
+        # (text, how many chunks it joins): one attribute, so readers replace it atomically.
+        self._joined: tuple[str, int] = ("", 0)
         self._finalized = False
         self._decode_error: Exception | None = None
         self._first_chunk_at: float | None = None
@@ -222,16 +233,29 @@ class Generation:
         self._turn = threading.Event()
         self._done = threading.Event()
         self._callbacks: list[Callable[[Generation], Any]] = []
+        # The worker is inside the job (generating); the budget's watchdog may end the run
+        # only then, and once it has, the worker no longer decides the end state.
+        self._generating = False
+        self._abandoned = False
+        self._watchdog: threading.Timer | None = None
         self._queue = _queue_for(backend.queue_key())
         if self._queue.try_acquire(self):
             self._status = RUNNING
             self._started = self._created
             self._turn.set()
         self._thread = threading.Thread(
-            target=self._work, name=f"nbstream-run-{id(self):x}", daemon=True
+            target=self._work, name=f"{RUN_THREAD_PREFIX}{id(self):x}", daemon=True
         )
-        _live.add(self)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            # No worker (the process is out of threads): leave no trace of this run, above
+            # all no place in the model's queue, which would stall every later run.
+            if not self._queue.withdraw(self):
+                self._queue.release(self)
+            raise
+        with _live_lock:
+            _live.add(self)
 
     # -- the worker ------------------------------------------------------------------------
     def _work(self) -> None:
@@ -247,8 +271,17 @@ class Generation:
                 if self._started is None:
                     self._started = time.perf_counter()
                 self._status = RUNNING
+                self._generating = True
             self._control.start_clock()
-            reason = self._job.run(self._buffer, self._control)
+            self._arm_watchdog()
+            try:
+                reason = self._job.run(self._buffer, self._control)
+            finally:
+                with self._lock:
+                    self._generating = False
+                    abandoned = self._abandoned
+            if abandoned:
+                return  # the budget's watchdog already ended the run; only the model was busy
             # Decode all of the text here, before the end state is decided: a decoder that
             # fails (here or in a reader) fails the run, and a complete run's text is final.
             self._pump(final=True)
@@ -261,7 +294,7 @@ class Generation:
             if self.settings.get("expect") == "json" and self._decode_error is None:
                 # Only ever the final text: a partial answer is not expected to parse.
                 try:
-                    value = _parse_json(self._text, reason, self.settings)
+                    value = _parse_json(self._text(), reason, self.settings)
                 except InvalidJSON as exc:
                     invalid = exc
             with self._lock:
@@ -284,16 +317,58 @@ class Generation:
         except BaseException as exc:  # any failure of the worker is a failed run, kept
             logger.debug("run failed", exc_info=True)
             with self._lock:
-                if self._status not in TERMINAL:
+                if not self._abandoned:
                     self._finish(FAILED, "error", exc)
         finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
             if holds_model:
                 self._queue.release(self)
-            self._buffer.close()
-            with self._lock:  # with add_done_callback's check: no callback is ever missed
-                self._done.set()
-                callbacks = list(self._callbacks)
-            self._run_callbacks(callbacks)
+            if not self._abandoned:
+                self._publish_end()
+
+    def _publish_end(self) -> None:
+        """Make the decided end visible: text final, then ``done``, then wake every reader.
+
+        In this order, so that whoever sees the end (an iterator woken by the buffer's
+        close, a ``wait()``) finds the whole text, ``result``, ``value`` and ``record``.
+        """
+        self._pump(final=True)  # a no-op unless the job raised before the text was final
+        with self._lock:  # with add_done_callback's check: no callback is ever missed
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        self._buffer.close()
+        self._run_callbacks(callbacks)
+
+    def _arm_watchdog(self) -> None:
+        # generate() checks the budget only between decode steps: a long prefill or a hung
+        # step would hold the run (and wait()) past its budget. A timer ends the run at the
+        # deadline whatever the model is doing; the model's queue stays held until the job
+        # really returns, since the model is still busy until then.
+        budget = self._control.budget_s
+        if budget is None:
+            return
+        self._watchdog = threading.Timer(budget, self._budget_spent)
+        self._watchdog.name = f"{RUN_THREAD_PREFIX}budget-{id(self):x}"
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _budget_spent(self) -> None:
+        budget = self._control.budget_s
+        with self._lock:
+            if not self._generating or self._status in TERMINAL:
+                return  # the job already returned: the worker decides, as usual
+            self._abandoned = True
+            self._control.timed_out = True
+            self._finish(
+                FAILED,
+                "timeout",
+                # The same words as an overrun seen between steps: the user's fact is the same.
+                TimeoutError(f"the run overran its budget of {budget} s"),
+            )
+        self._control.cancel_event.set()  # halt at the next step, if there is one
+        logger.debug("run %x: budget of %s s spent while the model was busy", id(self), budget)
+        self._publish_end()  # the text is closed on what was generated by the deadline
 
     def _holder_is_self(self) -> bool:
         holder, _ = self._queue.snapshot()
@@ -301,6 +376,8 @@ class Generation:
 
     def _finish(self, status: str, reason: str, error: BaseException | None) -> None:
         # Called with self._lock held: the end state, its reason and its error change together.
+        if self._status in TERMINAL:
+            return  # exactly one end state: the first one decided stays
         self._ended = time.perf_counter()
         self._finish_reason = reason
         self._error = error
@@ -312,6 +389,10 @@ class Generation:
                 callback(self)
             except Exception:
                 logger.exception("an nbstream done-callback raised; the run's state is unchanged")
+
+    def _remove_done_callback(self, callback: Callable[[Generation], Any]) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._callbacks.remove(callback)
 
     def add_done_callback(self, callback: Callable[[Generation], Any]) -> None:
         """Call ``callback(run)`` once the run has ended (on the worker thread).
@@ -395,20 +476,37 @@ class Generation:
         if self._status != COMPLETE or not self._done.is_set():
             return None
         self._pump()
-        return self._text
+        return self._text()
 
     @property
     def partial_text(self) -> str:
         """The text decoded so far (all of it once the run has ended)."""
         self._pump()
-        return self._text
+        return self._text()
 
     @property
     def token_ids(self) -> list[int]:
-        """The generated token ids so far (local models)."""
+        """The generated token ids so far (local models); a new list on each call."""
         self._pump()
-        ids = getattr(self._decoder, "ids", None)
-        return list(ids) if ids is not None else []
+        ids: list[int] | None = getattr(self._decoder, "ids", None)  # already a copy
+        return ids if ids is not None else []
+
+    @property
+    def progress(self) -> int:
+        """How many items (tokens; a server's events) the model has produced so far.
+
+        Only ever grows. With :meth:`wait_for_progress`, a reader that polls the run sleeps
+        until there is something new instead of on a timer.
+        """
+        return len(self._buffer.items)
+
+    def wait_for_progress(self, seen: int, timeout: float | None = None) -> bool:
+        """Block until :attr:`progress` exceeds ``seen`` or the run has ended.
+
+        Returns True if there is something new to read. Read ``progress`` *before* reading
+        the text, then pass it here: nothing produced in between is missed.
+        """
+        return self._buffer.wait_for_more(seen, timeout)
 
     @property
     def trace(self) -> list[TokenTrace] | None:
@@ -469,15 +567,16 @@ class Generation:
     def _pump(self, final: bool = False) -> None:
         """Decode whatever the worker has produced since the last call (any thread).
 
-        ``final``: the worker has finished generating; decode the rest and close the text.
-        A decoder that raises never raises into a reader: the run ends failed with it.
+        ``final`` (only the thread that decides the end state passes it): decode the rest
+        and close the text; items put after that are ignored (a step that ends after the
+        budget's deadline). A decoder that raises never raises into a reader: the run ends
+        failed with it.
         """
         if self._finalized:
             return
         with self._decode_lock:
             if self._finalized:
                 return
-            ended = final or (self._status in TERMINAL and self._buffer.closed)
             items = self._buffer.items
             n = len(items)
             if self._decode_error is None:
@@ -488,14 +587,14 @@ class Generation:
                             self._feed_until_first_text(new)
                         else:
                             self._append(self._decoder.feed(new))
-                    if ended and n == len(items):
+                    if final:
                         self._finish_text()
                 except Exception as exc:
                     logger.debug("decoding failed", exc_info=True)
                     self._decode_error = exc
                     self._control.cancel_event.set()  # stop the model; the run ends failed
             self._decoded = n
-            if ended and n == len(items):
+            if final:
                 self._finalized = True
 
     def _feed_until_first_text(self, new: list[Any]) -> None:
@@ -514,10 +613,10 @@ class Generation:
     def _finish_text(self) -> None:
         stops = self._stops
         if stops is None:
-            self._append(self._decoder.finish(self._text))
+            self._append(self._decoder.finish(self._text()))
             return
         if stops.found is None:
-            self._append(self._decoder.finish(self._text + stops.held))
+            self._append(self._decoder.finish(self._text() + stops.held))
             # No token will follow: what was held back can no longer begin a stop string.
             self._release(stops.flush())
 
@@ -534,9 +633,18 @@ class Generation:
     def _release(self, text: str) -> bool:
         if text:
             self._chunks.append(text)
-            self._text += text
             return True
         return False
+
+    def _text(self) -> str:
+        """The chunks so far, joined; each chunk is copied into the join once."""
+        text, joined = self._joined
+        count = len(self._chunks)  # only ever appended: the first `count` stay as they are
+        if count != joined:
+            text += "".join(self._chunks[joined:count])
+            # Two readers may join at once: either pair is right for its own count.
+            self._joined = (text, count)
+        return text
 
     def _raise_for_end(self) -> None:
         if self._status == CANCELLED:
@@ -555,31 +663,49 @@ class Generation:
         """
         index = 0
         last_wake = 0.0
-        while True:
-            self._pump()
-            while index < len(self._chunks):
-                yield self._chunks[index]
-                index += 1
-            if self._finalized and self._status in TERMINAL:
-                break
-            pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
-            if pause > 0:
-                time.sleep(pause)
-            self._buffer.wait_for_more(self._decoded)
-            last_wake = time.perf_counter()
+        try:
+            while True:
+                # Seen before the last read: once done is set, the text is final and the
+                # state, result and record are published (see _publish_end).
+                ended = self._done.is_set()
+                self._pump()
+                # Everything up to `seen` is decoded and its chunks are in the list, whoever
+                # decoded them (another reader may have: then we do not sleep on them).
+                seen = self._decoded
+                while index < len(self._chunks):
+                    yield self._chunks[index]
+                    index += 1
+                if ended:
+                    break
+                pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
+                if pause > 0:
+                    time.sleep(pause)
+                self._buffer.wait_for_more(seen)
+                last_wake = time.perf_counter()
+        except KeyboardInterrupt:
+            # Ctrl-C (the kernel's interrupt) while following the run: stop it too, as
+            # wait() does, rather than leave the model generating for nobody.
+            self.stop()
+            raise
         self._raise_for_end()
 
     async def __aiter__(self) -> AsyncIterator[str]:
         """``async for chunk in run``: the same chunks as iteration, without blocking the loop."""
         index = 0
-        while True:
-            self._pump()
-            while index < len(self._chunks):
-                yield self._chunks[index]
-                index += 1
-            if self._finalized and self._status in TERMINAL:
-                break
-            await asyncio.to_thread(self._buffer.wait_for_more, self._decoded, 0.5)
+        try:
+            while True:
+                ended = self._done.is_set()  # as in __iter__
+                self._pump()
+                seen = self._decoded
+                while index < len(self._chunks):
+                    yield self._chunks[index]
+                    index += 1
+                if ended:
+                    break
+                await self._buffer.wait_for_more_async(seen)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            self.stop()  # the task following the run was cancelled: nobody reads it any more
+            raise
         self._raise_for_end()
 
     def wait(self, timeout: float | None = None) -> str:
@@ -607,26 +733,33 @@ class Generation:
         return result
 
     async def wait_async(self, timeout: float | None = None) -> str:
-        """``await run.wait_async()``: like :meth:`wait`, without blocking the event loop."""
-        gave_up = threading.Event()
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self._wait_quietly, gave_up), timeout)
-        except asyncio.TimeoutError:
-            gave_up.set()
-            raise TimeoutError(
-                f"the run is still {self._status} after {timeout} s; it goes on"
-            ) from None
-        except asyncio.CancelledError:
-            gave_up.set()
-            self.stop()
-            raise
-        return self.wait(0)
+        """``await run.wait_async()``: like :meth:`wait`, without blocking the event loop.
 
-    def _wait_quietly(self, gave_up: threading.Event) -> None:
-        # Bounded waits, so an await that timed out or was cancelled does not leave this
-        # helper thread behind (asyncio.run() would wait for it to end before returning).
-        while not self._done.wait(0.25) and not gave_up.is_set():
-            pass
+        No thread waits on the run's behalf (the worker wakes the loop when the run ends),
+        so any number of runs can be awaited at once. A cancelled await stops the run.
+        """
+        if not self._done.is_set():
+            loop = asyncio.get_running_loop()
+            ended = asyncio.Event()
+
+            def wake(_run: Generation) -> None:
+                # A closed loop raises: then nobody is waiting any more.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(ended.set)
+
+            self.add_done_callback(wake)
+            try:
+                await asyncio.wait_for(ended.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"the run is still {self._status} after {timeout} s; it goes on"
+                ) from None
+            except asyncio.CancelledError:
+                self.stop()
+                raise
+            finally:
+                self._remove_done_callback(wake)
+        return self.wait(0)
 
     def stop(self) -> bool:
         """Stop the run cooperatively; generation halts within one decode step.

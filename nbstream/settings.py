@@ -44,6 +44,8 @@ _ONE_SEQUENCE = ("num_beams", "num_return_sequences")
 
 #: The most top-k candidates per token ``alternatives`` may ask for.
 MAX_ALTERNATIVES = 100
+#: The largest seed a torch generator takes.
+MAX_SEED = 2**64 - 1
 #: No model nbstream targets has a context this long; anything above is a typo.
 MAX_NEW_TOKENS_LIMIT = 1_000_000
 #: Used when neither the call nor the model's generation_config sets max_new_tokens
@@ -124,6 +126,9 @@ def _check(name: str, value: Any) -> Any:
             raise TypeError(f"{name} must be an int, got {value!r}")
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
+        if name == "seed" and value > MAX_SEED:
+            # torch's generators take 64 bits; a larger seed would fail inside the run.
+            raise ValueError(f"seed must be at most 2**64 - 1 ({MAX_SEED}), got {value}")
         return value
     # The rest are real numbers.
     if not _is_number(value):

@@ -8,10 +8,21 @@ on their side, all new tokens at once, when they wake up.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+#: How every piece of nbstream turns generated ids into the answer's text, so that the
+#: stream, the final decode and the stop-string watch agree. ``DecodeStream`` never "cleans
+#: up" spaces before punctuation; a tokenizer whose default does (``clean_up_tokenization_
+#: spaces``) would otherwise give a final text that does not start with what was streamed.
+DECODE_OPTIONS: dict[str, bool] = {
+    "skip_special_tokens": True,
+    "clean_up_tokenization_spaces": False,
+}
 
 
 class Decoder(Protocol):
@@ -39,6 +50,8 @@ class TokenBuffer:
         self._skip_first = skip_first
         self._cond = threading.Condition(threading.Lock())
         self._sleepers = 0
+        # Event-loop readers (async for) asleep: woken through their loop, not the condition.
+        self._wakers: list[Callable[[], None]] = []
         self.closed = False
 
     # -- writer side (the generation thread) -------------------------------------------
@@ -47,13 +60,14 @@ class TokenBuffer:
             # transformers hands the prompt ids to the streamer first.
             self._skip_first = False
             return
-        self.items.append(value)
+        # The time first: a reader that sees item i (len(items) > i) may read times[i] at
+        # once (the time of the first visible text), so it must already be there.
         self.times.append(time.perf_counter())
+        self.items.append(value)
         # Read after the append: a reader that registers as a sleeper before checking for
         # new items either sees this item or is counted here (see wait_for_more).
         if self._sleepers:
-            with self._cond:
-                self._cond.notify_all()
+            self._wake()
 
     def end(self) -> None:
         """transformers calls this when ``generate`` returns; the run's end is signalled by
@@ -61,9 +75,15 @@ class TokenBuffer:
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
         with self._cond:
-            self.closed = True
             self._cond.notify_all()
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
 
     # -- reader side ---------------------------------------------------------------------
     def wait_for_more(self, seen: int, timeout: float | None = None) -> bool:
@@ -81,6 +101,40 @@ class TokenBuffer:
                 )
             finally:
                 self._sleepers -= 1
+
+    async def wait_for_more_async(self, seen: int, timeout: float | None = None) -> bool:
+        """:meth:`wait_for_more` for an event loop: no thread is held while it waits.
+
+        The writer wakes the loop with ``call_soon_threadsafe``, and only while this reader
+        is asleep, so ``put`` stays a list append when nobody waits.
+        """
+        if len(self.items) > seen or self.closed:
+            return True
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            # A closed loop raises: then nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(woken.set)
+
+        with self._cond:
+            self._sleepers += 1
+            self._wakers.append(wake)
+        try:
+            # Checked again after registering: an item put in between was either seen here
+            # or woke us (put reads _sleepers after appending).
+            if len(self.items) > seen or self.closed:
+                return True
+            try:
+                await asyncio.wait_for(woken.wait(), timeout)
+            except asyncio.TimeoutError:
+                return len(self.items) > seen or self.closed
+            return True
+        finally:
+            with self._cond:
+                self._sleepers -= 1
+                self._wakers.remove(wake)
 
 
 class TokenDecoder:
@@ -113,7 +167,7 @@ class TokenDecoder:
                 if piece:
                     pieces.append(piece)
             return "".join(pieces)
-        text: str = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        text: str = self._tokenizer.decode(self._ids, **DECODE_OPTIONS)
         if text.endswith("\ufffd"):
             # An incomplete character: hold it back until the next token completes it.
             return ""
@@ -124,10 +178,10 @@ class TokenDecoder:
         """Return what the full decode has beyond what was emitted.
 
         One full decode at the end guarantees that the streamed text equals
-        ``tokenizer.decode(ids, skip_special_tokens=True)`` even when the run ends on a cut
+        ``tokenizer.decode(ids, **DECODE_OPTIONS)`` even when the run ends on a cut
         character (which the full decode shows as U+FFFD).
         """
-        full: str = self._tokenizer.decode(self._ids, skip_special_tokens=True)
+        full: str = self._tokenizer.decode(self._ids, **DECODE_OPTIONS)
         if full.startswith(emitted):
             return full[len(emitted) :]
         return ""

@@ -215,11 +215,14 @@ def test_one_column_stopped_while_the_others_complete(line):
     assert cw._header.summary == "3 columns · 1 complete, 2 cancelled"
 
 
-def test_a_queued_column_stopped_never_runs(line):
+def test_a_queued_column_stopped_never_runs(line, probe):
+    p = probe(line[0])
+    p.hold()  # the first column holds the model until released, however fast the machine
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=200)
     runs = cw.run()
     assert runs[1].status == "queued"
     assert cw.columns[1].stop() is True
+    p.release()
     cw.wait(60)
     assert cw.statuses == ["complete", "cancelled", "complete"]
     assert runs[1].metrics["tokens"] == 0 and runs[1].partial_text == ""
@@ -252,7 +255,7 @@ def test_wait_timeout_bounds_the_whole_wait_and_the_runs_go_on(line):
     with pytest.raises(TimeoutError, match=r"still running after 0.3 s \(running, queued"):
         cw.wait(0.3)
     assert time.monotonic() - started < 2
-    assert runs[0].status == "running"  # a timeout stops nothing
+    assert runs[0].status != "cancelled"  # a timeout stops nothing
     cw.stop()
     assert cw.wait(30) == [None, None, None]
 

@@ -30,8 +30,13 @@ class SlowTokenizer:
     def __init__(self, tokenizer):
         self._tokenizer = tokenizer
 
-    def decode(self, ids, skip_special_tokens=False):
-        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        # As transformers' slow tokenizers: the cleanup is an argument of decode.
+        return self._tokenizer.decode(
+            ids,
+            skip_special_tokens=skip_special_tokens,
+            clean_up_tokenization_spaces=clean_up_tokenization_spaces,
+        )
 
 
 def decoders(tokenizer):

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from ..settings import DEFAULT_MAX_NEW_TOKENS
-from ..streaming import TokenBuffer, TokenDecoder
+from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture
 from .base import RunControl
 
@@ -59,7 +59,7 @@ class _StopStringWatch:
         candidate = self._candidates.get(token)
         if candidate is None:
             # Once per distinct token id of the run (a few µs each), never per step.
-            piece = self._tokenizer.decode([token], skip_special_tokens=True)
+            piece = self._tokenizer.decode([token], **DECODE_OPTIONS)
             candidate = (
                 self._every_token or "\ufffd" in piece or not self._last_chars.isdisjoint(piece)
             )
@@ -67,7 +67,7 @@ class _StopStringWatch:
         if not candidate:
             return False
         start = max(self._prompt_tokens, int(input_ids.shape[1]) - self._window)
-        tail = self._tokenizer.decode(input_ids[0, start:].tolist(), skip_special_tokens=True)
+        tail = self._tokenizer.decode(input_ids[0, start:].tolist(), **DECODE_OPTIONS)
         return any(stop in tail for stop in self._stops)
 
 
