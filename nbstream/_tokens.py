@@ -1,10 +1,16 @@
-"""Tokens as the teaching views show them, and the ``tokens`` messages that carry them.
+"""A token's text, how the teaching views show it, and the ``tokens`` messages that carry it.
+
+:class:`TokenPieces` is the one owner of "a token's text": ``run.trace[i].text`` (and each
+alternative's) and the token views both read it there. A token's text is that token
+decoded on its own, special tokens shown, with the leading space a SentencePiece piece
+marks (``"▁world"``) kept although such decoders drop it from a lone token.
 
 A token decoded on its own is not always text: a byte-level tokenizer splits a character
 outside its base vocabulary (an emoji, many CJK characters) into tokens that each hold
 only some of its UTF-8 bytes, and decoding one of those alone gives U+FFFD. The view
-shows such a token as its bytes in hex (kind ``"bytes"``), a special token as itself
-(kind ``"special"``), and every other token as its text (kind ``"text"``).
+shows such a token as its bytes in hex (kind ``"bytes"``; its text keeps the U+FFFD), a
+special token as itself (kind ``"special"``), and every other token as its text (kind
+``"text"``).
 
 A token of a message is ``[id, text, kind, logprob, rank, alternatives]``; see
 ``js/src/widget.js`` (the protocol comment) for what the views do with it.
@@ -33,23 +39,38 @@ def _byte_decoder() -> dict[str, int] | None:
 
 
 class TokenPieces:
-    """``(text, kind)`` of each token id, computed once per id (on the reader's side)."""
+    """Each token id's text and how the views show it, computed once per id.
+
+    ``text(id)`` is the token's text (see the module docstring); calling it gives what a
+    view shows, ``(shown, kind)``: the text itself, or a byte piece's bytes in hex. Read on
+    the reader's side (any thread: a race only decodes an id twice).
+    """
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
-        self._cache: dict[int, tuple[str, str]] = {}
+        # token id -> (text, shown, kind)
+        self._cache: dict[int, tuple[str, str, str]] = {}
         self._special = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ())}
         self._bytes_of: dict[str, int] | None = None
         self._bytes_loaded = False
 
-    def __call__(self, token_id: int) -> tuple[str, str]:
-        piece = self._cache.get(token_id)
-        if piece is None:
-            piece = self._piece(token_id)
-            self._cache[token_id] = piece
-        return piece
+    def text(self, token_id: int) -> str:
+        """The token's text: decoded on its own, special tokens and a marked space kept."""
+        return self._entry(token_id)[0]
 
-    def _piece(self, token_id: int) -> tuple[str, str]:
+    def __call__(self, token_id: int) -> tuple[str, str]:
+        """``(shown, kind)``: what a view shows for the token, and as what."""
+        _text, shown, kind = self._entry(token_id)
+        return shown, kind
+
+    def _entry(self, token_id: int) -> tuple[str, str, str]:
+        entry = self._cache.get(token_id)
+        if entry is None:
+            entry = self._compute(token_id)
+            self._cache[token_id] = entry
+        return entry
+
+    def _compute(self, token_id: int) -> tuple[str, str, str]:
         tokenizer = self._tokenizer
         text = str(
             tokenizer.decode(
@@ -57,21 +78,21 @@ class TokenPieces:
             )
         )
         if token_id in self._special:
-            return text, "special"
+            return text, text, "special"
+        if not text.startswith(" "):
+            # SentencePiece decoders drop the leading space of a text's first token, so a
+            # token decoded alone loses it; its piece still says so ("▁world").
+            piece = tokenizer.convert_ids_to_tokens(token_id)
+            if isinstance(piece, str) and piece.startswith("\u2581"):
+                text = " " + text
         if "\ufffd" in text:
             raw = self._raw_bytes(token_id)
             if raw is not None:
                 try:
                     raw.decode("utf-8")  # a real U+FFFD in the vocabulary is text
                 except UnicodeDecodeError:
-                    return " ".join(f"{b:02x}" for b in raw), "bytes"
-        if not text.startswith(" "):
-            # SentencePiece decoders drop the leading space of a text's first token, so a
-            # token decoded alone loses it; its piece still says so ("▁world").
-            piece = self._tokenizer.convert_ids_to_tokens(token_id)
-            if isinstance(piece, str) and piece.startswith("\u2581"):
-                text = " " + text
-        return text, "text"
+                    return text, " ".join(f"{b:02x}" for b in raw), "bytes"
+        return text, text, "text"
 
     def _raw_bytes(self, token_id: int) -> bytes | None:
         """The token's bytes: a byte-fallback ``<0xE2>`` piece or a byte-level BPE piece."""
@@ -120,7 +141,7 @@ def token_entries(
                 alts = [
                     [alt_id, *pieces(alt_id), _logprob(alt_logprob), cut]
                     for alt_id, alt_logprob, cut in zip(
-                        step._alternative_ids, step._alternative_logprobs, step.cut, strict=True
+                        step.alternative_ids, step.alternative_logprobs, step.cut, strict=True
                     )
                 ]
         entries.append([token_id, text, kind, logprob, rank, alts])

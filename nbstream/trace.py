@@ -3,8 +3,11 @@
 ``nbstream.stream(model, tokenizer, prompt, alternatives=5)`` records, for every generated
 token, a :class:`TokenTrace`:
 
-- ``id``, ``text``: the token (``text`` is that one token decoded on its own, special tokens
-  shown, so ``<|im_end|>`` appears as itself); ``run.trace[i].id == run.token_ids[i]``.
+- ``id``, ``text``: the token; ``run.trace[i].id == run.token_ids[i]``. ``text`` is that one
+  token decoded on its own, as the token views show it: special tokens shown (``<|im_end|>``
+  appears as itself), and a SentencePiece token keeps the leading space its piece marks
+  (``"▁world"`` is ``" world"``), which such decoders drop from a lone token. A token that
+  holds only some bytes of a character decodes to U+FFFD (the views show its bytes).
 - ``logprob`` (and ``prob``): the natural log of the probability the model itself gave the
   token: ``log_softmax`` of the raw logits, before repetition penalty, temperature, top-k,
   top-p or any other processor. The same number whatever the run's sampling settings.
@@ -20,9 +23,11 @@ token, a :class:`TokenTrace`:
 How it is captured (only when ``k > 0``; with ``k == 0`` nothing is added to a step), on
 the generating thread, all on the model's device:
 
-1. A forward hook on the model keeps a view of the last position's raw logits. A logits
-   processor cannot see them: ``generate`` runs its own processors (repetition penalty,
-   ``sequence_bias``, suppressed tokens...) before any passed in ``logits_processor``.
+1. A forward hook on the model keeps a view of the last position's raw logits: on the module
+   that runs, inside any wrapper whose ``generate`` hands on to it (a PEFT adapter's
+   ``PeftModel``, ``torch.compile``'s module). A logits processor cannot see them:
+   ``generate`` runs its own processors (repetition penalty, ``sequence_bias``, suppressed
+   tokens...) before any passed in ``logits_processor``.
    ``output_logits=True`` would keep every step's logits to the end (O(steps × vocabulary)).
 2. At the end of the processor list, where the token is chosen (the seeded sampler of a
    sampled run, a last processor of a greedy run): one ``log_softmax`` and one ``topk`` of
@@ -44,6 +49,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ._tokens import TokenPieces
+
 
 class Alternative(NamedTuple):
     """One of the model's top-k candidates at a step, from the raw logits."""
@@ -51,25 +58,6 @@ class Alternative(NamedTuple):
     id: int
     text: str
     logprob: float
-
-
-class _Texts:
-    """Each token id's text, decoded on first use (on the reader's side) and kept."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
-        self._texts: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self._texts.get(token_id)
-        if text is None:
-            text = str(
-                self._tokenizer.decode(
-                    [token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False
-                )
-            )
-            self._texts[token_id] = text
-        return text
 
 
 @dataclass(frozen=True, repr=False)
@@ -100,14 +88,17 @@ class TokenTrace:
     rank: int
     #: One flag per alternative: True where the run's settings gave it no chance.
     cut: tuple[bool, ...]
-    _alternative_ids: tuple[int, ...]
-    _alternative_logprobs: tuple[float, ...]
-    _texts: _Texts = field(compare=False)
+    #: The ids of the model's top k at this step, best first (``alternatives`` without
+    #: their texts: nothing is decoded).
+    alternative_ids: tuple[int, ...]
+    #: Their log-probabilities, from the raw logits.
+    alternative_logprobs: tuple[float, ...]
+    _pieces: TokenPieces = field(compare=False)
 
     @property
     def text(self) -> str:
-        """This token decoded on its own (special tokens shown)."""
-        return self._texts(self.id)
+        """This token decoded on its own, as the token views show it (see the module)."""
+        return self._pieces.text(self.id)
 
     @property
     def prob(self) -> float:
@@ -117,20 +108,42 @@ class TokenTrace:
     @property
     def alternatives(self) -> tuple[Alternative, ...]:
         """The model's top k at this step, ``(id, text, logprob)``, best first."""
-        texts = self._texts
+        text = self._pieces.text
         return tuple(
-            Alternative(token_id, texts(token_id), logprob)
+            Alternative(token_id, text(token_id), logprob)
             for token_id, logprob in zip(
-                self._alternative_ids, self._alternative_logprobs, strict=True
+                self.alternative_ids, self.alternative_logprobs, strict=True
             )
         )
 
     def __repr__(self) -> str:
         return (
             f"TokenTrace(id={self.id}, text={self.text!r}, logprob={self.logprob:.4f}, "
-            f"rank={self.rank}, alternatives={len(self._alternative_ids)}, "
+            f"rank={self.rank}, alternatives={len(self.alternative_ids)}, "
             f"cut={sum(self.cut)})"
         )
+
+
+def _running_module(model: Any) -> Any:
+    """The module whose forward ``model.generate`` runs, inside the wrappers that hand
+    ``generate`` on to the model they wrap, which never call their own forward there.
+
+    - PEFT's ``PeftModel`` (and ``PeftMixedModel``): ``generate`` calls its base model's
+      (``get_base_model()``: the transformers model, with the adapter's layers inside).
+    - ``torch.compile(model)``: the ``OptimizedModule`` forwards ``generate`` to the original
+      module (``_orig_mod``), which then calls its own, uncompiled forward.
+
+    Wrappers nest (a compiled adapter model); anything else is its own running module.
+    """
+    seen: set[int] = set()
+    while id(model) not in seen:
+        seen.add(id(model))
+        base = getattr(model, "get_base_model", None)
+        inner = base() if callable(base) else getattr(model, "_orig_mod", None)
+        if inner is None or not hasattr(inner, "register_forward_hook"):
+            break
+        model = inner
+    return model
 
 
 class TraceCapture:
@@ -150,14 +163,14 @@ class TraceCapture:
         # Reader side.
         self._lock = threading.Lock()
         self._records: list[TokenTrace] = []
-        self._texts = _Texts(tokenizer)
+        self._pieces = TokenPieces(tokenizer)
 
     # -- generating thread -----------------------------------------------------------------
     @contextlib.contextmanager
     def attached(self, model: Any) -> Iterator[None]:
         """Keep each forward's raw logits while the body (``generate``) runs on this thread."""
         self._thread = threading.get_ident()
-        handle = model.register_forward_hook(self._keep_logits)
+        handle = _running_module(model).register_forward_hook(self._keep_logits)
         try:
             yield
         finally:
@@ -181,7 +194,8 @@ class TraceCapture:
         if raw is None:
             raise RuntimeError(
                 "alternatives: no logits reached the trace (the model's forward ran without "
-                "its hooks, e.g. compiled); run without alternatives"
+                "its hooks: compiled, or inside a wrapper nbstream does not know); run without "
+                "alternatives"
             )
         logprobs = torch.log_softmax(raw.float(), dim=-1)
         top_logprobs, top_ids = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)
@@ -251,8 +265,8 @@ class TraceCapture:
                     logprob=row_floats[k],
                     rank=row_ints[k] + 1,
                     cut=tuple(not kept for kept in row_ints[k + 1 :]),
-                    _alternative_ids=tuple(row_ints[:k]),
-                    _alternative_logprobs=tuple(row_floats[:k]),
-                    _texts=self._texts,
+                    alternative_ids=tuple(row_ints[:k]),
+                    alternative_logprobs=tuple(row_floats[:k]),
+                    _pieces=self._pieces,
                 )
             )

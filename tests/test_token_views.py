@@ -231,6 +231,86 @@ def test_pieces_keep_the_space_a_sentencepiece_decoder_drops():
     assert "".join(pieces(i)[0] for i in (1, 2, 3)).strip() == tokenizer.decode([1, 2, 3])
 
 
+def sentencepiece_model():
+    """A tiny random Llama on a SentencePiece-style tokenizer (Metaspace: "▁" marks a space).
+
+    Most pieces start a word, so the run's tokens include ones whose decoder drops the
+    space when they are decoded alone; one special token, never generated (banned), shows
+    up among the alternatives only.
+    """
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["Hello", "world", "the", "cat", "sat", "on", "a", "mat", "and", "ran"]
+    vocab = {"<unk>": 0, "</s>": 1}
+    for word in words:
+        vocab.setdefault("\u2581" + word, len(vocab))
+    for suffix in ("ly", "ing", "s"):
+        vocab.setdefault(suffix, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", eos_token="</s>", pad_token="</s>"
+    )
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    model.generation_config.pad_token_id = 1
+    model.generation_config.eos_token_id = 1
+    # Exactly max_new_tokens: the end token and <unk> never win (they stay in the top k).
+    model.generation_config.sequence_bias = [[[0], float("-inf")], [[1], float("-inf")]]
+    return model, tokenizer
+
+
+def test_trace_text_is_the_text_the_token_view_shows_on_a_sentencepiece_tokenizer():
+    """``run.trace[i].text`` (and each alternative's) is what the views show, leading
+    space included, though the decoder drops it from a token decoded alone."""
+    model, tokenizer = sentencepiece_model()
+    w = nbstream.StreamWidget(
+        model, tokenizer, max_new_tokens=12, alternatives=len(tokenizer), do_sample=True, seed=0
+    )
+    rec = Recorder(w)
+    w.show_alternatives = True
+    w.generate("Hello world")
+    w.wait()
+    wait_followers()
+    held = tokens_of(rec, w.run_id)
+    trace = w.run.trace
+    assert len(held) == len(trace) == 12
+    kinds = set()
+    for entry, step in zip(held, trace, strict=True):
+        token_id, text = entry[:2]
+        assert (token_id, text) == (step.id, step.text)
+        assert [(a[0], a[1]) for a in entry[5]] == [(a.id, a.text) for a in step.alternatives]
+        kinds.update(a[2] for a in entry[5])
+    assert {"text", "special"} <= kinds  # every piece of the vocabulary, </s> included
+    # The case is exercised: tokens whose lone decode loses the space the piece marks.
+    dropped = [s for s in trace if tokenizer.decode([s.id]) != s.text]
+    assert dropped, [s.text for s in trace]
+    for step in dropped:
+        assert step.text == " " + tokenizer.decode([step.id])
+        assert tokenizer.convert_ids_to_tokens(step.id).startswith("\u2581")
+    assert " world" in {step.text for step in trace} | {
+        a.text for step in trace for a in step.alternatives
+    }
+    # The texts add up to the answer (a text's first space is the decoder's to drop).
+    assert "".join(step.text for step in trace).lstrip() == w.run.partial_text.lstrip()
+
+
 def test_a_probability_that_is_not_finite_is_sent_as_unknown():
     """JSON has no -inf: a browser's JSON.parse would reject the whole frame."""
     from types import SimpleNamespace
@@ -242,8 +322,8 @@ def test_a_probability_that_is_not_finite_is_sent_as_unknown():
         logprob=float("-inf"),
         rank=7,
         cut=(False, True),
-        _alternative_ids=(5, 6),
-        _alternative_logprobs=(-0.5, float("nan")),
+        alternative_ids=(5, 6),
+        alternative_logprobs=(-0.5, float("nan")),
     )
     (entry,) = token_entries(TokenPieces(tokenizer), [9], [step], 0, 1, alternatives=True)
     assert entry[3] is None and entry[4] == 7
