@@ -276,12 +276,15 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
     prompt, settings = replay_arguments(record)
     _warn_if_different(record, resolve_backend(model, tokenizer))
     run = stream(model, tokenizer, prompt, **settings)
-    if record["prompt_tokens"] is not None and run.prompt_tokens != record["prompt_tokens"]:
+    # Either count may be unknown: a record from a server that sent no usage has None, and
+    # a run on a server has None until the server counts the prompt (after it has started).
+    then, now = record["prompt_tokens"], run.prompt_tokens
+    if then is not None and now is not None and now != then:
         logger.warning(
             "the prompt is %s tokens now but %s in the record: the tokenizer or its chat "
             "template differs, so the text may differ",
-            run.prompt_tokens,
-            record["prompt_tokens"],
+            now,
+            then,
         )
     return run
 

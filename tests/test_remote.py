@@ -10,6 +10,8 @@ of this file's own on loopback.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import select
@@ -17,11 +19,14 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 import nbstream
 from nbstream._serve import LocalServer, free_port
@@ -284,8 +289,14 @@ class Handler(BaseHTTPRequestHandler):
         elif scenario == "stall":
             self.stall()
             return
-        elif scenario in ("ok", "json", "length", "filter"):
+        elif scenario == "finish_stall":  # the answer is over, but no [DONE] ever comes
+            self.chunk(event(finish="stop"))
+            self.stall()
+            return
+        elif scenario in ("ok", "json", "length", "filter") or scenario.startswith("finish-"):
             finish = {"length": "length", "filter": "content_filter"}.get(scenario, "stop")
+            if scenario.startswith("finish-"):  # finish-<the server's finish_reason>
+                finish = scenario.removeprefix("finish-")
             self.chunk(event(finish=finish))
             self.chunk(b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode() + b"\n\n")
             self.chunk(b"data: [DONE]\n\n")
@@ -441,6 +452,70 @@ def test_finish_reasons_map_to_the_engines(fake, no_leftover_runs, scenario, rea
     assert run.record["prompt_tokens"] == USAGE["prompt_tokens"]
 
 
+@pytest.mark.parametrize(
+    ("finish", "reason"),
+    [
+        # Text Generation Inference's names for the natural ends.
+        ("eos_token", "eos"),
+        ("stop_sequence", "stop"),
+    ],
+)
+def test_tgi_finish_reasons_end_complete(fake, no_leftover_runs, finish, reason):
+    endpoint = nbstream.Endpoint(fake.url(f"finish-{finish}"), "fake-model")
+    run = nbstream.stream(endpoint, None, "Hi")
+    assert run.wait(60) == "".join(PIECES)
+    assert run.status == "complete" and run.metrics["finish_reason"] == reason
+
+
+@pytest.mark.parametrize(
+    ("finish", "words"),
+    [
+        ("tool_calls", ["finish_reason='tool_calls'", "called a tool"]),
+        ("function_call", ["finish_reason='function_call'", "called a tool"]),
+        ("content_filter", ["finish_reason='content_filter'", "content filter cut"]),
+        ("abort", ["finish_reason='abort'", "aborted"]),
+        ("error", ["finish_reason='error'", "its log"]),
+        ("made_up_reason", ["finish_reason='made_up_reason'"]),
+    ],
+)
+def test_a_finish_reason_that_ends_no_answer_fails_naming_it(fake, no_leftover_runs, finish, words):
+    run = nbstream.stream(nbstream.Endpoint(fake.url(f"finish-{finish}"), "m"), None, "Hi")
+    message = fail(run)
+    for word in words:
+        assert word in message
+    assert run.partial_text == "".join(PIECES)
+
+
+@pytest.mark.parametrize("timeout", [0.5, 60.0])
+def test_a_stream_that_stalls_after_its_finish_reason_ends_complete(
+    stall, no_leftover_runs, timeout
+):
+    # The finish_reason came, then nothing: no usage, no [DONE], the connection held open.
+    # The answer is over. With a read timeout shorter than the grace, and with one far
+    # longer than this test waits, the run ends complete and the connection is closed.
+    endpoint = nbstream.Endpoint(stall.url("finish_stall"), "fake-model", timeout=timeout)
+    run = nbstream.stream(endpoint, None, "Hi")
+    assert run.wait_done(30), "the run waited on a finished answer"
+    assert run.status == "complete", run.error
+    assert run.result == "".join(PIECES) and run.metrics["finish_reason"] == "eos"
+    assert run.metrics["tokens"] is None  # no usage came
+    assert stall.client_gone.wait(30), "the connection was left open"
+
+
+def test_rerun_on_an_endpoint_does_not_warn_about_prompt_tokens(fake, caplog, no_leftover_runs):
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    run = nbstream.stream(endpoint, None, "Hi", temperature=0)
+    assert run.wait(60)
+    record = json.loads(json.dumps(run.record))
+    assert record["prompt_tokens"] == USAGE["prompt_tokens"]  # from the server's usage
+    caplog.set_level(logging.WARNING, logger="nbstream")
+    again = nbstream.rerun(record, endpoint)
+    assert again.wait(60) == run.result
+    # The server counts the prompt only once it answers: there is nothing to compare when
+    # the rerun starts, so nothing to warn about.
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_expect_json_works_on_an_endpoint(fake, no_leftover_runs):
     run = nbstream.stream(nbstream.Endpoint(fake.url("json"), "m"), None, "Hi", expect="json")
     assert run.wait(60) == '{"a": [1, 2]}'
@@ -524,3 +599,160 @@ def test_chat_widget_on_an_endpoint_sends_the_conversation(fake, no_leftover_run
         {"role": "user", "content": "More?"},
     ]
     chat.close()
+
+
+# -- nbstream's handling of events, property-based -------------------------------------------
+# httpx-sse splits the bytes into events; these check what nbstream makes of them, however
+# the bytes are cut into reads: the same text and end, and a malformed event failing the run
+# with an EndpointError (never a hang, never another exception escaping the reader).
+
+
+@contextlib.contextmanager
+def answered_with(reads: list[bytes]) -> Iterator[None]:
+    """Every Endpoint request in the block gets ``reads`` as its body, one read each."""
+    import httpx
+
+    real = httpx.AsyncClient
+
+    async def body() -> AsyncIterator[bytes]:
+        for read in reads:
+            yield read
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=body())
+
+    def client(**options: Any) -> Any:
+        return real(transport=httpx.MockTransport(answer), **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(httpx, "AsyncClient", client)
+        yield
+
+
+def chunk_event(content: str | None = None, finish: str | None = None, **extra: Any) -> Any:
+    delta = {"role": "assistant"} if content is None and finish is None else {}
+    if content is not None:
+        delta["content"] = content
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+@st.composite
+def wire_event(draw: st.DrawFn, data: Any) -> bytes:
+    """One event as a server may write it: any line ending, optional space after the colon,
+    comment, event and id lines, JSON on one line or over several data lines, with or
+    without non-ASCII escaped."""
+    eol = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+    space = draw(st.sampled_from(["", " "]))
+    text = (
+        data
+        if isinstance(data, str)
+        else json.dumps(
+            data, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1]))
+        )
+    )
+    lines = [f"data:{space}{line}" for line in text.split("\n")]
+    extras = draw(st.lists(st.sampled_from([": keep-alive", "event: message", "id: 7"])))
+    for extra in extras:
+        lines.insert(draw(st.integers(0, len(lines))), extra)
+    return (eol.join(lines) + eol + eol).encode()
+
+
+def cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = [0, *sorted(cuts), len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def run_on(reads: list[bytes]) -> nbstream.Generation:
+    with answered_with(reads):
+        run = nbstream.stream(nbstream.Endpoint("http://fake.invalid/v1", "m"), None, "Hi")
+        assert run.wait_done(30), "the run never ended"
+    return run
+
+
+@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(st.text(max_size=6), max_size=6),
+    finish=st.sampled_from(["stop", "length", "eos_token", "stop_sequence"]),
+    with_text=st.booleans(),
+    usage=st.booleans(),
+    done=st.booleans(),
+    data=st.data(),
+)
+def test_any_chunking_of_a_stream_gives_the_same_text(pieces, finish, with_text, usage, done, data):
+    events: list[Any] = [chunk_event()]
+    events += [chunk_event(piece) for piece in pieces]
+    if with_text and pieces:  # the last piece and the finish_reason in one event
+        events[-1] = chunk_event(pieces[-1], finish)
+    else:
+        events.append(chunk_event(None, finish))
+    if usage:
+        events.append({"choices": [], "usage": USAGE})
+    wire = b"".join(data.draw(wire_event(e)) for e in events)
+    if done:
+        wire += data.draw(wire_event("[DONE]"))
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=16))
+    run = run_on(cut(wire, cuts))
+    assert run.status == "complete", run.error
+    assert run.result == "".join(pieces)
+    mapped = {"stop": "eos", "length": "length", "eos_token": "eos", "stop_sequence": "stop"}
+    assert run.metrics["finish_reason"] == mapped[finish]
+    assert run.metrics["tokens"] == (USAGE["completion_tokens"] if usage else None)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def not_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return text.strip() != "[DONE]"
+    return False
+
+
+MALFORMED = st.one_of(
+    # Not JSON at all, or JSON that is not an object.
+    st.text(max_size=30).filter(not_json),
+    JSON_VALUES.filter(lambda value: not isinstance(value, dict)),
+    # An object without a choices list.
+    st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3).filter(
+        lambda d: "error" not in d and not isinstance(d.get("choices"), list)
+    ),
+    # A choice, delta, content or finish_reason of the wrong kind.
+    JSON_VALUES.filter(lambda v: not isinstance(v, dict)).map(lambda v: {"choices": [v]}),
+    JSON_VALUES.filter(lambda v: v is not None and not isinstance(v, dict)).map(
+        lambda v: {"choices": [{"index": 0, "delta": v}]}
+    ),
+    JSON_VALUES.filter(lambda v: v is not None and not isinstance(v, str)).map(
+        lambda v: {"choices": [{"index": 0, "delta": {"content": v}}]}
+    ),
+    JSON_VALUES.filter(lambda v: v not in (None, "") and not isinstance(v, str)).map(
+        lambda v: {"choices": [{"index": 0, "delta": {}, "finish_reason": v}]}
+    ),
+)
+
+
+@hypothesis.settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    before=st.lists(st.text(max_size=6), max_size=3),
+    bad=MALFORMED,
+    data=st.data(),
+)
+def test_a_malformed_event_fails_the_run(before, bad, data):
+    # Text, one malformed event, then a proper end: the run fails all the same, saying so,
+    # and keeps the text it had apart.
+    events: list[Any] = [chunk_event(piece) for piece in before]
+    events += [bad, chunk_event(None, "stop"), "[DONE]"]
+    wire = b"".join(data.draw(wire_event(e)) for e in events)
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=8))
+    run = run_on(cut(wire, cuts))
+    assert run.status == "failed", f"{bad!r} was taken for a proper event"
+    assert isinstance(run.error, EndpointError), repr(run.error)
+    assert "malformed event" in str(run.error)
+    assert run.partial_text == "".join(before)

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import logging
 import math
+import re
+import traceback
 import urllib.parse
 from typing import Any
 
@@ -35,10 +38,44 @@ _WATCH_INTERVAL_S = 0.01
 #: that does not may reject the request, and the run then fails with its message).
 _EXTENSION_FIELDS = ("top_k", "repetition_penalty")
 _INSTALL_HINT = "install the remote extra with: pip install 'nbstream[remote]'"
-#: How much of a server's error text goes into a message.
+#: How much of a server's error text goes into a message (of a malformed event: less, since
+#: it is shown as a repr).
 _ERROR_TEXT_LIMIT = 500
-#: The server's finish reasons the engine knows (others fail the run, saying which).
-_FINISH_REASONS = {"stop": "eos", "length": "length"}
+_EVENT_TEXT_LIMIT = 120
+#: The servers' finish reasons that end a text answer, as the engine names them: OpenAI's,
+#: vLLM's, SGLang's, llama.cpp's and transformers serve's ``stop`` and ``length``; Text
+#: Generation Inference's ``eos_token`` and ``stop_sequence`` (nbstream sends no stop
+#: strings, so a server's stop sequence is one of its own, such as a chat template's end).
+_FINISH_REASONS = {"stop": "eos", "eos_token": "eos", "length": "length", "stop_sequence": "stop"}
+#: Finish reasons that end without a text answer, with what to say; any other fails the run
+#: too, naming the value.
+_NOT_AN_ANSWER = {
+    "tool_calls": "the model called a tool instead of answering in text (nbstream streams text "
+    "answers, and sends no tools)",
+    "function_call": "the model called a tool instead of answering in text (nbstream streams "
+    "text answers, and sends no tools)",
+    "content_filter": "the server's content filter cut the answer",
+    "abort": "the server aborted the request (overloaded, restarting, or told to by an "
+    "operator; its log says why); try again",
+    "error": "the server failed while generating: its log says why",
+}
+#: After the finish reason, how long to wait for the rest (the usage event, ``[DONE]``, the
+#: end of the body). The answer is over: a server that then holds the connection open
+#: without a word has not failed it, so the run ends complete and the connection is closed.
+_FINISH_GRACE_S = 2.0
+#: The shortest run of an API key's characters that is blotted out wherever it appears.
+#: A cut (nbstream's own, a server's, a log's) can leave any prefix or suffix of a key, so
+#: every piece of 6 or more of its characters goes, in every form it can be written in,
+#: and at most 5 characters of a key can survive next to a cut: for the usual key formats
+#: (``sk-proj-…``, ``hf_…``, ``gsk_…``) that is the public prefix that only names the kind
+#: of key, less than providers show themselves (OpenAI's own errors show the last 4).
+#: Shorter runs would blot out ordinary words of messages by chance; 6 random key
+#: characters turn up by chance in a 500-character message with odds of about 1 in 5 million.
+_SCRUB_RUN = 6
+#: ASCII-only lowercasing: keeps the length, so positions in the folded text are positions
+#: in the original (``str.lower`` can lengthen non-ASCII text).
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_BLOT = "***"
 
 
 class EndpointError(RuntimeError):
@@ -50,15 +87,68 @@ class EndpointError(RuntimeError):
 
 
 class _Secret:
-    """Holds the API key so that no ``repr``, ``vars`` dump or log line can show it."""
+    """Holds the API key so that no ``repr``, ``vars`` dump or log line can show it, and
+    blots it out of text (:meth:`scrub`)."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("_runs", "_short", "_value")
 
     def __init__(self, value: str) -> None:
         self._value = value
+        # Every way the key can be written into text: as it is, escaped by Python's repr
+        # (str or bytes, either quote) or JSON (the solidus escaped too, as some servers do),
+        # percent-encoded (query string or form), HTML-escaped.
+        escaped = value.replace("\\", "\\\\")
+        forms = {
+            value,
+            escaped,
+            escaped.replace("'", "\\'"),
+            escaped.replace('"', '\\"'),
+            escaped.replace('"', '\\"').replace("/", "\\/"),
+            urllib.parse.quote(value, safe=""),
+            urllib.parse.quote(value),
+            urllib.parse.quote_plus(value, safe=""),
+            html.escape(value),
+        }
+        folded = {form.translate(_ASCII_LOWER) for form in forms}
+        self._runs = frozenset(
+            form[i : i + _SCRUB_RUN] for form in folded for i in range(len(form) - _SCRUB_RUN + 1)
+        )
+        # A key shorter than a run is blotted out whole, where it stands on its own (not
+        # inside a longer word: a 3-character key would otherwise blot out half a message).
+        self._short = (
+            re.compile(
+                r"(?<![A-Za-z0-9])(?:"
+                + "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+                + r")(?![A-Za-z0-9])",
+                re.IGNORECASE,
+            )
+            if len(value) < _SCRUB_RUN
+            else None
+        )
 
     def reveal(self) -> str:
         return self._value
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any piece of the key (see ``_SCRUB_RUN``), each blotted out."""
+        if self._short is not None:
+            return self._short.sub(_BLOT, text)
+        folded = text.translate(_ASCII_LOWER)
+        spans: list[list[int]] = []
+        for i in range(len(folded) - _SCRUB_RUN + 1):
+            if folded[i : i + _SCRUB_RUN] in self._runs:
+                if spans and spans[-1][1] >= i:
+                    spans[-1][1] = i + _SCRUB_RUN
+                else:
+                    spans.append([i, i + _SCRUB_RUN])
+        if not spans:
+            return text
+        parts, at = [], 0
+        for start, end in spans:
+            parts += [text[at:start], _BLOT]
+            at = end
+        parts.append(text[at:])
+        return "".join(parts)
 
     def __repr__(self) -> str:
         return "'***'"
@@ -85,9 +175,12 @@ class Endpoint:
     ``base_url`` is the server's API root, ending in ``/v1`` as OpenAI clients expect
     (``http://127.0.0.1:8000/v1``); ``model`` the model name the server knows (for
     ``transformers serve <folder>``, that folder's path); ``api_key`` is sent as a bearer
-    token and never shown (``repr``, records, error messages, logs); ``timeout`` bounds, in
-    seconds, connecting and each read: a server that sends nothing for that long fails the
-    run. The setting ``budget_s`` bounds a whole run, as for a local model.
+    token and never shown (``repr``, records, error messages, tracebacks, logs: any piece of
+    6 or more of its characters, in any escaped form, is blotted out as ``***``). Whitespace
+    around it (the newline of a key read from a file) is dropped; a key with a control or
+    non-ASCII character inside is refused at once. ``timeout`` bounds, in seconds,
+    connecting and each read: a server that sends nothing for that long fails the run. The
+    setting ``budget_s`` bounds a whole run, as for a local model.
 
     Needs ``pip install 'nbstream[remote]'`` (httpx and httpx-sse).
 
@@ -103,8 +196,11 @@ class Endpoint:
     cannot tell a stop string from the end of the answer. ``expect`` and ``budget_s`` are
     nbstream's own and work as for a local model.
 
-    The server's ``finish_reason`` ``"stop"`` becomes ``"eos"`` and ``"length"`` stays
-    ``"length"``; a stream that ends without one fails. ``metrics["tokens"]`` is the
+    The server's ``finish_reason`` ``"stop"`` (TGI: ``"eos_token"``) becomes ``"eos"``,
+    ``"length"`` stays ``"length"``, TGI's ``"stop_sequence"`` becomes ``"stop"``; any other
+    (``"tool_calls"``, ``"content_filter"``, ``"abort"``…) fails the run, naming it, and so
+    does a stream that ends without one. A stream that stalls after its finish reason ends
+    complete after a short grace, its connection closed. ``metrics["tokens"]`` is the
     server's ``usage.completion_tokens`` when it sends usage (it is asked to), else
     ``None``; ``metrics["chunks"]`` counts the events received (chunks are not tokens).
     Runs on an endpoint do not queue in the notebook: the server schedules them.
@@ -138,8 +234,8 @@ class Endpoint:
                 "model must name the model the server serves (see GET {base_url}/models), "
                 f"got {model!r}"
             )
-        if api_key is not None and not isinstance(api_key, str):
-            raise TypeError(f"api_key must be a str or None, got {type(api_key).__name__}")
+        if api_key is not None:
+            api_key = _checked_key(api_key)
         if (
             not isinstance(timeout, (int, float))
             or isinstance(timeout, bool)
@@ -236,10 +332,41 @@ class Endpoint:
         return headers
 
     def _scrub(self, text: str) -> str:
-        """``text`` with the API key blotted out (a server may echo what it was sent)."""
-        if self._api_key is not None:
-            text = text.replace(self._api_key.reveal(), "***")
-        return text
+        """``text`` with every piece of the API key blotted out (a server may echo what it
+        was sent, an HTTP library may quote the header it refused)."""
+        return text if self._api_key is None else self._api_key.scrub(text)
+
+    def _quote(self, text: str, limit: int) -> str:
+        """At most ``limit`` characters of a server's ``text`` for a message: scrubbed first,
+        so that the cut cannot leave a piece of the key the scrub no longer recognizes."""
+        text = self._scrub(text)
+        return text if len(text) <= limit else text[:limit] + "…"
+
+    def _shown_error(self, error: Exception) -> Exception:
+        """``error`` as a run may keep and show it: itself if nothing in it, its chain, its
+        notes or its traceback quotes the key; else an :class:`EndpointError` with its words
+        scrubbed and its chain left out (an exception's text cannot be rewritten in place).
+
+        Every error of a run on an endpoint passes through here on its way out of the job:
+        ``run.error``, the record, the traceback, the widget and the log all get what this
+        returns.
+        """
+        if self._api_key is None:
+            return error
+        full = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        if self._scrub(full) == full:
+            return error
+        if isinstance(error, EndpointError):
+            words, status = str(error), error.status
+        else:
+            words, status = f"the request failed: {type(error).__name__}: {error}", None
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list):
+            words += "".join(f"; {note}" for note in notes)
+        message = (
+            self._scrub(words) + " (the original exception is not kept: it quoted the API key)"
+        )
+        return EndpointError(message, status)
 
 
 class RemoteJob:
@@ -273,7 +400,14 @@ class RemoteJob:
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
         # The buffer follows transformers' streamer protocol, whose first put is the prompt.
         buffer.put(self.body["messages"])
-        return asyncio.run(self._run(buffer, control))
+        try:
+            return asyncio.run(self._run(buffer, control))
+        except Exception as exc:
+            # The one way out for every error: the key is blotted out of all of it here.
+            failure = self.endpoint._shown_error(exc)
+        # Raised outside the except block, so that a replacement does not carry the original
+        # as its __context__ (which a traceback would print).
+        raise failure
 
     async def _run(self, buffer: TokenBuffer, control: RunControl) -> str:
         request = asyncio.ensure_future(self._stream(buffer, control))
@@ -299,6 +433,8 @@ class RemoteJob:
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
         finish: str | None = None
+        # Once the finish reason is in, a read waits at most this long (within the timeout).
+        grace = min(_FINISH_GRACE_S, endpoint.timeout)
         try:
             async with (
                 httpx.AsyncClient(timeout=httpx.Timeout(endpoint.timeout)) as client,
@@ -307,27 +443,46 @@ class RemoteJob:
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._status_error(response.status_code, response)
-                events = EventSource(response)
-                async for event in events.aiter_sse():
-                    if event.data.strip() == "[DONE]":
-                        break
-                    if event.event == "error":
-                        raise self._error(f"the server reported an error mid-stream: {event.data}")
-                    if event.event not in ("", "message"):
-                        continue  # a kind of event this protocol does not define
-                    self.chunks += 1
-                    text, reason = self._parse(event.data)
-                    if text:
-                        buffer.put(text)
-                        if watch is not None:
-                            watch.feed(text)
-                            if watch.found:
-                                # The answer is over: leaving closes the connection, so the
-                                # server stops; the reader side cuts the text itself.
-                                control.stop_found.set()
-                                return "stop"
-                    if reason is not None:
-                        finish = reason
+                events = EventSource(response).aiter_sse()
+                try:
+                    while True:
+                        try:
+                            if finish is None:
+                                event = await anext(events)
+                            else:
+                                event = await asyncio.wait_for(anext(events), grace)
+                        except StopAsyncIteration:
+                            break
+                        except asyncio.TimeoutError:
+                            # Only reachable after the finish reason: the answer is over.
+                            logger.debug(
+                                "no end of stream %g s after the finish reason; closing it", grace
+                            )
+                            break
+                        if event.data.strip() == "[DONE]":
+                            break
+                        if event.event == "error":
+                            raise self._error(
+                                "the server reported an error mid-stream: "
+                                f"{endpoint._quote(event.data, _ERROR_TEXT_LIMIT)}"
+                            )
+                        if event.event not in ("", "message"):
+                            continue  # a kind of event this protocol does not define
+                        self.chunks += 1
+                        text, reason = self._parse(event.data)
+                        if text:
+                            buffer.put(text)
+                            if watch is not None:
+                                watch.feed(text)
+                                if watch.found:
+                                    # The answer is over: leaving closes the connection, so
+                                    # the server stops; the reader side cuts the text itself.
+                                    control.stop_found.set()
+                                    return "stop"
+                        if reason is not None:
+                            finish = reason
+                finally:
+                    await events.aclose()
         except EndpointError:
             raise
         except httpx.ConnectTimeout as exc:
@@ -340,23 +495,16 @@ class RemoteJob:
                 f"cannot connect to {_safe_url(url)} ({exc}); is the server running, and is "
                 "base_url right (it ends in /v1)?"
             ) from exc
-        except httpx.ReadTimeout as exc:
-            raise self._error(
-                f"the server sent nothing for {endpoint.timeout:g} s (Endpoint timeout) after "
-                f"{self.chunks} chunks: it is stalled or overloaded; the text so far is in "
-                "partial_text. Raise Endpoint(timeout=...) for a slow server"
-            ) from exc
+        except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if finish is None:
+                raise self._broken(exc) from exc
+            # The answer was over; only the closing formalities were lost.
+            logger.debug(
+                "the stream broke after the finish reason: %s",
+                endpoint._scrub(f"{type(exc).__name__}: {exc}"),
+            )
         except httpx.TimeoutException as exc:
             raise self._error(f"the request timed out ({type(exc).__name__}: {exc})") from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            if finish is not None:
-                # The answer was over; only the closing formalities were lost.
-                logger.debug("connection dropped after the finish reason", exc_info=True)
-            else:
-                raise self._error(
-                    f"the connection to the server dropped mid-stream after {self.chunks} "
-                    f"chunks ({exc}); the text so far is in partial_text"
-                ) from exc
         except SSEError as exc:  # not an event stream at all (an httpx error too)
             raise self._error(
                 f"the server did not answer with an event stream ({exc}); check that "
@@ -373,54 +521,89 @@ class RemoteJob:
         self.server_finish_reason = finish
         mapped = _FINISH_REASONS.get(finish)
         if mapped is None:
+            said = _NOT_AN_ANSWER.get(
+                finish,
+                "the server ended the answer with a finish_reason nbstream does not know as "
+                "the end of a text answer",
+            )
             raise self._error(
-                f"the server ended the answer with finish_reason={finish!r}, which is not a "
-                "finished text answer; the text so far is in partial_text"
+                f"{said} (finish_reason={finish!r}); the text so far is in partial_text"
             )
         return mapped
+
+    def _broken(self, exc: Exception) -> EndpointError:
+        """The error of a stream that broke off before its finish reason."""
+        import httpx
+
+        if isinstance(exc, httpx.ReadTimeout):
+            return self._error(
+                f"the server sent nothing for {self.endpoint.timeout:g} s (Endpoint timeout) "
+                f"after {self.chunks} chunks: it is stalled or overloaded; the text so far is "
+                "in partial_text. Raise Endpoint(timeout=...) for a slow server"
+            )
+        return self._error(
+            f"the connection to the server dropped mid-stream after {self.chunks} chunks "
+            f"({exc}); the text so far is in partial_text"
+        )
 
     def _parse(self, data: str) -> tuple[str, str | None]:
         """The text and finish reason of one ``chat.completion.chunk`` event."""
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise self._error(
-                f"the server sent a malformed event (not JSON: {exc.msg}) after "
-                f"{self.chunks - 1} chunks: {data[:120]!r}; the text so far is in partial_text"
-            ) from exc
+            raise self._malformed(f"not JSON: {exc.msg}", data) from exc
         if not isinstance(chunk, dict):
-            raise self._error(f"the server sent a malformed event (not an object): {data[:120]!r}")
+            raise self._malformed("not an object", data)
         if "error" in chunk:
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise self._error(f"the server reported an error mid-stream: {message}")
+            raise self._error(
+                "the server reported an error mid-stream: "
+                f"{self.endpoint._quote(str(message), _ERROR_TEXT_LIMIT)}"
+            )
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             completion = usage.get("completion_tokens")
             prompt = usage.get("prompt_tokens")
-            if isinstance(completion, int):
+            if _is_count(completion):
                 self.completion_tokens = completion
-            if isinstance(prompt, int):
+            if _is_count(prompt):
                 self.prompt_tokens = prompt
         choices = chunk.get("choices")
         if not isinstance(choices, list):
-            raise self._error(
-                f"the server sent a malformed event (no 'choices' list): {data[:120]!r}"
-            )
+            raise self._malformed("no 'choices' list", data)
         text, reason = "", None
         for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
+            # A choice of the wrong shape fails the run rather than being skipped: skipping
+            # it could drop text, and the run would end complete with a hole in its answer.
+            if not isinstance(choice, dict):
+                raise self._malformed("a choice that is not an object", data)
+            if choice.get("index", 0) != 0:
+                continue  # another candidate; nbstream asks for one (n=1)
             delta = choice.get("delta")
-            content = delta.get("content") if isinstance(delta, dict) else None
-            if isinstance(content, str):
+            if delta is not None and not isinstance(delta, dict):
+                raise self._malformed("a 'delta' that is not an object", data)
+            content = delta.get("content") if delta is not None else None
+            if content is not None and not isinstance(content, str):
+                raise self._malformed("a 'content' that is not a string", data)
+            finished = choice.get("finish_reason")
+            if finished is not None and not isinstance(finished, str):
+                raise self._malformed("a 'finish_reason' that is not a string", data)
+            if content:
                 text += content
-            if choice.get("finish_reason"):
-                reason = str(choice["finish_reason"])
+            if finished:
+                reason = finished
         return text, reason
 
+    def _malformed(self, what: str, data: str) -> EndpointError:
+        quoted = self.endpoint._quote(data, _EVENT_TEXT_LIMIT)
+        return self._error(
+            f"the server sent a malformed event ({what}) after {self.chunks - 1} chunks: "
+            f"{quoted!r}; the text so far is in partial_text"
+        )
+
     def _status_error(self, status: int, response: Any) -> EndpointError:
-        detail = _error_text(response)
+        detail = _error_text(response, self.endpoint)
         url = _safe_url(str(response.request.url))
         said = f"HTTP {status} from {url}: {detail}"
         if status in (401, 403):
@@ -455,11 +638,38 @@ class RemoteJob:
         return self._error(f"{said}. {hint[0].upper()}{hint[1:]}", status)
 
     def _error(self, message: str, status: int | None = None) -> EndpointError:
+        # Scrubbed here already, so that the message is clean from the moment it exists;
+        # Endpoint.shown_error checks the whole of it (chain included) on the way out.
         return EndpointError(self.endpoint._scrub(message), status)
 
 
-def _error_text(response: Any) -> str:
-    """The server's own words from an error response (OpenAI, FastAPI, TGI or plain text)."""
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_key(api_key: Any) -> str:
+    """The key to send: surrounding whitespace dropped; refused (without quoting it) if it
+    has a character an HTTP header cannot carry."""
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key must be a str or None, got {type(api_key).__name__}")
+    # A key read from a file ends in a newline; one pasted may have spaces around it.
+    key = api_key.strip()
+    for position, char in enumerate(key, start=1):
+        if " " <= char <= "~":
+            continue
+        control = char < " " or "\x7f" <= char <= "\x9f"
+        kind = "a control character" if control else "a non-ASCII character"
+        raise ValueError(
+            f"api_key has {kind} inside it (character {position} of {len(key)}), which an "
+            "HTTP header cannot carry: copy the key again (only the whitespace around it is "
+            "dropped)"
+        )
+    return key
+
+
+def _error_text(response: Any, endpoint: Endpoint) -> str:
+    """The server's own words from an error response (OpenAI, FastAPI, TGI or plain text),
+    scrubbed and cut to a length for a message."""
     try:
         raw = response.text
     except Exception:
@@ -482,9 +692,7 @@ def _error_text(response: Any) -> str:
     text = " ".join(str(message).split())
     if not text:
         return f"(empty body, {response.reason_phrase or 'no reason given'})"
-    if len(text) > _ERROR_TEXT_LIMIT:
-        text = text[:_ERROR_TEXT_LIMIT] + "…"
-    return text
+    return endpoint._quote(text, _ERROR_TEXT_LIMIT)
 
 
 def _safe_url(url: str) -> str:
