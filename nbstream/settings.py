@@ -89,7 +89,7 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check(name: str, value: Any) -> Any:
     if name == "stop":
-        return _check_stop(value)
+        return check_stop(value)
     if name == "expect":
         if not isinstance(value, str):
             raise TypeError(f"expect must be the string 'json', got {value!r:.80}")
@@ -147,7 +147,8 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
-def _check_stop(value: Any) -> list[str]:
+def check_stop(value: Any) -> list[str]:
+    """A list of stop strings, checked; raises with what to pass instead."""
     # A bare string is the likeliest mistake; iterating it would stop at every character.
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise TypeError(

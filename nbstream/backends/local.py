@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS
+from ..settings import DEFAULT_MAX_NEW_TOKENS, check_stop
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture
 from .base import RunControl
@@ -212,6 +212,14 @@ class LocalBackend:
 
         config = self.model.generation_config
         effective = dict(settings)
+        model_stops = getattr(config, "stop_strings", None)
+        if model_stops and "stop" not in effective:
+            # The model's own stop strings are a default like its EOS: nbstream matches them
+            # (on the reader's side, cut from the text) instead of transformers, whose
+            # criterion needs the tokenizer passed to generate() and fails every run without.
+            effective["stop"] = check_stop(
+                [model_stops] if isinstance(model_stops, str) else list(model_stops)
+            )
         max_new = effective.get("max_new_tokens") or getattr(config, "max_new_tokens", None)
         effective["max_new_tokens"] = max_new or DEFAULT_MAX_NEW_TOKENS
         context = self.context_length()
@@ -246,6 +254,8 @@ class LocalBackend:
             "do_sample": do_sample,
             "num_beams": 1,
             "num_return_sequences": 1,
+            # Stop strings are nbstream's (see above), never transformers' as well.
+            "stop_strings": None,
         }
         if do_sample:
             for name in ("temperature", "top_p", "top_k"):
