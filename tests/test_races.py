@@ -12,6 +12,7 @@ would, to show that a hand-off is safe by construction rather than by luck.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import random
@@ -114,10 +115,8 @@ def test_shaken_runs_keep_every_promise(tiny, shaken):
             reader.start()
         if stop_it:
             run.stop()
-        try:
+        with contextlib.suppress(nbstream.GenerationError):
             run.wait(60)
-        except nbstream.GenerationError:
-            pass
         for reader in readers:
             reader.join(60)
         halt.set()
