@@ -24,7 +24,10 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nbstream
 from nbstream.backends.remote import EndpointError
@@ -50,15 +53,61 @@ def written_forms(key: str) -> set[str]:
     }
 
 
+def fold(text: str) -> str:
+    """ASCII letters lowercased (percent-encoding's hex digits come in either case)."""
+    return "".join(c.lower() if c.isascii() else c for c in text)
+
+
 def leaks(text: str, key: str) -> list[str]:
     """Every run of RUN characters of any written form of ``key`` found in ``text``."""
-    low = text.lower()
+    low = fold(text)
     found = set()
     for form in written_forms(key):
         for i in range(len(form) - RUN + 1):
-            if form[i : i + RUN].lower() in low:
+            if fold(form[i : i + RUN]) in low:
                 found.add(form[i : i + RUN])
     return sorted(found)
+
+
+def scrub(key: str, text: str) -> str:
+    return nbstream.Endpoint("http://127.0.0.1:9/v1", "m", api_key=key)._scrub(text)
+
+
+# Keys as a header can carry them: printable ASCII, any of it.
+KEYS = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=RUN, max_size=60)
+
+
+@st.composite
+def key_and_text(draw: st.DrawFn) -> tuple[str, str]:
+    """A key, and text holding pieces of it (RUN characters or more, of any written form,
+    from anywhere in it: a prefix a cut left, a suffix, the whole) among other text."""
+    key = draw(KEYS)
+    parts = [draw(st.text(max_size=12))]
+    for _ in range(draw(st.integers(1, 3))):
+        form = draw(st.sampled_from(sorted(written_forms(key))))
+        start = draw(st.integers(0, len(form) - RUN))
+        end = draw(st.integers(start + RUN, len(form)))
+        parts += [form[start:end], draw(st.text(max_size=12))]
+    return key, "".join(parts)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@given(key_and_text())
+def test_no_piece_of_the_key_survives_the_scrub(case):
+    key, text = case
+    scrubbed = scrub(key, text)
+    assert not leaks(scrubbed, key)
+    assert "***" in scrubbed
+    assert scrub(key, scrubbed) == scrubbed  # nothing left to find
+
+
+def test_a_message_without_the_key_is_left_alone():
+    message = "HTTP 401 from http://127.0.0.1:8000/v1/chat/completions: invalid token."
+    assert scrub(KEY, message) == message and scrub(ODD, message) == message
+    # A key shorter than a run is blotted out only where it stands as a word of its own.
+    assert (
+        scrub("EMPTY", "Bearer EMPTY was refused; EMPTYING") == "Bearer *** was refused; EMPTYING"
+    )
 
 
 # -- a server that shows the key back, in the form asked for -----------------------------
@@ -315,8 +364,8 @@ def test_no_form_of_the_key_shows_in_every_place(echo, caplog, no_leftover_runs)
 
 def test_a_key_read_from_a_file_works(echo, no_leftover_runs):
     # open(path).read() keeps the newline: the key is what is around it, and it works.
-    for given in (KEY + "\n", f"  {KEY}\r\n", f"\t{KEY} "):
-        endpoint = nbstream.Endpoint(echo.url("ok"), "fake-model", api_key=given)
+    for raw in (KEY + "\n", f"  {KEY}\r\n", f"\t{KEY} "):
+        endpoint = nbstream.Endpoint(echo.url("ok"), "fake-model", api_key=raw)
         run = nbstream.stream(endpoint, None, "Hi")
         assert run.wait(60) == "HelHi", run.error
         assert echo.headers_seen[-1]["Authorization"] == f"Bearer {KEY}"

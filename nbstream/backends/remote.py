@@ -133,6 +133,15 @@ class _Secret:
         """``text`` without any piece of the key (see ``_SCRUB_RUN``), each blotted out."""
         if self._short is not None:
             return self._short.sub(_BLOT, text)
+        # Again until nothing changes: with a key that holds the blot's own characters, a
+        # blot and its neighbours could make a new piece. Each pass shortens the text.
+        while True:
+            scrubbed = self._blot(text)
+            if scrubbed == text:
+                return text
+            text = scrubbed
+
+    def _blot(self, text: str) -> str:
         folded = text.translate(_ASCII_LOWER)
         spans: list[list[int]] = []
         for i in range(len(folded) - _SCRUB_RUN + 1):
