@@ -49,14 +49,16 @@
  */
 
 /**
- * Custom messages, JS → Python.
- * @typedef {{type: "send", text: string}
- *   | {type: "edit_last", text: string}
+ * Custom messages, JS → Python (`send` and `edit_last` carry the settings panel's values,
+ * as the StreamWidget's `run` does; `sync` and `removed` are the StreamWidget's).
+ * @typedef {{type: "send", text: string, settings: Record<string, unknown>}
+ *   | {type: "edit_last", text: string, settings: Record<string, unknown>}
  *   | {type: "regenerate"}
  *   | {type: "keep", turn: number}
  *   | {type: "clear"}
  *   | {type: "stop"}
- *   | {type: "sync", view: string}} OutgoingMessage
+ *   | {type: "sync", view: string, page: string}
+ *   | {type: "removed", view: string, page: string}} OutgoingMessage
  * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget, and
  * `tokens` of any turn's run (by its run_id; see TokensMessage in widget.js).
  */
@@ -91,6 +93,7 @@ import { promptView, settingsPanel } from "./settings.js";
 import { makeNote, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
+/** @typedef {import("./widget.js").TokensMessage} TokensMessage */
 
 /**
  * What the view keeps per message element.
@@ -217,20 +220,26 @@ function render({ model, el }) {
     return Array.isArray(m) ? m : [];
   }
 
-  /** Whether entry i is the answer being streamed (the current run's, the newest). */
+  /**
+   * Whether entry i is the answer being streamed (the current run's, the newest).
+   * @param {Entry} e @param {number} i
+   */
   function isLive(e, i) {
     const rid = Number(model.get("run_id")) || 0;
     return e.msg.role === "assistant" && e.msg.run_id === rid && i === entries.length - 1;
   }
 
-  /** The answer's state: the current run's for the live one, else its own. */
+  /** The answer's state: the current run's for the live one, else its own. @param {Entry} e @param {number} i */
   function statusOf(e, i) {
     if (isLive(e, i)) return status();
     const s = String(e.msg.status ?? "complete");
     return STATUSES.includes(s) ? s : "complete";
   }
 
-  /** The text an answer shows: what streamed so far while it is live, its content after. */
+  /**
+   * The text an answer shows: what streamed so far while it is live, its content after.
+   * @param {Entry} e @param {number} i
+   */
   function textOf(e, i) {
     if (isLive(e, i) && ACTIVE.has(status())) {
       return live.runId === e.msg.run_id ? live.text : "";
@@ -278,7 +287,10 @@ function render({ model, el }) {
   }
 
   // ---- token views ---------------------------------------------------------------
-  /** The tokens of run `rid` (made on first use: its tokens may come before its message). */
+  /**
+   * The tokens of run `rid` (made on first use: its tokens may come before its message).
+   * @param {number} rid
+   */
   function tokensOf(rid) {
     let t = tokenLists.get(rid);
     if (!t) {
@@ -290,13 +302,13 @@ function render({ model, el }) {
     return t;
   }
 
-  /** The token list an answer shows, or null (no run made it: seeded from Python). */
+  /** The token list an answer shows, or null (no run made it: seeded from Python). @param {Entry} e */
   function listOf(e) {
     const rid = e.msg.run_id;
     return e.msg.role === "assistant" && typeof rid === "number" ? tokensOf(rid) : null;
   }
 
-  /** What an answer's output shows: its tokens, its raw text or its rendered Markdown. */
+  /** What an answer's output shows: its tokens, its raw text or its rendered Markdown. @param {Entry} e */
   function showOutput(e) {
     if (!e.output || !e.renderer) return;
     const tl = tv.shown ? listOf(e) : null;
@@ -304,7 +316,10 @@ function render({ model, el }) {
     if (e.output.firstChild !== want || e.output.childNodes.length !== 1) e.output.replaceChildren(want);
   }
 
-  /** Each answer's "made without probabilities" note (after the token views' head). */
+  /**
+   * Each answer's "made without probabilities" note (after the token views' head).
+   * @param {{probs: boolean, alts: boolean}} modes
+   */
   function updateNotes(modes) {
     for (const e of entries) {
       if (!e.output) continue;
@@ -315,7 +330,7 @@ function render({ model, el }) {
     }
   }
 
-  /** A `tokens` message: for the turn whose run it is. */
+  /** A `tokens` message: for the turn whose run it is. @param {TokensMessage} msg */
   function onTokens(msg) {
     const rid = Number(msg.run_id);
     if (!Number.isInteger(rid)) return;
@@ -352,7 +367,10 @@ function render({ model, el }) {
     schedule();
   }
 
-  /** A message's attributes, labels and buttons. @param {Entry} e @param {number} i */
+  /**
+   * A message's attributes, labels and buttons.
+   * @param {Entry} e @param {number} i @param {boolean} active a run is queued or running
+   */
   function updateEntry(e, i, active) {
     const m = e.msg;
     e.el.setAttribute("data-in-history", String(!!m.in_history));
@@ -430,7 +448,9 @@ function render({ model, el }) {
     stopBtn.disabled = !active;
     clearBtn.disabled = entries.length === 0;
     settings.update();
-    entries.forEach((e, i) => updateEntry(e, i, active));
+    entries.forEach((e, i) => {
+      updateEntry(e, i, active);
+    });
     if (editing && (active || !entries.some((e) => e.msg.role === "user"))) setEditing(false);
     updateInputError();
     updateMetrics();
@@ -443,7 +463,8 @@ function render({ model, el }) {
   /** @param {boolean} value */
   function setEditing(value) {
     editing = value;
-    sendBtn.lastChild.textContent = value ? "Resend" : "Send";
+    // The button's word (iconButton: the glyph, then the word).
+    /** @type {Text} */ (sendBtn.lastChild).textContent = value ? "Resend" : "Send";
     if (value && !editNote.isConnected) promptRow.before(editNote);
     else if (!value && editNote.isConnected) editNote.remove();
   }

@@ -5,7 +5,10 @@
 // CompareWidget header (compare.js) uses the lifecycle and the prompt box.
 
 const STATUSES = ["idle", "queued", "running", "complete", "failed", "cancelled"];
-/** Word and glyph per status: the state is shown by word AND look, never colour alone. */
+/**
+ * Word and glyph per status: the state is shown by word AND look, never colour alone.
+ * @type {Record<string, [string, string]>}
+ */
 const BADGE = {
   idle: ["idle", "○"],
   queued: ["queued…", "◌"],
@@ -88,7 +91,7 @@ function newViewId() {
   return `v${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
 }
 
-/** @returns {Array<{ms: number, chars: number, parsed: number, nodes: number}>} */
+/** @returns {Array<{ms: number, js: number, chars: number, parsed: number, nodes: number}>} */
 function renderLog() {
   const g = /** @type {any} */ (globalThis);
   if (!Array.isArray(g.__nbstreamRenderTimes)) g.__nbstreamRenderTimes = [];
@@ -119,7 +122,11 @@ function h(tag, cls, attrs) {
   return e;
 }
 
-/** Copy text to the clipboard; falls back to execCommand where the API is missing or refused. */
+/**
+ * Copy text to the clipboard; falls back to execCommand where the API is missing or refused.
+ * @param {string} text @param {HTMLElement} host where the fallback's hidden textarea goes
+ * @returns {Promise<boolean>} whether it worked
+ */
 async function copyText(text, host) {
   try {
     if (navigator.clipboard && window.isSecureContext) {
@@ -150,7 +157,7 @@ async function copyText(text, host) {
 /**
  * @typedef {object} ViewScope
  * @property {boolean} disposed  true once the view is gone (late promises check it)
- * @property {(target: EventTarget, type: string, fn: Function, opts?: object) => void} on
+ * @property {(target: EventTarget, type: string, fn: (e: any) => void, opts?: AddEventListenerOptions) => void} on
  *   a DOM listener
  * @property {(name: string, fn: Function) => void} onModel  a model listener
  * @property {(fn: () => void, ms: number) => ReturnType<typeof setTimeout>} later  a timer
@@ -253,7 +260,7 @@ function modelStatus(model) {
  *          tokens: (msg: any) => void}} view
  */
 function onRunMessages(scope, live, view) {
-  scope.onModel("msg:custom", (msg) => {
+  scope.onModel("msg:custom", (/** @type {any} */ msg) => {
     if (scope.disposed || !msg || typeof msg !== "object") return;
     if (msg.type === "delta") {
       const what = live.delta(msg);
@@ -386,6 +393,7 @@ function rawToggle(scope, title, changed) {
   const toggle = {
     button,
     raw: false,
+    /** @param {string} why */
     block(why) {
       button.disabled = !!why;
       button.title = why || title;
@@ -600,7 +608,7 @@ class LiveText {
     this.hooks.grew();
   }
 
-  /** A new run (run_id changed): forget the text. False if it is not newer. */
+  /** A new run (run_id changed): forget the text. False if it is not newer. @param {number} rid */
   newRun(rid) {
     if (rid <= this.runId) return false; // already adopted (from a reset) or stale
     this.runId = rid;

@@ -46,28 +46,29 @@ function morph(target, source, after = null) {
       target.appendChild(n);
     } else if (o.nodeType === 3 && n.nodeType === 3) {
       // A run of adjacent text nodes in the target vs one text node in the source.
-      let run = o.data;
+      let run = /** @type {Text} */ (o).data;
       let last = o;
       while (last.nextSibling && last.nextSibling.nodeType === 3) {
         last = last.nextSibling;
-        run += last.data;
+        run += /** @type {Text} */ (last).data;
       }
-      const after = last.nextSibling;
-      const want = n.data;
+      const runEnd = last.nextSibling;
+      const want = /** @type {Text} */ (n).data;
       if (run !== want) {
         if (want.startsWith(run)) {
-          target.insertBefore(document.createTextNode(want.slice(run.length)), after);
+          target.insertBefore(document.createTextNode(want.slice(run.length)), runEnd);
         } else {
-          for (let k = o; k !== after; ) {
+          // The run's nodes: runEnd is the node after its last one (or null).
+          for (let k = o; k !== runEnd; ) {
             const next = k.nextSibling;
             target.removeChild(k);
-            k = next;
+            k = /** @type {ChildNode} */ (next);
           }
-          target.insertBefore(n, after);
+          target.insertBefore(n, runEnd);
         }
         created += 1;
       }
-      o = after;
+      o = runEnd;
     } else if (o.nodeType === 1 && n.nodeType === 1 && o.nodeName === n.nodeName) {
       if (!o.isEqualNode(n)) {
         syncAttributes(/** @type {Element} */ (o), /** @type {Element} */ (n));
@@ -110,11 +111,17 @@ class BlockSplitter {
   }
 
   reset() {
+    /** @type {number} */
     this.pos = 0; // start of the first line not yet scanned
+    /** @type {boolean} */
     this.inFence = false;
+    /** @type {string} */
     this.fenceChar = "";
+    /** @type {number} */
     this.fenceLen = 0;
+    /** @type {boolean} */
     this.fenceTop = false;
+    /** @type {number} */
     this.blankAt = -1; // start of a pending blank-line run, or -1
   }
 
@@ -216,15 +223,23 @@ const LINE_MARKS = "-*_=|: \t";
 /**
  * @typedef {{parsed: number, nodes: number}} FrameStats
  * @typedef {{update: (text: string, st: FrameStats) => boolean}} Mode
+ * @typedef {import("markdown-it").Token} Token
+ * @typedef {import("markdown-it").Env & {nbstreamProbe?: {open: number}}} Env
+ *   markdown-it's env: link reference definitions found by a parse; the freeze probe
  */
 
-/** @param {string} src @param {object} env @param {FrameStats} st */
+/**
+ * markdown-it's block tokens of src. Every block token has a line map (`map`); the
+ * checks below read it without testing for null.
+ * @param {string} src @param {Env} env @param {FrameStats} st
+ * @returns {Array<Token & {map: [number, number]}>}
+ */
 function parseBlocks(src, env, st) {
   st.parsed += src.length;
-  return md.parse(src, env);
+  return /** @type {Array<Token & {map: [number, number]}>} */ (md.parse(src, env));
 }
 
-/** @param {any[]} tokens @param {object} env */
+/** @param {Token[]} tokens @param {Env} env */
 function renderTokens(tokens, env) {
   return tokens.length ? md.renderer.render(tokens, md.options, env) : "";
 }
@@ -241,7 +256,10 @@ function lineStart(nl, line) {
   return line === 0 ? 0 : nl[line - 1] + 1;
 }
 
-/** The node n places after `after` among parent's children (or from its start). */
+/**
+ * The node n places after `after` among parent's children (or from its start).
+ * @param {Node} parent @param {Node | null} after @param {number} n
+ */
 function nthAfter(parent, after, n) {
   let node = after;
   for (let i = 0; i < n; i++) node = node ? node.nextSibling : parent.firstChild;
@@ -320,7 +338,7 @@ function adopt(parent, after, frag, st) {
       ok = !!o && o.nodeType === 1 && /** @type {Element} */ (o).outerHTML === /** @type {Element} */ (n).outerHTML;
       if (ok) {
         last = o;
-        o = o.nextSibling;
+        o = /** @type {ChildNode} */ (o).nextSibling;
       }
     }
   }
@@ -362,21 +380,23 @@ class OpenBlock {
   }
 
   reset() {
+    /** @type {number} */
     this.seg = this.start; // start of the live segment; the text before it is committed
     /** @type {Node | null} */
     this.segAfter = null; // last committed child of el
     /** @type {Mode | null} */
     this.mode = null;
+    /** @type {boolean} */
     this.incremental = false; // something was frozen: render in full at the end
   }
 
-  /** Render the whole block at once, dropping every frozen part. */
+  /** Render the whole block at once, dropping every frozen part. @param {string} text @param {FrameStats} st */
   renderAll(text, st) {
     this.render(text.slice(this.start), st);
     this.reset();
   }
 
-  /** Render `src` (the block's text) in full into el. */
+  /** Render `src` (the block's text) in full into el. @param {string} src @param {FrameStats} st */
   render(src, st) {
     // Layout chunks are unwrapped first: their nodes are then what the
     // rendering shows (if the frozen parts were exact), and morph keeps them.
@@ -387,7 +407,7 @@ class OpenBlock {
     st.nodes += morph(this.el, renderMarkdown(src));
   }
 
-  /** Commit el's children up to `node` and the text up to offset `pos`. */
+  /** Commit el's children up to `node` and the text up to offset `pos`. @param {Node | null} node @param {number} pos */
   commit(node, pos) {
     this.segAfter = node;
     this.seg = pos;
@@ -402,9 +422,10 @@ class OpenBlock {
     this.renderSegment(text, st);
   }
 
-  /** Render the live segment whole; commit finished blocks; pick a mode. */
+  /** Render the live segment whole; commit finished blocks; pick a mode. @param {string} text @param {FrameStats} st */
   renderSegment(text, st) {
     const S = text.slice(this.seg);
+    /** @type {Env} */
     const env = {};
     const tokens = parseBlocks(S, env, st);
     const starts = blockStarts(tokens);
@@ -430,10 +451,15 @@ class OpenBlock {
     if (long && starts.length === 1) this.mode = this.enter(tokens, S, text);
   }
 
-  /** A mode for the segment's only block, or null. */
+  /**
+   * A mode for the segment's only block, or null.
+   * @param {Array<Token & {map: [number, number]}>} tokens @param {string} S @param {string} text
+   * @returns {Mode | null}
+   */
   enter(tokens, S, text) {
     const first = tokens[0];
-    const node = this.segAfter ? this.segAfter.nextSibling : this.el.firstChild;
+    // The block's element (markdown-it's output of a block starts with its tag).
+    const node = /** @type {Element | null} */ (this.segAfter ? this.segAfter.nextSibling : this.el.firstChild);
     const sep = node && node.nextSibling;
     if (!node || !sep || sep.nodeType !== 3 || first.map[0] !== 0) return null;
     switch (first.type) {
@@ -441,7 +467,7 @@ class OpenBlock {
         if (node.nodeName !== "P") return null;
         // Could still turn out to be a link reference definition.
         if (/^ {0,3}\[/.test(S) && S.slice(0, 1100).includes("]:")) return null;
-        return new ParaMode(this, node, this.seg + /^ */.exec(S)[0].length, text.length);
+        return new ParaMode(this, node, this.seg + /** @type {RegExpExecArray} */ (/^ */.exec(S))[0].length, text.length);
       case "fence":
         return FenceMode.enter(this, first, node, S);
       case "bullet_list_open":
@@ -493,14 +519,19 @@ class ParaMode {
     this.forced = false; // set by freeze: cut even where the line has a "|"
   }
 
-  /** markdown-it's view of the tail, or null if it is no longer a paragraph's tail. */
+  /**
+   * markdown-it's view of the tail, or null if it is no longer a paragraph's tail.
+   * @param {string} text @param {FrameStats} st
+   */
   parse(text, st) {
     const R = text.slice(this.pos);
+    /** @type {Env} */
     const env = {};
     const tokens = parseBlocks(this.mid ? LEAD + R : R, env, st);
     const t0 = tokens[0];
     if (!t0 || t0.type !== "paragraph_open" || t0.map[0] !== 0 || env.references) return null;
-    const kids = tokens[1].children;
+    // A paragraph's tokens: paragraph_open, inline (its text, as children), paragraph_close.
+    const kids = /** @type {Token[]} */ (tokens[1].children);
     if (this.mid) {
       const t = kids[0];
       if (!t || t.type !== "text" || !t.content.startsWith(LEAD)) return null;
@@ -513,6 +544,7 @@ class ParaMode {
     return { R, env, tokens, nl, paraEnd };
   }
 
+  /** @param {string} text @param {FrameStats} st */
   update(text, st) {
     let f = this.parse(text, st);
     if (!f) return false;
@@ -521,7 +553,7 @@ class ParaMode {
       if (!f) return false;
     }
     const { env, tokens, nl } = f;
-    const inline = md.renderer.renderInline(tokens[1].children, md.options, env);
+    const inline = md.renderer.renderInline(/** @type {Token[]} */ (tokens[1].children), md.options, env);
     st.nodes += morph(this.box, toFragment(inline), this.after);
     const sep = /** @type {Node} */ (this.p.nextSibling);
     const rest = tokens.slice(3);
@@ -577,7 +609,7 @@ class ParaMode {
     for (let attempt = 0; s > 0 && attempt < 2; attempt++) {
       const env = { nbstreamProbe: { open: 0 } };
       st.parsed += s;
-      const kids = md.parseInline(R.slice(0, s), env)[0].children;
+      const kids = /** @type {Token[]} */ (md.parseInline(R.slice(0, s), env)[0].children);
       if (inlineClosed(kids, env.nbstreamProbe) || (attempt === 0 && forced)) {
         const frag = toFragment(md.renderer.renderInline(kids, md.options, env));
         this.after = adopt(this.box, this.after, frag, st);
@@ -599,11 +631,11 @@ class ParaMode {
     this.ob.incremental = true;
   }
 
-  /** Whether R[0:s] leaves no inline construct open. */
+  /** Whether R[0:s] leaves no inline construct open. @param {string} R @param {number} s @param {FrameStats} st */
   closed(R, s, st) {
     const env = { nbstreamProbe: { open: 0 } };
     st.parsed += s;
-    return inlineClosed(md.parseInline(R.slice(0, s), env)[0].children, env.nbstreamProbe);
+    return inlineClosed(/** @type {Token[]} */ (md.parseInline(R.slice(0, s), env)[0].children), env.nbstreamProbe);
   }
 
   /**
@@ -625,11 +657,13 @@ class ParaMode {
     const X = run.map((t) => t.data).join("");
     const shown = R.slice(0, this.shownPara).replace(/[ \t\r\n]+$/, "");
     const range = document.createRange();
+    /** Text offset i of X as a text node and an offset in it. @type {(i: number) => [Text, number]} */
     const place = (i) => {
       let k = 0;
       while (i >= run[k].data.length && k < run.length - 1) i -= run[k++].data.length;
       return [run[k], i];
     };
+    /** @param {number} i */
     const top = (i) => {
       const [node, off] = place(i);
       range.setStart(node, off);
@@ -669,7 +703,7 @@ class ParaMode {
     return null;
   }
 
-  /** Cut box at (node, offset): what follows goes on in a new chunk span. */
+  /** Cut box at (node, offset): what follows goes on in a new chunk span. @param {Text} node @param {number} offset */
   cutAt(node, offset) {
     let last = /** @type {Node} */ (node);
     if (offset > 0) node.splitText(offset);
@@ -759,7 +793,10 @@ class FenceMode {
     this.boxEndsLine = bol;
   }
 
-  /** Append code text, starting a new chunk span after a newline once the box is full. */
+  /**
+   * Append code text, starting a new chunk span after a newline once the box is full.
+   * @param {string} out @param {FrameStats} st
+   */
   append(out, st) {
     let head = out;
     let tail = "";
@@ -790,6 +827,7 @@ class FenceMode {
     this.boxEndsLine = out.endsWith("\n");
   }
 
+  /** @param {string} text @param {FrameStats} st */
   update(text, st) {
     const end = text.length;
     let pos = this.pos;
@@ -846,10 +884,12 @@ class ContainerMode {
     this.table = tok.type === "table_open";
   }
 
+  /** @param {string} text @param {FrameStats} st */
   update(text, st) {
     const body = text.slice(this.pos);
     if (BLANK_LINE.test(body)) return false;
     const F = this.prefix + body;
+    /** @type {Env} */
     const env = {};
     const tokens = parseBlocks(F, env, st);
     const t0 = tokens[0];
@@ -976,4 +1016,4 @@ class TextRenderer {
   }
 }
 
-export { TextRenderer, morph };
+export { BlockSplitter, TextRenderer, morph };

@@ -14,7 +14,7 @@ const md = new MarkdownIt({ html: false, linkify: true, typographer: false, brea
 md.core.ruler.push("nbstream_align", (state) => {
   for (const tok of state.tokens) {
     if (tok.type !== "th_open" && tok.type !== "td_open") continue;
-    const m = /text-align:\s*(left|center|right)/.exec(tok.attrGet("style") || "");
+    const m = /text-align:\s*(left|center|right)/.exec(/** @type {string} */ (tok.attrGet("style") || ""));
     tok.attrs = m ? [["class", `nbstream-align-${m[1]}`]] : null;
   }
 });
@@ -35,7 +35,8 @@ function safeHref(href) {
 // env.nbstreamProbe, count the emphasis / strikethrough delimiters it left
 // open. Such an opener could still pair with a closer that has not arrived.
 md.inline.ruler2.push("nbstream_probe", (state) => {
-  const probe = state.env && state.env.nbstreamProbe;
+  /** @type {{open: number} | undefined} */
+  const probe = state.env && /** @type {any} */ (state.env).nbstreamProbe;
   if (!probe) return;
   for (const d of state.delimiters) if (d.open && d.end < 0) probe.open++;
 });

@@ -102,7 +102,10 @@ const FIELDS = [
 /** @type {FieldSpec} */
 const SYSTEM_FIELD = { name: "system", label: "System prompt", kind: "text" };
 
-/** The setting a trait stands for (the model's defaults are keyed by setting). */
+/**
+ * The setting a trait stands for (the model's defaults are keyed by setting).
+ * @type {Record<string, string>}
+ */
 const SETTING_OF = { stop_sequences: "stop" };
 
 /**
@@ -110,12 +113,18 @@ const SETTING_OF = { stop_sequences: "stop" };
  * @param {string} v
  */
 function escapeLine(v) {
-  return v.replace(/[\\\n\r\t]/g, (c) => ({ "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" })[c]);
+  return v.replace(
+    /[\\\n\r\t]/g,
+    (c) => /** @type {Record<string, string>} */ ({ "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" })[c],
+  );
 }
 
 /** The inverse of escapeLine (an unknown escape stays as typed). @param {string} line */
 function unescapeLine(line) {
-  return line.replace(/\\([\\nrt])/g, (_, c) => ({ "\\": "\\", n: "\n", r: "\r", t: "\t" })[c]);
+  return line.replace(
+    /\\([\\nrt])/g,
+    (_, /** @type {string} */ c) => /** @type {Record<string, string>} */ ({ "\\": "\\", n: "\n", r: "\r", t: "\t" })[c],
+  );
 }
 
 /**
@@ -195,6 +204,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * @property {FieldSpec} spec
    * @property {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement} input
    * @property {HTMLElement} errorEl
+   * @property {string} hintId        the id of its hint, or ""
    * @property {string | null} local   the browser's problem with what was typed
    * @property {boolean} dirty         typed in, not saved yet
    * @property {boolean} edited        saved since Python last reported on it
@@ -270,7 +280,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     return e && typeof e === "object" ? e : {};
   }
 
-  /** The message next to a field: what the browser rejected, else what Python did. */
+  /** The message next to a field: what the browser rejected, else what Python did. @param {Field} f */
   function errorOf(f) {
     if (f.local) return f.local;
     if (f.edited) return null; // saved a valid value; Python's word on it is coming
@@ -278,6 +288,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     return msg ? String(msg) : null;
   }
 
+  /** @param {Field} f */
   function showField(f) {
     const msg = errorOf(f);
     if (msg) {
@@ -299,11 +310,12 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     for (const f of fields) {
       const key = SETTING_OF[f.spec.name] || f.spec.name;
       const v = d[key];
+      // A number field is a text <input> (a bool one a <select>).
       if (f.spec.name === "alternatives") {
         // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
-        f.input.placeholder = "auto (5 with a token view)";
+        /** @type {HTMLInputElement} */ (f.input).placeholder = "auto (5 with a token view)";
       } else if (f.spec.kind === "int" || f.spec.kind === "float") {
-        f.input.placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
+        /** @type {HTMLInputElement} */ (f.input).placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
       } else if (f.spec.kind === "bool") {
         const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
         opt.textContent = typeof v === "boolean" ? `Model default (${v ? "on" : "off"})` : "Model default";
@@ -320,7 +332,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     toggle.setAttribute("data-invalid", String(invalid));
   }
 
-  /** Put the trait's value in the field (unless the user is typing in it). */
+  /** Put the trait's value in the field (unless the user is typing in it). @param {Field} f */
   function fromModel(f) {
     if (f.dirty) return;
     const text = formatField(f.spec, model.get(f.spec.name));
@@ -330,6 +342,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     showField(f);
   }
 
+  /** @param {Field} f */
   function save(f) {
     if (f.timer) {
       clearTimeout(f.timer);
@@ -346,6 +359,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     model.save_changes();
   }
 
+  /** @param {Field} f */
   function check(f) {
     const parsed = parseField(f.spec, f.input.value);
     f.local = "error" in parsed ? parsed.error : null;
@@ -396,7 +410,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     panel.hidden = !open;
     toggle.setAttribute("aria-expanded", String(open));
   }
-  on(toggle, "click", () => setOpen(panel.hidden));
+  on(toggle, "click", () => setOpen(/** @type {boolean} */ (panel.hidden)));
 
   /** Save what was typed (before a run). */
   function flush() {
@@ -492,4 +506,4 @@ function promptView({ model, viewId, on, onModel }) {
   return { toggle, view };
 }
 
-export { FIELDS, parseField, promptView, settingsPanel };
+export { FIELDS, formatField, parseField, promptView, settingsPanel };

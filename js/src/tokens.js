@@ -77,7 +77,7 @@ function gradient() {
   return `linear-gradient(to right, ${stops.join(", ")})`;
 }
 
-/** A probability as a percentage, never rounded to 0% or 100% when it is neither. */
+/** A probability as a percentage, never rounded to 0% or 100% when it is neither. @param {number} p */
 function pct(p) {
   const v = p * 100;
   if (v <= 0) return "0%";
@@ -88,7 +88,10 @@ function pct(p) {
   return `${v.toFixed(1)}%`;
 }
 
-/** A token's text for hover and popover headings: JSON-escaped so whitespace shows. */
+/**
+ * A token's text for hover and popover headings: JSON-escaped so whitespace shows.
+ * @param {unknown} text @param {unknown} kind
+ */
 function describe(text, kind) {
   if (kind === "bytes") return `bytes ${text}`;
   if (kind === "special") return String(text);
@@ -136,7 +139,10 @@ function appendPieces(el, text, kind) {
   if (run) el.append(run);
 }
 
-/** The real text of some tokens (byte pieces joined back into their characters). */
+/**
+ * The real text of some tokens (byte pieces joined back into their characters).
+ * @param {any[][]} tokens [id, text, kind, ...] (Token in widget.js)
+ */
 function realText(tokens) {
   const enc = new TextEncoder();
   /** @type {number[]} */
@@ -163,7 +169,7 @@ function tokenModes(model) {
   return { tokens, probs, alts, any: tokens || probs || alts };
 }
 
-/** Whether the widget's model gives token ids and probabilities (absent: assume so). */
+/** Whether the widget's model gives token ids and probabilities (absent: assume so). @param {any} model */
 function canTrace(model) {
   return model.get("can_trace") !== false;
 }
@@ -287,6 +293,11 @@ class TokenList {
     this.pop.hidden = true;
     this.el.append(this.list, this.pop);
 
+    /**
+     * A DOM listener removed by dispose().
+     * @param {EventTarget} target @param {string} type @param {(e: Event) => void} fn
+     * @param {AddEventListenerOptions} [o]
+     */
     const on = (target, type, fn, o) => target.addEventListener(type, fn, { ...o, signal: this.ac.signal });
     on(this.list, "click", (e) => {
       const i = this.indexOf(e.target);
@@ -347,7 +358,7 @@ class TokenList {
    */
   apply(msg) {
     const offset = Number(msg.offset);
-    const toks = Array.isArray(msg.tokens) ? msg.tokens.filter((t) => Array.isArray(t)) : [];
+    const toks = Array.isArray(msg.tokens) ? msg.tokens.filter((/** @type {unknown} */ t) => Array.isArray(t)) : [];
     const n = this.tokens.length;
     if (offset === 0) {
       this.replace(toks);
@@ -422,7 +433,7 @@ class TokenList {
     return s;
   }
 
-  /** Title and focusability of token element s, for the current modes. */
+  /** Title and focusability of token element s, for the current modes. @param {HTMLElement} s @param {number} i */
   dress(s, i) {
     const t = this.tokens[i];
     const [id, text, kind, logprob, rank] = t;
@@ -464,7 +475,7 @@ class TokenList {
     if (redress) for (let i = 0; i < this.tokens.length; i++) this.dress(/** @type {HTMLElement} */ (this.span(i)), i);
   }
 
-  /** Move the roving tab stop to token i. */
+  /** Move the roving tab stop to token i. @param {number} i */
   setCurrent(i) {
     if (i === this.current) return;
     const old = this.span(this.current);
@@ -506,7 +517,7 @@ class TokenList {
     this.span(to)?.focus(); // focusin opens its popover
   }
 
-  /** Show the alternatives of token i. */
+  /** Show the alternatives of token i. @param {number} i */
   open(i) {
     const s = this.span(i);
     if (!s || !this.modes.alts) return;
@@ -545,6 +556,7 @@ class TokenList {
    * Put the popover under the token (its first line box), inside the view. The view
    * makes room for it at its end (an output that scrolls would otherwise clip it), and
    * the popover is scrolled into sight.
+   * @param {HTMLElement} s
    */
   place(s) {
     this.el.style.paddingBottom = "";
@@ -561,7 +573,7 @@ class TokenList {
     this.pop.scrollIntoView?.({ block: "nearest", inline: "nearest" });
   }
 
-  /** The popover's content for token i (textContent only: tokens are model output). */
+  /** The popover's content for token i (textContent only: tokens are model output). @param {number} i */
   fill(i) {
     const [id, text, kind, logprob, rank, alts] = this.tokens[i];
     const pop = this.pop;
@@ -675,7 +687,7 @@ class TokenList {
     }
   }
 
-  /** Copy the real text of the selected tokens (not the markers, badges or ranks). */
+  /** Copy the real text of the selected tokens (not the markers, badges or ranks). @param {ClipboardEvent} e */
   copy(e) {
     const sel = document.getSelection();
     if (!sel || sel.rangeCount === 0 || sel.isCollapsed || !e.clipboardData) return;

@@ -74,10 +74,14 @@
  */
 
 /**
- * Custom messages, JS → Python (`model.send`).
- * @typedef {{type: "run", prompt: string}
+ * Custom messages, JS → Python (`model.send`). `run` carries the settings panel's values
+ * (a Run may reach the kernel before the state update of an edit) and no `prompt` when the
+ * prompt box is hidden (the kernel's `prompt` trait is then the prompt); `sync` asks for a
+ * `reset`; `removed` says this page no longer shows the view (see watchRemoval, common.js).
+ * @typedef {{type: "run", settings: Record<string, unknown>, prompt?: string}
  *   | {type: "stop"}
- *   | {type: "sync", view: string}} OutgoingMessage
+ *   | {type: "sync", view: string, page: string}
+ *   | {type: "removed", view: string, page: string}} OutgoingMessage
  */
 
 /**
@@ -279,7 +283,10 @@ function render({ model, el }) {
   // ---- protocol --------------------------------------------------------------
   onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
 
-  /** A `tokens` message: this run's (or a newer one's from the start), else stale. */
+  /**
+   * A `tokens` message: this run's (or a newer one's from the start), else stale.
+   * @param {TokensMessage} msg
+   */
   function onTokens(msg) {
     const rid = Number(msg.run_id);
     if (!Number.isFinite(rid) || rid < (tokens.runId ?? 0)) return; // a late one of an old run
@@ -321,6 +328,7 @@ function render({ model, el }) {
     if (settings.blocked()) return;
     // Without its prompt box (a compare column) the view sends no prompt: the kernel's
     // prompt trait (the shared one) is the prompt, not this view's hidden copy of it.
+    /** @type {OutgoingMessage & {type: "run"}} */
     const message = { type: "run", settings: settings.values() };
     if (model.get("show_prompt") !== false) message.prompt = prompt.value;
     model.send(message);

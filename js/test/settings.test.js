@@ -1,0 +1,92 @@
+// The settings panel's field parsing (js/src/settings.js): what a typed value becomes, and
+// what the browser refuses to send. Run with `node --test` (make check).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { FIELDS, formatField, parseField } from "../src/settings.js";
+
+/** @param {string} name */
+function field(name) {
+  const spec = FIELDS.find((f) => f.name === name);
+  assert.ok(spec, `no field ${name}`);
+  return spec;
+}
+
+test("an empty field is unset (null): the model's default applies", () => {
+  for (const spec of FIELDS) assert.deepEqual(parseField(spec, ""), { value: null }, spec.name);
+  assert.deepEqual(parseField(field("top_k"), "   "), { value: null });
+});
+
+test("whole numbers", () => {
+  const k = field("top_k");
+  assert.deepEqual(parseField(k, "40"), { value: 40 });
+  assert.deepEqual(parseField(k, " +7 "), { value: 7 });
+  assert.deepEqual(parseField(k, "0"), { value: 0 });
+  assert.match(parseField(k, "1.5").error, /top_k must be a whole number, got "1.5"/);
+  assert.match(parseField(k, "1e3").error, /whole number/);
+  assert.match(parseField(k, "-1").error, /top_k must be >= 0, got -1/);
+  assert.match(parseField(field("seed"), "9007199254740993").error, /seed is too large/);
+});
+
+test("numbers", () => {
+  const t = field("temperature");
+  assert.deepEqual(parseField(t, "0.7"), { value: 0.7 });
+  assert.deepEqual(parseField(t, ".5"), { value: 0.5 });
+  assert.deepEqual(parseField(t, "1e-1"), { value: 0.1 });
+  assert.deepEqual(parseField(t, "0"), { value: 0 });
+  assert.match(parseField(t, "abc").error, /temperature must be a number, got "abc"/);
+  assert.match(parseField(t, "0x10").error, /must be a number/);
+  assert.match(parseField(t, "Infinity").error, /must be a number/);
+  assert.match(parseField(t, "1e400").error, /temperature must be a finite number, got 1e400/);
+  assert.match(parseField(t, "-0.1").error, /temperature must be >= 0/);
+});
+
+test("the ranges of nbstream/settings.py", () => {
+  const cases = [
+    ["max_new_tokens", "1", true],
+    ["max_new_tokens", "0", false],
+    ["max_new_tokens", "1000000", true],
+    ["max_new_tokens", "1000001", false],
+    ["top_p", "1", true],
+    ["top_p", "0.01", true],
+    ["top_p", "0", false],
+    ["top_p", "1.01", false],
+    ["repetition_penalty", "1", true],
+    ["repetition_penalty", "0", false],
+    ["alternatives", "0", true],
+    ["alternatives", "100", true],
+    ["alternatives", "101", false],
+    ["seed", "0", true],
+    ["seed", "-3", false],
+  ];
+  for (const [name, text, ok] of cases) {
+    const parsed = parseField(field(name), text);
+    assert.equal("value" in parsed, ok, `${name}=${text}: ${JSON.stringify(parsed)}`);
+  }
+  assert.match(parseField(field("max_new_tokens"), "1000001").error, /use at most 1,000,000/);
+});
+
+test("the sampling switch: model default, on, off", () => {
+  const b = field("do_sample");
+  assert.deepEqual(parseField(b, ""), { value: null });
+  assert.deepEqual(parseField(b, "true"), { value: true });
+  assert.deepEqual(parseField(b, "false"), { value: false });
+  assert.equal(formatField(b, true), "true");
+  assert.equal(formatField(b, null), "");
+});
+
+test("stop sequences: one per line, escapes for newline, tab and backslash, no duplicates", () => {
+  const s = field("stop_sequences");
+  assert.deepEqual(parseField(s, "END\n\n###\nEND"), { value: ["END", "###"] });
+  assert.deepEqual(parseField(s, "a\\nb\r\n\\t\\\\x\\q"), { value: ["a\nb", "\t\\x\\q"] });
+  assert.deepEqual(parseField(s, "\n\n"), { value: null });
+  // What the field shows parses back to the same list.
+  const stops = ["\n\n", "User:", "tab\there", "back\\slash", "\\n literally"];
+  assert.deepEqual(parseField(s, formatField(s, stops)), { value: stops });
+});
+
+test("a free text field (the chat's system prompt) is taken as typed", () => {
+  const system = { name: "system", label: "System prompt", kind: /** @type {const} */ ("text") };
+  assert.deepEqual(parseField(system, "  Be brief.\n"), { value: "  Be brief.\n" });
+  assert.deepEqual(parseField(system, ""), { value: null });
+});
