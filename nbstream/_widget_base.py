@@ -11,12 +11,13 @@ with its static fallback; the widgets add what they show and how a run starts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anywidget
@@ -108,14 +109,14 @@ def model_defaults(model: Any) -> dict[str, Any]:
     config = getattr(model, "generation_config", None)
     if config is None:
         return {}
-    from .backends.local import _config_value
+    from .backends.local import config_value
 
     defaults: dict[str, Any] = {
         "max_new_tokens": getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS,
         "do_sample": bool(getattr(config, "do_sample", False)),
     }
     for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
-        value = _config_value(config, name)
+        value = config_value(config, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             defaults[name] = value
     defaults["alternatives"] = 0
@@ -235,6 +236,30 @@ class RunWidget(anywidget.AnyWidget):
         self.on_msg(self._handle_message)
         self._register_cell()
 
+    # -- one state, whatever thread writes it -------------------------------------------------
+    # ipywidgets keeps what a hold_sync() holds back per widget, not per thread: a trait
+    # written on one thread while another thread's hold_sync ends can be dropped between its
+    # send_state() and the clear of its pending keys, and the page then keeps a stale state
+    # ("running" after the end). The view thread, the comm handler and the caller's thread
+    # all write this widget's traits, so every write, and every state from the page, is
+    # serialized on the widget's lock.
+    @contextlib.contextmanager
+    def hold_sync(self) -> Iterator[None]:
+        with self._lock, super().hold_sync():
+            yield
+
+    def notify_change(self, change: Any) -> None:
+        lock = self.__dict__.get("_lock")
+        if lock is None:  # traits set while the object is being built: one thread only
+            super().notify_change(change)
+            return
+        with lock:
+            super().notify_change(change)
+
+    def set_state(self, sync_data: Any) -> None:
+        with self._lock:
+            super().set_state(sync_data)
+
     # -- Python API ---------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> str:
         """As :meth:`Generation.wait` for the current run."""
@@ -245,8 +270,9 @@ class RunWidget(anywidget.AnyWidget):
             return run.wait(timeout)
         finally:
             # Once the run is over, let the view thread publish the end state, so that
-            # status, metrics and the views agree when wait() returns.
-            if run.done and follower is not None:
+            # status, metrics and the views agree when wait() returns. Not from the view
+            # thread itself (an on_complete callback that calls wait()): it is publishing.
+            if run.done and follower is not None and follower is not threading.current_thread():
                 follower.join(_JOIN_S)
 
     def stop(self) -> bool:
@@ -446,6 +472,8 @@ class RunWidget(anywidget.AnyWidget):
                 if run.status != status and not finished:
                     status = run.status
                     self._set_if_current(run_id, status=status, metrics=run.metrics)
+                # Read before the text: whatever the model makes after it wakes the wait.
+                progress = run.progress
                 text = run.partial_text
                 # A token can come without new text (a special token, part of a
                 # character, text held back while it may start a stop string).
@@ -466,9 +494,12 @@ class RunWidget(anywidget.AnyWidget):
                     last_frame = time.perf_counter()
                 if finished:
                     break
-                run._buffer.wait_for_more(run._decoded, _POLL_S)
+                run.wait_for_progress(progress, _POLL_S)
         except Exception:
             logger.exception("nbstream: streaming to the view failed")
+            # The views still get the run's real end (never a "running" left standing) and
+            # on_complete still runs: wait for the end the run itself decides.
+            run.wait_done()
         finally:
             with self._lock:
                 if run_id == self.run_id:
@@ -604,11 +635,14 @@ class RunWidget(anywidget.AnyWidget):
         self.send(content)
 
     def _set_if_current(self, run_id: int, **traits: Any) -> None:
-        if run_id != self.run_id or self.comm is None:
-            return
-        with self.hold_sync():
-            for name, value in traits.items():
-                setattr(self, name, value)
+        # Checked and written under the lock: a newer run launched in between must never
+        # get an older run's state.
+        with self._lock:
+            if run_id != self.run_id or self.comm is None:
+                return
+            with self.hold_sync():
+                for name, value in traits.items():
+                    setattr(self, name, value)
 
     def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):

@@ -136,9 +136,9 @@ def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> s
 def _draw_seed() -> int:
     # As the engine draws a sampled run's seed: from torch's global generator (so
     # torch.manual_seed(n) before run() still decides it), below 2**32 (exact in JSON).
-    from .backends.local import _draw_seed as draw
+    from .backends.local import draw_seed
 
-    return draw()
+    return draw_seed()
 
 
 class _Header(anywidget.AnyWidget):
@@ -223,9 +223,8 @@ class _Column(StreamWidget):
             if shared is not None:
                 settings["seed"] = shared
         run = super().generate(prompt, **settings)
-        # The seed the run uses: given, shared, or drawn by the engine (which only the run's
-        # job knows before the run ends; its record keeps it after).
-        seed = getattr(run._job, "seed", None)
+        # The seed the run uses: given, shared, or drawn by the engine.
+        seed = run.seed
         self.label = self.describe(settings, seed)
         return run
 

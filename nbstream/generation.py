@@ -492,6 +492,13 @@ class Generation:
         return ids if ids is not None else []
 
     @property
+    def seed(self) -> int | None:
+        """The seed sampling uses: the one given, or one drawn for a sampled run given none
+        (``None`` for a greedy run). Known from the start; the record keeps it after."""
+        seed: int | None = getattr(self._job, "seed", None)
+        return seed
+
+    @property
     def progress(self) -> int:
         """How many items (tokens; a server's events) the model has produced so far.
 

@@ -265,12 +265,12 @@ class LocalBackend:
             kwargs["repetition_penalty"] = effective["repetition_penalty"]
         seed = effective.get("seed")
         if do_sample and seed is None:
-            seed = _draw_seed()
+            seed = draw_seed()
         if do_sample:
             # Explicit values, resolved as generate() would: the record states them, and the
             # seeded sampler applies exactly these.
             for name in ("temperature", "top_p", "top_k"):
-                kwargs.setdefault(name, _config_value(config, name))
+                kwargs.setdefault(name, config_value(config, name))
         in_effect = {
             "max_new_tokens": effective["max_new_tokens"],
             "do_sample": do_sample,
@@ -278,7 +278,7 @@ class LocalBackend:
             "top_p": kwargs.get("top_p"),
             "top_k": kwargs.get("top_k"),
             "repetition_penalty": kwargs.get(
-                "repetition_penalty", _config_value(config, "repetition_penalty")
+                "repetition_penalty", config_value(config, "repetition_penalty")
             ),
             "seed": seed,
             "stop": effective.get("stop"),
@@ -405,7 +405,7 @@ class LocalJob:
 _GENERATE_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition_penalty": 1.0}
 
 
-def _config_value(config: Any, name: str) -> Any:
+def config_value(config: Any, name: str) -> Any:
     """The value generate() uses for ``name`` when the call does not set it."""
     value = getattr(config, name, None)
     if value is not None:
@@ -416,7 +416,7 @@ def _config_value(config: Any, name: str) -> Any:
     return _GENERATE_DEFAULTS.get(name)
 
 
-def _draw_seed() -> int:
+def draw_seed() -> int:
     """A seed for a sampled run given none, so that its record can reproduce it.
 
     Drawn from torch's global generator: ``torch.manual_seed(n)`` before an unseeded run

@@ -1,0 +1,203 @@
+"""The widget's state under races: what the page holds must be what the kernel holds.
+
+The page is simulated from what the kernel puts on the comm: every ``update`` message
+merged in order is the state a front end ends with. Runs start, stream, stop and end on
+other threads while settings arrive from the page and thread switches happen about every
+bytecode (``sys.setswitchinterval(1e-6)``); at the end the two states must agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+import traitlets
+
+import nbstream
+from nbstream.testing import tiny_model
+
+SYNCED = ("status", "metrics", "run_id", "error_info", "settings_errors", "temperature")
+
+
+@pytest.fixture
+def line() -> tuple[Any, Any]:
+    return tiny_model(one_line=True)
+
+
+@pytest.fixture
+def shaken() -> Any:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+class Page:
+    """The state a front end holds: the widget's updates, merged in the order sent."""
+
+    def __init__(self, w: Any) -> None:
+        self.state: dict[str, Any] = dict(w.get_state())
+        self.lock = threading.Lock()
+        original = w.comm.send
+
+        def send(data: Any = None, metadata: Any = None, buffers: Any = None) -> None:
+            if isinstance(data, dict) and data.get("method") in ("update", "echo_update"):
+                with self.lock:
+                    self.state.update(data.get("state", {}))
+            original(data=data, metadata=metadata, buffers=buffers)
+
+        w.comm.send = send
+
+    def disagreements(self, w: Any) -> dict[str, tuple[Any, Any]]:
+        kernel = w.get_state()
+        return {k: (self.state.get(k), kernel[k]) for k in SYNCED if self.state.get(k) != kernel[k]}
+
+
+def settle(w: Any) -> None:
+    """Wait for the run and for its view thread to publish its end."""
+    with contextlib.suppress(nbstream.GenerationError):
+        w.wait(60)
+    deadline = time.monotonic() + 30
+    while any(t.name.startswith("nbstream-view-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a view thread never ended"
+        time.sleep(0.01)
+
+
+def test_page_and_kernel_agree_after_shaken_runs(line, shaken):
+    w = nbstream.StreamWidget(*line, max_new_tokens=40)
+    page = Page(w)
+    rng = random.Random(8)
+    for i in range(25):
+        halt = threading.Event()
+
+        def from_the_page(seed: int = i, halt: threading.Event = halt) -> None:
+            # The panel edits a setting while the run streams, as a user would.
+            values = [0.5, -1, 0.7, None]
+            k = seed
+            while not halt.is_set():
+                w.set_state({"temperature": values[k % len(values)]})
+                k += 1
+                time.sleep(0.001)
+
+        editor = threading.Thread(target=from_the_page)
+        editor.start()
+        run = w.generate("Hello", temperature=0.0)
+        if rng.random() < 0.5:
+            time.sleep(rng.random() * 0.05)
+            run.stop()
+        settle(w)
+        halt.set()
+        editor.join(30)
+        w.set_state({"temperature": None})
+        assert page.disagreements(w) == {}, f"after run {i}"
+        assert w.status == run.status
+    w.close()
+
+
+def test_every_synced_write_is_serialized_on_the_widget(line):
+    """No thread writes a synced trait while another holds the widget (its hold_sync)."""
+    w = nbstream.StreamWidget(*line, max_new_tokens=30)
+    unlocked: list[str] = []
+
+    def check(change: dict[str, Any]) -> None:
+        if change["name"] in w.keys and not w._lock._is_owned():
+            unlocked.append(f"{change['name']} on {threading.current_thread().name}")
+
+    w.observe(check, names=traitlets.All)
+    for stop in (False, True, False):
+        run = w.generate("Hello")
+        if stop:
+            run.stop()
+        settle(w)
+    w.set_state({"temperature": 0.5})
+    assert unlocked == []
+    w.close()
+
+
+def test_an_old_runs_view_thread_never_writes_over_a_new_run(line, probe, monkeypatch):
+    """Widen the window between the old view thread's check and its write."""
+    model, tokenizer = line
+    p = probe(model)
+    other = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3)
+    w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=4000)
+    p.hold()
+    other.generate("Hello")  # holds the model: w's first run is queued behind it
+    first = w.generate("Hello")
+    assert first.status == "queued"
+    first_thread = w._follower
+    original = type(w).hold_sync
+    entered = threading.Event()
+
+    @contextlib.contextmanager
+    def slow_hold_sync(self: Any) -> Any:
+        if threading.current_thread() is first_thread and not entered.is_set():
+            entered.set()
+            time.sleep(0.5)  # a thread switch right here
+        with original(self):
+            yield
+
+    monkeypatch.setattr(type(w), "hold_sync", slow_hold_sync)
+    p.release()  # the first run gets the model: its view thread publishes "running"...
+    assert entered.wait(30)
+    # ...while, meanwhile, it is stopped and a second run is queued behind `other` again.
+    first.stop()
+    with contextlib.suppress(nbstream.GenerationError):
+        first.wait(30)
+    p.hold()
+    other.generate("Hello")
+    second = w.generate("Hello")
+    first_thread.join(30)
+    assert w.run_id == 2
+    assert w.status == second.status == "queued"  # never the first run's "running"
+    p.release()
+    second.stop()
+    settle(w)
+    assert w.status == "cancelled"
+    other.close()
+    w.close()
+
+
+def test_a_crash_in_the_view_thread_still_publishes_the_real_end(line, monkeypatch):
+    w = nbstream.StreamWidget(*line, max_new_tokens=30)
+    done: list[str] = []
+    w.on_complete(done.append)
+    calls = {"n": 0}
+    original = type(w)._send_delta
+
+    def broken(self: Any, *args: Any) -> None:
+        calls["n"] += 1
+        raise RuntimeError("view transport broke")
+
+    monkeypatch.setattr(type(w), "_send_delta", broken)
+    run = w.generate("Hello")
+    text = run.wait(60)
+    settle(w)
+    monkeypatch.setattr(type(w), "_send_delta", original)
+    assert calls["n"] >= 1
+    assert w.status == "complete"  # the end, not the state the crash happened in
+    assert done == [text]  # on_complete still ran
+    w.close()
+
+
+def test_wait_inside_on_complete_does_not_join_its_own_thread(line):
+    w = nbstream.StreamWidget(*line, max_new_tokens=5)
+    seen: list[Any] = []
+
+    def callback(text: str) -> None:
+        try:
+            seen.append(w.wait(5) == text)
+        except BaseException as exc:
+            seen.append(exc)
+
+    w.on_complete(callback)
+    w.generate("Hello")
+    settle(w)
+    assert seen == [True]
+    w.close()
