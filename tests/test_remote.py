@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import logging
+import re
 import select
 import socket
 import sys
@@ -640,21 +641,31 @@ def chunk_event(content: str | None = None, finish: str | None = None, **extra: 
 def wire_event(draw: st.DrawFn, data: Any) -> bytes:
     """One event as a server may write it: any line ending, optional space after the colon,
     comment, event and id lines, JSON on one line or over several data lines, with or
-    without non-ASCII escaped."""
+    without non-ASCII escaped (always escaped where a lone surrogate leaves no choice)."""
     eol = draw(st.sampled_from(["\n", "\r\n", "\r"]))
     space = draw(st.sampled_from(["", " "]))
-    text = (
-        data
-        if isinstance(data, str)
-        else json.dumps(
-            data, ensure_ascii=draw(st.booleans()), indent=draw(st.sampled_from([None, 1]))
-        )
-    )
+    text = data
+    if not isinstance(data, str):
+        indent = draw(st.sampled_from([None, 1]))
+        text = json.dumps(data, ensure_ascii=draw(st.booleans()), indent=indent)
+        if not text.isascii() and SURROGATE.search(text):
+            text = json.dumps(data, indent=indent)
     lines = [f"data:{space}{line}" for line in text.split("\n")]
     extras = draw(st.lists(st.sampled_from([": keep-alive", "event: message", "id: 7"])))
     for extra in extras:
         lines.insert(draw(st.integers(0, len(lines))), extra)
     return (eol.join(lines) + eol + eol).encode()
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf16_pieces(text: str, cuts: list[int]) -> list[str]:
+    """``text`` cut at UTF-16 code units, as a JavaScript server may: a character beyond
+    U+FFFF can be split into its two surrogate halves."""
+    units = text.encode("utf-16-le")
+    points = [0, *sorted(2 * (c % (len(units) // 2 + 1)) for c in cuts), len(units)]
+    return [units[a:b].decode("utf-16-le", "surrogatepass") for a, b in itertools.pairwise(points)]
 
 
 def cut(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -669,16 +680,22 @@ def run_on(reads: list[bytes]) -> nbstream.Generation:
     return run
 
 
-@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hypothesis.settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pieces=st.lists(st.text(max_size=6), max_size=6),
     finish=st.sampled_from(["stop", "length", "eos_token", "stop_sequence"]),
     with_text=st.booleans(),
     usage=st.booleans(),
     done=st.booleans(),
+    utf16=st.lists(st.integers(0, 100), max_size=6),
     data=st.data(),
 )
-def test_any_chunking_of_a_stream_gives_the_same_text(pieces, finish, with_text, usage, done, data):
+def test_any_chunking_of_a_stream_gives_the_same_text(
+    pieces, finish, with_text, usage, done, utf16, data
+):
+    expected = "".join(pieces)
+    if utf16:  # the server cut the text in UTF-16 code units rather than characters
+        pieces = utf16_pieces(expected, utf16)
     events: list[Any] = [chunk_event()]
     events += [chunk_event(piece) for piece in pieces]
     if with_text and pieces:  # the last piece and the finish_reason in one event
@@ -693,10 +710,24 @@ def test_any_chunking_of_a_stream_gives_the_same_text(pieces, finish, with_text,
     cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=16))
     run = run_on(cut(wire, cuts))
     assert run.status == "complete", run.error
-    assert run.result == "".join(pieces)
+    assert run.result == expected
     mapped = {"stop": "eos", "length": "length", "eos_token": "eos", "stop_sequence": "stop"}
     assert run.metrics["finish_reason"] == mapped[finish]
     assert run.metrics["tokens"] == (USAGE["completion_tokens"] if usage else None)
+
+
+def test_a_character_split_between_events_is_joined():
+    # A server that cuts its text in UTF-16 code units (as JavaScript strings are) can send
+    # the two halves of a character beyond U+FFFF in two events, as JSON escapes. A half
+    # that never finds its pair becomes U+FFFD: the text stays valid Unicode, which the
+    # notebook, the widget and the record need (a lone surrogate cannot be UTF-8 encoded).
+    pieces = ["a\ud83d", "\ude00b", "\ude00c\ud83d"]
+    events = [chunk_event(piece) for piece in pieces] + [chunk_event(None, "stop")]
+    wire = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events)
+    run = run_on([wire])
+    assert run.status == "complete", run.error
+    assert run.result == "a\U0001f600b\ufffdc\ufffd"
+    run.result.encode("utf-8")
 
 
 JSON_VALUES = st.recursive(
@@ -738,7 +769,7 @@ MALFORMED = st.one_of(
 )
 
 
-@hypothesis.settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hypothesis.settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     before=st.lists(st.text(max_size=6), max_size=3),
     bad=MALFORMED,

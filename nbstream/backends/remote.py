@@ -76,6 +76,8 @@ _SCRUB_RUN = 6
 #: in the original (``str.lower`` can lengthen non-ASCII text).
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _BLOT = "***"
+#: A UTF-16 surrogate: half of a character beyond U+FFFF, which JSON can escape on its own.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class EndpointError(RuntimeError):
@@ -442,6 +444,8 @@ class RemoteJob:
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
         finish: str | None = None
+        # The first half of a surrogate pair whose second half is in the next event.
+        half = ""
         # Once the finish reason is in, a read waits at most this long (within the timeout).
         grace = min(_FINISH_GRACE_S, endpoint.timeout)
         try:
@@ -479,6 +483,8 @@ class RemoteJob:
                             continue  # a kind of event this protocol does not define
                         self.chunks += 1
                         text, reason = self._parse(event.data)
+                        if half or _SURROGATE.search(text):
+                            text, half = _join_surrogates(half + text)
                         if text:
                             buffer.put(text)
                             if watch is not None:
@@ -490,6 +496,8 @@ class RemoteJob:
                                     return "stop"
                         if reason is not None:
                             finish = reason
+                    if half:  # its pair never came
+                        buffer.put("\ufffd")
                 finally:
                     await events.aclose()
         except EndpointError:
@@ -650,6 +658,20 @@ class RemoteJob:
         # Scrubbed here already, so that the message is clean from the moment it exists;
         # Endpoint.shown_error checks the whole of it (chain included) on the way out.
         return EndpointError(self.endpoint._scrub(message), status)
+
+
+def _join_surrogates(text: str) -> tuple[str, str]:
+    """``text`` with its surrogate pairs joined into characters and lone halves replaced by
+    U+FFFD, and a first half at its end held back (its pair may open the next event).
+
+    A server that cuts text in UTF-16 code units, as JavaScript strings are, can split a
+    character beyond U+FFFF (an emoji) between two events as JSON escapes; Python keeps the
+    halves apart, and a lone half cannot be encoded as UTF-8 (the notebook, the widget's
+    messages and a saved record all need it to be)."""
+    half = ""
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        text, half = text[:-1], text[-1]
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"), half
 
 
 def _is_count(value: Any) -> bool:
