@@ -1,4 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Both work on a fresh machine.
+# `make check` is the fast loop for editing (CONTRIBUTING.md): linters, type checks, and the
+# tests that need neither a browser nor the default model.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +14,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Prints how long each part of a target took.
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
-.PHONY: demo test install install-test chromium js js-check lint test-only bench reliability prepare clean
+.PHONY: demo test check install install-test chromium js js-watch js-check js-fresh js-lint js-test \
+	lint mypy test-only bench reliability prepare clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,17 +43,47 @@ chromium:
 	    $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -q chromium >/dev/null); \
 	fi
 
-# The built front end is committed (a source checkout must work without Node.js); this
-# rebuilds it from js/src and fails if the committed bundle is stale.
-js:
-	cd js && npm ci --no-audit --no-fund --loglevel=error && npm run build
+# The front end's npm packages, installed again only when package.json or the lockfile change.
+JS_DEPS := js/node_modules/.nbstream-installed
+$(JS_DEPS): js/package.json js/package-lock.json
+	cd js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
+# The built front end is committed (a source checkout must work without Node.js): `make js`
+# rebuilds nbstream/static from js/src; `make js-watch` rebuilds on every save.
+js: $(JS_DEPS)
+	cd js && npm run --silent build
+
+js-watch: $(JS_DEPS)
+	cd js && npm run --silent watch
+
+# Fails if the committed bundles are not what js/src builds (CI, on a clean clone).
 js-check: js
 	@git diff --exit-code --stat -- nbstream/static || \
 	  (echo "nbstream/static is stale: run 'make js' and commit the result"; exit 1)
 
+# Fails if the bundles in the working tree are not what js/src builds (forgot `make js`);
+# writes nothing into the tree.
+js-fresh: $(JS_DEPS)
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	  (cd js && node build.mjs --outdir "$$out" >/dev/null) && \
+	  diff -rq "$$out" nbstream/static >/dev/null || \
+	  { echo "nbstream/static does not match js/src: run 'make js'"; exit 1; }
+
+# The JavaScript's type check (tsc --checkJs, js/jsconfig.json) and linter (Biome, js/biome.json).
+js-lint: $(JS_DEPS)
+	cd js && npm run --silent typecheck && npm run --silent lint
+
+# Unit tests of the front end's pure parts under Node (js/test).
+js-test: $(JS_DEPS)
+	cd js && npm run --silent test
+
 lint: install
 	$(VENV)/bin/ruff check nbstream tests benchmarks
+
+# mypy --strict over nbstream (settings in pyproject.toml).
+mypy: install
+	$(VENV)/bin/mypy
 
 test-only: install
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
@@ -58,8 +91,24 @@ test-only: install
 test: install chromium
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare)
 	@$(call timed,front-end build check,$(MAKE) --no-print-directory js-check)
+	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
+	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
+
+# The tiers of tests/conftest.py: the fast one has no browser, no default model, and nothing
+# that builds environments. Run another with e.g. `make test-only PYTEST_ARGS='-m frontend'`.
+FAST_TESTS := not browser and not frontend and not model and not slow
+
+# The fast loop: a few minutes (CONTRIBUTING.md). `make test` stays the whole suite (CI).
+check: install $(JS_DEPS)
+	@$(call timed,prepare the default model,$(PY) -m nbstream prepare >/dev/null)
+	@$(call timed,lint,$(MAKE) --no-print-directory lint)
+	@$(call timed,mypy,$(MAKE) --no-print-directory mypy)
+	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
+	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
+	@$(call timed,front-end bundles match js/src,$(MAKE) --no-print-directory js-fresh)
+	@$(call timed,fast tests,$(PY) -m pytest -q -p no:cacheprovider -m "$(FAST_TESTS)" $(PYTEST_ARGS))
 
 # The README's reliability table, from the fault, cancel, contention, soak, hostile-input and
 # XSS suites (about two minutes).

@@ -191,6 +191,32 @@ def greedy() -> Any:
     return greedy_reference
 
 
+# -- test tiers ---------------------------------------------------------------------------------
+# Markers (pyproject.toml) are given here, from where a test lives and what it uses, so that
+# nobody has to remember them: `make check` runs what has none of them, `make test` all.
+TESTS = Path(__file__).resolve().parent
+# Whole modules that build and install environments (wheel, sdist, fresh venvs, Binder) or
+# run mypy over the package: minutes each, and `make check` runs mypy itself.
+SLOW_MODULES = {"test_binder.py", "test_packaging.py"}
+# Fixtures that load or convert the embedded default model (tens of seconds on a CPU).
+MODEL_FIXTURES = {"real_model", "fresh_conversion"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.resolve()
+        where = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+        fixtures = getattr(item, "fixturenames", ())
+        if where[:1] == ("frontend",):
+            item.add_marker(pytest.mark.frontend)
+        elif where[:1] == ("browser",) or "chromium" in fixtures:
+            item.add_marker(pytest.mark.browser)
+        if MODEL_FIXTURES.intersection(fixtures):
+            item.add_marker(pytest.mark.model)
+        if path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 # -- one Chromium for the whole session ------------------------------------------------------
 # Playwright's sync API runs an event loop in the main thread while it is open: a second
 # `sync_playwright()` fails ("Sync API inside the asyncio loop"), and so does any later
