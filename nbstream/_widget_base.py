@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterator
@@ -24,17 +23,12 @@ import anywidget
 import traitlets
 
 from ._display import republish, show, show_with_fallback
-from ._tokens import TokenPieces, token_entries
+from ._feed import RunFeed
 from .generation import TERMINAL, Generation
 from .settings import DEFAULT_MAX_NEW_TOKENS, validate_settings
 
 logger = logging.getLogger(__name__)
 
-#: Deltas per second, at most, per widget.
-FRAME_RATE = 20
-_FRAME_S = 1.0 / FRAME_RATE
-# How long the follower sleeps between checks while a run is queued (no tokens to wake it).
-_POLL_S = 0.25
 # How long wait() gives the view thread to publish a finished run's end state.
 _JOIN_S = 5.0
 # How many candidates a run captures when a view shows probabilities or alternatives and
@@ -42,9 +36,6 @@ _JOIN_S = 5.0
 VIEW_ALTERNATIVES = 5
 #: The teaching views' toggles (traits; also keywords of the widgets).
 VIEW_TOGGLES = ("show_tokens", "show_probabilities", "show_alternatives")
-# Names of the view threads (one per run), which publish a run's end state to the views and
-# to the saved output: `%nbstream stop` waits for them.
-VIEW_THREAD_PREFIX = "nbstream-view-"
 
 # Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
 # the widgets its previous execution made.
@@ -209,13 +200,20 @@ class RunWidget(anywidget.AnyWidget):
         self._model = model
         self._tokenizer = tokenizer
         self._run: Generation | None = None
-        self._follower: threading.Thread | None = None
-        # Characters of the current run's text already sent as deltas: a reset carries
-        # exactly that much, so the next delta continues it without a gap.
-        self._sent = 0
         self._callbacks: list[Callable[[str], Any]] = []
         # Reentrant: what a subclass shows (its fallback, its transcript) may take it too.
         self._lock = threading.RLock()
+        # The run's text and tokens to the views (the widget keeps the traits).
+        self._feed = RunFeed(
+            lock=self._lock,
+            send=lambda content: self._send_msg(content),  # looked up per call
+            is_open=lambda: self.comm is not None,
+            tokenizer=tokenizer,
+            token_options=self._token_options,
+            on_state=self._run_state_changed,
+            on_end=self._run_ended,
+            after_end=self._after_run,
+        )
         # The views each page has shown (page id -> view ids), from their sync messages:
         # when a page removes its last one (the cell's output cleared), the widget closes.
         self._views: dict[str, set[str]] = {}
@@ -223,10 +221,6 @@ class RunWidget(anywidget.AnyWidget):
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._display_id: str | None = None
         self._published_status = "idle"
-        # Tokens of the current run already sent in "tokens" messages (while a view is on).
-        self._tokens_sent = 0
-        self._pieces: TokenPieces | None = None
-        self._answer_counts: dict[int, tuple[Generation, int]] = {}
         from .backends import resolve_backend
 
         can_trace = bool(getattr(resolve_backend(model, tokenizer), "supports_alternatives", False))
@@ -263,17 +257,17 @@ class RunWidget(anywidget.AnyWidget):
     # -- Python API ---------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> str:
         """As :meth:`Generation.wait` for the current run."""
-        run, follower = self._run, self._follower
+        run = self._run
         if run is None:
             raise RuntimeError(f"nothing to wait for: call {self._start_name}() first")
         try:
             return run.wait(timeout)
         finally:
             # Once the run is over, let the view thread publish the end state, so that
-            # status, metrics and the views agree when wait() returns. Not from the view
-            # thread itself (an on_complete callback that calls wait()): it is publishing.
-            if run.done and follower is not None and follower is not threading.current_thread():
-                follower.join(_JOIN_S)
+            # status, metrics and the views agree when wait() returns (the feed does not
+            # join from the view thread itself: an on_complete callback calling wait()).
+            if run.done:
+                self._feed.join(_JOIN_S)
 
     def stop(self) -> bool:
         """Stop the current run; True if there was one to stop."""
@@ -406,8 +400,6 @@ class RunWidget(anywidget.AnyWidget):
                 )
             run = make_run()
             self._run = run
-            self._sent = 0
-            self._tokens_sent = 0
             with self.hold_sync():
                 for name, value in traits.items():
                     setattr(self, name, value)
@@ -426,13 +418,7 @@ class RunWidget(anywidget.AnyWidget):
             # update always comes after this one.
             if self._published_status in TERMINAL:
                 self._publish_fallback()
-        self._follower = threading.Thread(
-            target=self._follow,
-            args=(run, run_id),
-            name=f"{VIEW_THREAD_PREFIX}{run_id}",
-            daemon=True,
-        )
-        self._follower.start()
+            self._feed.follow(run, run_id)
         return run
 
     def _on_start(self, run: Generation, run_id: int) -> None:
@@ -460,152 +446,34 @@ class RunWidget(anywidget.AnyWidget):
         except (TypeError, ValueError, RuntimeError) as exc:
             self.input_error = str(exc)
 
-    # -- streaming to the views ---------------------------------------------------------------
-    def _follow(self, run: Generation, run_id: int) -> None:
-        """Send the run's text to the views as coalesced deltas, then its end state."""
-        sent = 0
-        last_frame = 0.0
-        status = run.status
-        try:
-            while True:
-                finished = run.done
-                if run.status != status and not finished:
-                    status = run.status
-                    self._set_if_current(run_id, status=status, metrics=run.metrics)
-                # Read before the text: whatever the model makes after it wakes the wait.
-                progress = run.progress
-                text = run.partial_text
-                # A token can come without new text (a special token, part of a
-                # character, text held back while it may start a stop string).
-                if len(text) > sent or self._tokens_behind(run, run_id):
-                    pause = _FRAME_S - (time.perf_counter() - last_frame)
-                    if pause > 0 and not finished:
-                        # Let more text pile up (one frame, not many), but send at once
-                        # when the run ends rather than holding its last text back.
-                        finished = run.wait_done(pause)
-                        text = run.partial_text
-                    with self._lock:
-                        if run_id == self.run_id:  # a newer run owns the views now
-                            if len(text) > sent:
-                                self._send_delta(run, run_id, sent, text[sent:])
-                                self._sent = len(text)
-                            self._send_new_tokens(run, run_id)
-                    sent = len(text)
-                    last_frame = time.perf_counter()
-                if finished:
-                    break
-                run.wait_for_progress(progress, _POLL_S)
-        except Exception:
-            logger.exception("nbstream: streaming to the view failed")
-            # The views still get the run's real end (never a "running" left standing) and
-            # on_complete still runs: wait for the end the run itself decides.
-            run.wait_done()
-        finally:
-            with self._lock:
-                if run_id == self.run_id:
-                    try:
-                        self._mark_stop_tokens(run, run_id)
-                    except Exception:  # never at the cost of the end state below
-                        logger.exception("nbstream: marking the stop string's tokens failed")
-                    self._set_if_current(run_id, **self._end_traits(run))
-                    self._publish_fallback()
-        if run.status == "complete":
-            text = run.result or ""
-            for callback in list(self._callbacks):
-                try:
-                    callback(text)
-                except Exception:
-                    logger.exception("an on_complete callback raised; the run stays complete")
+    # -- what the feed reports (see _feed.RunFeed) -------------------------------------------
+    def _run_state_changed(self, run: Generation, run_id: int) -> None:
+        self._set_if_current(run_id, status=run.status, metrics=run.metrics)
 
-    def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
-        if run_id != self.run_id or self.comm is None:
+    def _run_ended(self, run: Generation, run_id: int) -> None:
+        self._set_if_current(run_id, **self._end_traits(run))
+        self._publish_fallback()
+
+    def _after_run(self, run: Generation) -> None:
+        if run.status != "complete":
             return
-        metrics = run.metrics
-        elapsed = metrics["elapsed_s"]
-        self._send_msg(
-            {
-                "type": "delta",
-                "run_id": run_id,
-                "offset": offset,
-                "text": text,
-                "tokens": metrics["tokens"],
-                # Rounded: the metrics line shows tenths, and every byte here is per frame.
-                "elapsed_s": None if elapsed is None else round(elapsed, 2),
-            }
-        )
+        text = run.result or ""
+        for callback in list(self._callbacks):
+            try:
+                callback(text)
+            except Exception:
+                logger.exception("an on_complete callback raised; the run stays complete")
 
     # -- tokens, for the teaching views ---------------------------------------------------
     def _token_views_on(self) -> bool:
         return self.show_tokens or self.show_probabilities or self.show_alternatives
 
-    def _tokens_behind(self, run: Generation, run_id: int) -> bool:
-        """Whether the views should get tokens of ``run`` they have not had yet."""
-        if not self._token_views_on() or run_id != self.run_id:
-            return False
-        return len(run.token_ids) > self._tokens_sent
-
-    def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
-        """Send ``run``'s tokens from ``start`` on (0: the views replace their list, even
-        with an empty one). Returns how many tokens the views now have. With a trace, only
-        tokens whose records exist are sent (a record is made before its token is read)."""
-        ids = run.token_ids
-        trace = run.trace
-        stop = len(ids) if trace is None else min(len(ids), len(trace))
-        if stop <= start and start > 0:
-            return start
-        if self._pieces is None:
-            self._pieces = TokenPieces(self._tokenizer)
-        tokens = token_entries(self._pieces, ids, trace, start, stop, self.show_alternatives)
-        answer = self._answer_tokens(run, ids)
-        if answer is not None:
-            for index, entry in enumerate(tokens, start):
-                entry.append(index >= answer)
-        self._send_msg({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
-        return stop
-
-    def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
-        """How many tokens made the answer of a run that ended at a stop string, else None.
-
-        The text is cut before the stop string, but the tokens that made it were generated:
-        the views show them marked. Found once per run by bisecting on the decoded length.
-        """
-        if not run.done or run.metrics.get("finish_reason") != "stop":
+    def _token_options(self) -> bool | None:
+        """None while no token view is on (or the model has no tokens to show); else
+        whether the views show each token's candidates."""
+        if not (self.can_trace and self._token_views_on()):
             return None
-        cached = self._answer_counts.get(id(run))
-        if cached is not None and cached[0] is run:
-            return cached[1]
-        # The most tokens whose text stays within the answer (a token that holds the
-        # answer's last characters and the stop string's first is the stop string's).
-        target = len(run.partial_text)
-        low, high = 0, len(ids)
-        while low < high:
-            middle = (low + high + 1) // 2
-            text = self._tokenizer.decode(ids[:middle], skip_special_tokens=True)
-            if len(text) <= target:
-                low = middle
-            else:
-                high = middle - 1
-        self._answer_counts = {id(run): (run, low)}  # one run at a time is enough
-        return low
-
-    def _mark_stop_tokens(self, run: Generation, run_id: int) -> None:
-        """A run that ended at a stop string: the views get its tokens again, those that
-        made the stop string marked (lock held)."""
-        if (
-            self._token_views_on()
-            and self.comm is not None
-            and self.can_trace
-            and self._answer_tokens(run, run.token_ids) is not None
-        ):
-            self._tokens_sent = self._send_tokens(run, run_id, 0)
-
-    def _send_new_tokens(self, run: Generation, run_id: int) -> None:
-        """The current run's tokens the views have not had (lock held)."""
-        if not (self._token_views_on() and self.comm is not None and self.can_trace):
-            return
-        if self._tokens_sent == 0 and not run.token_ids:
-            return  # nothing yet (an offset-0 message would be a needless replace)
-        self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
+        return self.show_alternatives
 
     def _token_runs(self) -> list[tuple[int, Generation]]:
         """The runs whose tokens the views show, with their run ids (lock held)."""
@@ -613,13 +481,8 @@ class RunWidget(anywidget.AnyWidget):
 
     def _send_all_tokens(self) -> None:
         """Every shown run's tokens in full (a toggle changed, or a view synced)."""
-        if not self._token_views_on() or self.comm is None or not self.can_trace:
-            return
         with self._lock:
-            for run_id, run in self._token_runs():
-                sent = self._send_tokens(run, run_id, 0)
-                if run_id == self.run_id:
-                    self._tokens_sent = sent
+            self._feed.send_all_tokens(self._token_runs())
 
     @traitlets.observe(*VIEW_TOGGLES)
     def _token_view_changed(self, change: dict[str, Any]) -> None:
@@ -653,15 +516,7 @@ class RunWidget(anywidget.AnyWidget):
             if isinstance(page, str) and isinstance(view, str):
                 self._views.setdefault(page, set()).add(view)
             with self._lock:
-                run = self._run
-                self._send_msg(
-                    {
-                        "type": "reset",
-                        "run_id": self.run_id,
-                        "view": content.get("view"),
-                        "text": run.partial_text[: self._sent] if run is not None else "",
-                    }
-                )
+                self._feed.reset(content.get("view"))
                 self._send_all_tokens()
         elif kind == "stop":
             self.stop()

@@ -357,7 +357,6 @@ class ChatWidget(RunWidget):
         with self._lock:
             self._turns = turns
             self._run = None
-            self._sent = 0
             with self.hold_sync():
                 self._messages = self._message_list()
                 self.status = "idle"
@@ -367,6 +366,7 @@ class ChatWidget(RunWidget):
                 self.prompt_text = None
                 self.prompt_tokens = None
                 self.run_id += 1  # the views drop the text of the run they were showing
+            self._feed.forget(self.run_id)
             self._publish_fallback()
 
     def _message_list(self) -> list[dict[str, Any]]:

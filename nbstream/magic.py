@@ -21,7 +21,6 @@ Example (in a notebook)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import keyword
 import logging
 import shlex
@@ -186,19 +185,13 @@ def _run_line(run: Generation) -> str:
 
 
 def _loaded_models() -> list[str]:
-    from . import models
+    from .models import loaded_models
 
-    default = None
-    with contextlib.suppress(ImportError, FileNotFoundError):  # no default model: no label
-        default = str(models.default_model_dir(convert=False))
-    with models._lock:
-        keys = list(models._loaded)
     lines = []
-    for key in keys:
-        folder, adapter = key[0], key[3]
-        label = f"{models.DEFAULT_NAME} (embedded default)" if folder == default else folder
-        if adapter is not None:
-            label += f" + adapter {adapter}"
+    for loaded in loaded_models():
+        label = f"{loaded.name} (embedded default)" if loaded.default else loaded.name
+        if loaded.adapter is not None:
+            label += f" + adapter {loaded.adapter}"
         lines.append(label)
     return lines
 
@@ -249,7 +242,7 @@ def status_report() -> Report:
 
 def stop_all() -> Report:
     """Stop every queued and running run; wait (briefly) until each has ended."""
-    from .widget import VIEW_THREAD_PREFIX
+    from ._feed import view_threads
 
     runs = [run for run in active_runs() if run.stop()]
     deadline = time.monotonic() + _STOP_WAIT_S
@@ -258,9 +251,8 @@ def stop_all() -> Report:
     # A widget publishes its run's end state (to its views and its saved output) from its
     # view thread just after the run ends: wait for that too, so that when `stop` returns
     # every output says "cancelled", and a headless run (nbconvert) records it in this cell.
-    for thread in threading.enumerate():
-        if thread.name.startswith(VIEW_THREAD_PREFIX):
-            thread.join(max(0.0, deadline - time.monotonic()))
+    for thread in view_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
     still = [run for run in runs if not run.done]
     title = f"nbstream: stopped {len(runs) - len(still)} run(s)"
     if still:

@@ -17,12 +17,8 @@ from typing import Any
 import traitlets
 
 from ._display import fallback_bundle
-from ._widget_base import (
-    FRAME_RATE,
-    VIEW_THREAD_PREFIX,
-    RunWidget,
-    _error_info,
-)
+from ._feed import FRAME_RATE, VIEW_THREAD_PREFIX
+from ._widget_base import RunWidget, _error_info
 from .generation import Generation, stream
 
 logger = logging.getLogger(__name__)

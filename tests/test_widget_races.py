@@ -131,7 +131,7 @@ def test_an_old_runs_view_thread_never_writes_over_a_new_run(line, probe, monkey
     other.generate("Hello")  # holds the model: w's first run is queued behind it
     first = w.generate("Hello")
     assert first.status == "queued"
-    first_thread = w._follower
+    first_thread = w._feed._thread
     original = type(w).hold_sync
     entered = threading.Event()
 
@@ -169,17 +169,18 @@ def test_a_crash_in_the_view_thread_still_publishes_the_real_end(line, monkeypat
     done: list[str] = []
     w.on_complete(done.append)
     calls = {"n": 0}
-    original = type(w)._send_delta
+    feed = type(w._feed)
+    original = feed._send_delta
 
     def broken(self: Any, *args: Any) -> None:
         calls["n"] += 1
         raise RuntimeError("view transport broke")
 
-    monkeypatch.setattr(type(w), "_send_delta", broken)
+    monkeypatch.setattr(feed, "_send_delta", broken)
     run = w.generate("Hello")
     text = run.wait(60)
     settle(w)
-    monkeypatch.setattr(type(w), "_send_delta", original)
+    monkeypatch.setattr(feed, "_send_delta", original)
     assert calls["n"] >= 1
     assert w.status == "complete"  # the end, not the state the crash happened in
     assert done == [text]  # on_complete still ran

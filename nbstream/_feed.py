@@ -1,0 +1,281 @@
+"""The transport from a widget's runs to its views: deltas, resets and tokens.
+
+One :class:`RunFeed` per widget. It follows the widget's current run on a view thread and
+sends its text to every view as deltas with an offset (at most ``FRAME_RATE`` a second,
+coalesced), the run's tokens while a teaching view is on, and, when a view asks (``sync``),
+a ``reset`` holding exactly the text already sent, so the next delta continues it without
+a gap. The messages are defined in ``PROTOCOL.md``; the widget decides what its traits say
+(through the two callbacks), the feed decides what crosses the wire and when.
+
+Everything the feed writes, and every decision whether a run is still the current one,
+happens under the widget's lock, which the widget also holds when it starts a run: a
+newer run never gets an older run's text, tokens or state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ._tokens import TokenPieces, token_entries
+from .generation import Generation
+from .streaming import DECODE_OPTIONS
+
+logger = logging.getLogger(__name__)
+
+#: Deltas per second, at most, per widget.
+FRAME_RATE = 20
+_FRAME_S = 1.0 / FRAME_RATE
+# How long the view thread sleeps between checks while a run is queued (no tokens to wake it).
+_POLL_S = 0.25
+#: Names of the view threads (one per run), which publish a run's end state to the views
+#: and to the saved output.
+VIEW_THREAD_PREFIX = "nbstream-view-"
+
+
+def view_threads() -> list[threading.Thread]:
+    """The view threads still publishing a run (``%nbstream stop`` waits for them)."""
+    return [t for t in threading.enumerate() if t.name.startswith(VIEW_THREAD_PREFIX)]
+
+
+#: Called with the lock held: ``(run, run_id)`` changed state before its end (queued to
+#: running); the widget sets its traits.
+StateHook = Callable[[Generation, int], None]
+#: Called with the lock held once the current run ``(run, run_id)`` has ended.
+EndHook = Callable[[Generation, int], None]
+#: Called without the lock after any followed run has ended (``on_complete`` callbacks).
+AfterHook = Callable[[Generation], None]
+#: What the teaching views need now: ``None`` while no token view is on (nothing about
+#: tokens is sent), else whether the candidates (alternatives) are shown.
+TokenOptions = Callable[[], bool | None]
+
+
+class RunFeed:
+    """Streams a widget's current run to its views; see the module docstring.
+
+    ``send(content)`` sends one custom message to every view. ``is_open()`` says whether
+    the widget still has views to send to (its comm).
+    """
+
+    def __init__(
+        self,
+        *,
+        lock: threading.RLock,
+        send: Callable[[dict[str, Any]], None],
+        is_open: Callable[[], bool],
+        tokenizer: Any,
+        token_options: TokenOptions,
+        on_state: StateHook,
+        on_end: EndHook,
+        after_end: AfterHook,
+    ) -> None:
+        self._lock = lock
+        self._send = send
+        self._is_open = is_open
+        self._tokenizer = tokenizer
+        self._token_options = token_options
+        self._on_state = on_state
+        self._on_end = on_end
+        self._after_end = after_end
+        self._run: Generation | None = None
+        self._run_id = 0
+        self._thread: threading.Thread | None = None
+        # Characters of the current run's text already sent as deltas: a reset carries
+        # exactly that much.
+        self._sent = 0
+        # Tokens of the current run already sent in "tokens" messages (while a view is on).
+        self._tokens_sent = 0
+        self._pieces: TokenPieces | None = None
+        self._answer_counts: dict[int, tuple[Generation, int]] = {}
+
+    # -- what the widget calls ---------------------------------------------------------------
+    def follow(self, run: Generation, run_id: int) -> None:
+        """Make ``run`` the current run and stream it (call with the lock held)."""
+        self._run, self._run_id = run, run_id
+        self._sent = 0
+        self._tokens_sent = 0
+        self._thread = threading.Thread(
+            target=self._follow,
+            args=(run, run_id),
+            name=f"{VIEW_THREAD_PREFIX}{run_id}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def forget(self, run_id: int) -> None:
+        """No current run any more (a cleared chat); ``run_id`` is the widget's new id."""
+        with self._lock:
+            self._run, self._run_id = None, run_id
+            self._sent = 0
+            self._tokens_sent = 0
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the view thread to publish the current run's end (not from itself)."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def reset(self, view: Any) -> None:
+        """Answer a view's ``sync``: the text sent so far, then every shown run's tokens."""
+        with self._lock:
+            run = self._run
+            self._send(
+                {
+                    "type": "reset",
+                    "run_id": self._run_id,
+                    "view": view,
+                    "text": run.partial_text[: self._sent] if run is not None else "",
+                }
+            )
+
+    def send_all_tokens(self, runs: list[tuple[int, Generation]]) -> None:
+        """Every run's tokens in full (a view turned on, or a view synced)."""
+        if self._token_options() is None or not self._is_open():
+            return
+        with self._lock:
+            for run_id, run in runs:
+                sent = self._send_tokens(run, run_id, 0)
+                if run_id == self._run_id:
+                    self._tokens_sent = sent
+
+    # -- the view thread ---------------------------------------------------------------------
+    def _follow(self, run: Generation, run_id: int) -> None:
+        """Send the run's text to the views as coalesced deltas, then its end state."""
+        sent = 0
+        last_frame = 0.0
+        status = run.status
+        try:
+            while True:
+                finished = run.done
+                if run.status != status and not finished:
+                    status = run.status
+                    with self._lock:
+                        if run_id == self._run_id:
+                            self._on_state(run, run_id)
+                # Read before the text: whatever the model makes after it wakes the wait.
+                progress = run.progress
+                text = run.partial_text
+                # A token can come without new text (a special token, part of a
+                # character, text held back while it may start a stop string).
+                if len(text) > sent or self._tokens_behind(run, run_id):
+                    pause = _FRAME_S - (time.perf_counter() - last_frame)
+                    if pause > 0 and not finished:
+                        # Let more text pile up (one frame, not many), but send at once
+                        # when the run ends rather than holding its last text back.
+                        finished = run.wait_done(pause)
+                        text = run.partial_text
+                    with self._lock:
+                        if run_id == self._run_id:  # a newer run owns the views now
+                            if len(text) > sent:
+                                self._send_delta(run, run_id, sent, text[sent:])
+                                self._sent = len(text)
+                            self._send_new_tokens(run, run_id)
+                    sent = len(text)
+                    last_frame = time.perf_counter()
+                if finished:
+                    break
+                run.wait_for_progress(progress, _POLL_S)
+        except Exception:
+            logger.exception("nbstream: streaming to the view failed")
+            # The views still get the run's real end (never a "running" left standing) and
+            # on_complete still runs: wait for the end the run itself decides.
+            run.wait_done()
+        finally:
+            with self._lock:
+                if run_id == self._run_id:
+                    try:
+                        self._mark_stop_tokens(run, run_id)
+                    except Exception:  # never at the cost of the end state below
+                        logger.exception("nbstream: marking the stop string's tokens failed")
+                    self._on_end(run, run_id)
+        self._after_end(run)
+
+    def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
+        if not self._is_open():
+            return
+        metrics = run.metrics
+        elapsed = metrics["elapsed_s"]
+        self._send(
+            {
+                "type": "delta",
+                "run_id": run_id,
+                "offset": offset,
+                "text": text,
+                "tokens": metrics["tokens"],
+                # Rounded: the metrics line shows tenths, and every byte here is per frame.
+                "elapsed_s": None if elapsed is None else round(elapsed, 2),
+            }
+        )
+
+    # -- tokens, for the teaching views ---------------------------------------------------
+    def _tokens_behind(self, run: Generation, run_id: int) -> bool:
+        """Whether the views should get tokens of ``run`` they have not had yet."""
+        if self._token_options() is None or run_id != self._run_id:
+            return False
+        return len(run.token_ids) > self._tokens_sent
+
+    def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
+        """Send ``run``'s tokens from ``start`` on (0: the views replace their list, even
+        with an empty one). Returns how many tokens the views now have. With a trace, only
+        tokens whose records exist are sent (a record is made before its token is read)."""
+        ids = run.token_ids
+        trace = run.trace
+        stop = len(ids) if trace is None else min(len(ids), len(trace))
+        if stop <= start and start > 0:
+            return start
+        if self._pieces is None:
+            self._pieces = TokenPieces(self._tokenizer)
+        with_alternatives = bool(self._token_options())
+        tokens = token_entries(self._pieces, ids, trace, start, stop, with_alternatives)
+        answer = self._answer_tokens(run, ids)
+        if answer is not None:
+            for index, entry in enumerate(tokens, start):
+                entry.append(index >= answer)
+        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
+        return stop
+
+    def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
+        """How many tokens made the answer of a run that ended at a stop string, else None.
+
+        The text is cut before the stop string, but the tokens that made it were generated:
+        the views show them marked. Found once per run by bisecting on the decoded length.
+        """
+        if not run.done or run.metrics.get("finish_reason") != "stop":
+            return None
+        cached = self._answer_counts.get(id(run))
+        if cached is not None and cached[0] is run:
+            return cached[1]
+        # The most tokens whose text stays within the answer (a token that holds the
+        # answer's last characters and the stop string's first is the stop string's).
+        target = len(run.partial_text)
+        low, high = 0, len(ids)
+        while low < high:
+            middle = (low + high + 1) // 2
+            text = self._tokenizer.decode(ids[:middle], **DECODE_OPTIONS)
+            if len(text) <= target:
+                low = middle
+            else:
+                high = middle - 1
+        self._answer_counts = {id(run): (run, low)}  # one run at a time is enough
+        return low
+
+    def _mark_stop_tokens(self, run: Generation, run_id: int) -> None:
+        """A run that ended at a stop string: the views get its tokens again, those that
+        made the stop string marked (lock held)."""
+        if (
+            self._token_options() is not None
+            and self._is_open()
+            and self._answer_tokens(run, run.token_ids) is not None
+        ):
+            self._tokens_sent = self._send_tokens(run, run_id, 0)
+
+    def _send_new_tokens(self, run: Generation, run_id: int) -> None:
+        """The current run's tokens the views have not had (lock held)."""
+        if self._token_options() is None or not self._is_open():
+            return
+        if self._tokens_sent == 0 and not run.token_ids:
+            return  # nothing yet (an offset-0 message would be a needless replace)
+        self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
