@@ -10,7 +10,8 @@
 // ---------------------------------------------------------------------------
 // Synced traits. Mirror of the Python class `ChatWidget` in nbstream/chat.py
 // (status, metrics, error_info, input_error and run_id come from its base,
-// `RunWidget` in nbstream/_widget_base.py): keep them in step.
+// `RunWidget` in nbstream/_widget_base.py): keep them in step. The protocol as a whole is
+// written down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
 /**

@@ -9,7 +9,8 @@
 //
 // ---------------------------------------------------------------------------
 // Synced traits. Mirror of the Python class `StreamWidget` in
-// nbstream/widget.py: keep the two in step when either side changes.
+// nbstream/widget.py: keep the two in step when either side changes. The protocol as a
+// whole (traits and messages, both ways) is written down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
 /**
