@@ -15,13 +15,13 @@ import contextlib
 import logging
 import threading
 import traceback
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anywidget
 import traitlets
 
+from . import _cells as cells
 from ._display import republish, show, show_with_fallback
 from ._feed import RunFeed
 from .generation import TERMINAL, Generation
@@ -37,37 +37,6 @@ VIEW_ALTERNATIVES = 5
 #: The teaching views' toggles (traits; also keywords of the widgets).
 VIEW_TOGGLES = ("show_tokens", "show_probabilities", "show_alternatives")
 
-# Widgets by the notebook cell that created them, so re-running a cell closes (and stops)
-# the widgets its previous execution made.
-_by_cell: dict[str, list[tuple[str | None, weakref.ref[RunWidget]]]] = {}
-_by_cell_lock = threading.Lock()
-
-
-def _cell_context() -> tuple[str | None, str | None]:
-    """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        kernel = getattr(shell, "kernel", None)
-        if kernel is None:
-            return None, None
-        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
-        cell_id = (parent.get("metadata") or {}).get("cellId")
-        msg_id = (parent.get("header") or {}).get("msg_id")
-        return cell_id, msg_id
-    except Exception:  # not in a kernel, or an older kernel: nothing to track
-        return None, None
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
-
-
 #: The settings the panel shows, each a synced trait of the widgets (in the panel's order):
 #: trait name -> setting name. ``stop`` is the trait ``stop_sequences``, since ``stop()``
 #: stops the run.
@@ -82,7 +51,7 @@ PANEL_SETTINGS = {
     "stop_sequences": "stop",
     "alternatives": "alternatives",
 }
-_TRAIT_OF = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
+TRAIT_OF_SETTING = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
 
 
 def _setting_trait() -> Any:
@@ -118,7 +87,8 @@ class _RunInProgress(RuntimeError):
     """A new run while this widget's run is queued or running (a plain RuntimeError to callers)."""
 
 
-def _error_info(error: BaseException | None) -> dict[str, str] | None:
+def error_summary(error: BaseException | None) -> dict[str, str] | None:
+    """What the views show of a run's error: its type and message (``error_info``)."""
     if error is None:
         return None
     return {"type": type(error).__name__, "message": str(error)}
@@ -191,8 +161,8 @@ class RunWidget(anywidget.AnyWidget):
                 raise TypeError(f"{name} must be True or False, got {value!r:.80}")
         clean = validate_settings(settings)
         # The panel's settings live in traits; the others (budget_s, expect, ...) here.
-        self._settings = {k: v for k, v in clean.items() if k not in _TRAIT_OF}
-        panel = {_TRAIT_OF[k]: v for k, v in clean.items() if k in _TRAIT_OF}
+        self._settings = {k: v for k, v in clean.items() if k not in TRAIT_OF_SETTING}
+        panel = {TRAIT_OF_SETTING[k]: v for k, v in clean.items() if k in TRAIT_OF_SETTING}
         if model is None:
             from .models import load_model
 
@@ -228,7 +198,7 @@ class RunWidget(anywidget.AnyWidget):
             **panel, **views, settings_defaults=model_defaults(model), can_trace=can_trace
         )
         self.on_msg(self._handle_message)
-        self._register_cell()
+        cells.register(self)
 
     # -- one state, whatever thread writes it -------------------------------------------------
     # ipywidgets keeps what a hold_sync() holds back per widget, not per thread: a trait
@@ -426,7 +396,8 @@ class RunWidget(anywidget.AnyWidget):
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         """The traits to set when ``run`` has ended (one state message to the views)."""
-        return {"status": run.status, "metrics": run.metrics, "error_info": _error_info(run.error)}
+        error = error_summary(run.error)
+        return {"status": run.status, "metrics": run.metrics, "error_info": error}
 
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
         """A custom message from a view other than ``sync`` and ``stop``."""
@@ -548,27 +519,6 @@ class RunWidget(anywidget.AnyWidget):
             logger.info("nbstream: the widget's output was removed; closing it")
             self.close()
 
-    # -- lifecycle ----------------------------------------------------------------------------
-    def _register_cell(self) -> None:
-        cell_id, msg_id = _cell_context()
-        if cell_id is None:
-            return
-        with _by_cell_lock:
-            entries = _by_cell.setdefault(cell_id, [])
-            stale = [ref() for mid, ref in entries if mid != msg_id]
-            entries[:] = [(mid, ref) for mid, ref in entries if mid == msg_id and ref() is not None]
-            entries.append((msg_id, weakref.ref(self)))
-        for widget in stale:
-            if widget is not None and widget is not self:
-                logger.debug("closing a widget made by an earlier run of this cell")
-                widget.close()
-
-    def _unregister_cell(self) -> None:
-        """Outlive the cell that made this widget (a widget shared by many cells)."""
-        with _by_cell_lock:
-            for entries in _by_cell.values():
-                entries[:] = [(mid, ref) for mid, ref in entries if ref() is not self]
-
     # -- display ------------------------------------------------------------------------------
     def _bundle(self) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
         bundle = super()._repr_mimebundle_()
@@ -590,7 +540,7 @@ class RunWidget(anywidget.AnyWidget):
             show(self._fallback()[1], raw=True)
             return
         status, data, metadata = bundle
-        if not _in_kernel():
+        if not cells.in_kernel():
             # A terminal IPython shows the text/plain fallback. No display id: it would print
             # an update at some later moment, from the view thread.
             show(data, raw=True, metadata=metadata)

@@ -20,8 +20,8 @@ import ipywidgets
 import traitlets
 
 from ._display import chat_fallback_bundle
-from ._widget_base import RunWidget, _error_info
-from .backends.local import ContextLengthError, _check_encodable
+from ._widget_base import RunWidget, error_summary
+from .backends.local import ContextLengthError, check_encodable
 from .generation import CANCELLED, COMPLETE, FAILED, TERMINAL, Generation, stream
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def _check_text(text: Any, what: str = "the message") -> str:
         raise TypeError(f"{what} must be a str, got {type(text).__name__}")
     if not text.strip():
         raise ValueError(f"{what} is empty; type some text")
-    _check_encodable(text, what)
+    check_encodable(text, what)
     return text
 
 
@@ -115,7 +115,7 @@ def _parse_history(messages: Any) -> tuple[str | None, list[tuple[str, str]]]:
                     f"history[{i}] is an assistant message that answers no user message: "
                     "user and assistant messages alternate, starting with a user message"
                 )
-            _check_encodable(content, f"history[{i}] (an assistant message)")  # may be empty
+            check_encodable(content, f"history[{i}] (an assistant message)")  # may be empty
             pairs.append((pending, content))
             pending = None
     if pending is not None:
@@ -386,7 +386,7 @@ class ChatWidget(RunWidget):
                     "status": t.status,
                     "run_id": t.run_id,
                     "kept": t.kept,
-                    "error": _error_info(t.run.error) if t.run is not None and ended else None,
+                    "error": error_summary(t.run.error) if t.run is not None and ended else None,
                 }
             )
         return out
@@ -420,7 +420,7 @@ class ChatWidget(RunWidget):
         if transcript:
             status = transcript[-1]["status"]
         error = self.error if self._run is not None and status in TERMINAL else None
-        return status, chat_fallback_bundle(status, transcript, _error_info(error))
+        return status, chat_fallback_bundle(status, transcript, error_summary(error))
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (the whole transcript); this one stays cheap.

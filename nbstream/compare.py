@@ -21,6 +21,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
+from . import _cells as cells
 from ._display import (
     compare_fallback_bundle,
     republish,
@@ -28,7 +29,7 @@ from ._display import (
     show_with_fallback,
     states_summary,
 )
-from ._widget_base import _TRAIT_OF, PANEL_SETTINGS, VIEW_TOGGLES, _error_info, _in_kernel
+from ._widget_base import PANEL_SETTINGS, TRAIT_OF_SETTING, VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import validate_settings
 from .widget import StreamWidget
@@ -186,7 +187,7 @@ class _Column(StreamWidget):
         """The value of setting ``name`` for a run given ``call``'s settings."""
         if name in call:
             return call[name]
-        trait = _TRAIT_OF.get(name)
+        trait = TRAIT_OF_SETTING.get(name)
         return getattr(self, trait) if trait is not None else self._created.get(name)
 
     def samples(self, call: Mapping[str, Any] | None = None) -> bool:
@@ -633,7 +634,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             # Read once, state first: the text of an ended run is final.
             status = run.status
             entries.append(
-                (column.label, status, run.partial_text, run.metrics, _error_info(run.error))
+                (column.label, status, run.partial_text, run.metrics, error_summary(run.error))
             )
         return compare_fallback_bundle(self.prompt, entries)
 
@@ -656,7 +657,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         if data is None:  # closed: no view to show, only what it held
             show(self._fallback(), raw=True)
             return
-        if not _in_kernel():
+        if not cells.in_kernel():
             show(data, raw=True)
             return
         # As StreamWidget; the fallback is rewritten whenever a column's state changes.

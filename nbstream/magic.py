@@ -33,6 +33,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from . import _cells as cells
 from ._display import show
 from .generation import Generation, active_runs
 from .settings import validate_settings
@@ -347,7 +348,7 @@ def _shared_chat(model: str | None) -> Any:
             return chat
         chat = ChatWidget(*_load(model))
         # One chat for the kernel: re-running the cell that made it must not close it.
-        chat._unregister_cell()
+        cells.forget(chat)
         _chat = (chat, model)
         return chat
 

@@ -18,7 +18,7 @@ import traitlets
 
 from ._display import fallback_bundle
 from ._feed import FRAME_RATE, VIEW_THREAD_PREFIX
-from ._widget_base import RunWidget, _error_info
+from ._widget_base import RunWidget, error_summary
 from .generation import Generation, stream
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class StreamWidget(RunWidget):
         # ended run is final, so a state read first never labels unfinished text complete).
         status = run.status
         text = run.partial_text
-        return status, fallback_bundle(status, text, run.metrics, _error_info(run.error))
+        return status, fallback_bundle(status, text, run.metrics, error_summary(run.error))
 
     def __repr__(self) -> str:
         # The default repr serializes every trait; this one stays cheap.

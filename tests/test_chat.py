@@ -437,10 +437,9 @@ def test_saved_output_shows_every_turn_and_marks_partial_answers(chat):
 
 
 def test_rerunning_the_cell_closes_the_old_chat(tiny_line, no_leftover_runs, monkeypatch):
-    from nbstream import _widget_base
 
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(_widget_base, "_cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
     old = nbstream.ChatWidget(*tiny_line, max_new_tokens=8000)
     run = old.send("Hello")
     context["value"] = ("cell-1", "exec-2")

@@ -18,8 +18,6 @@ import ipywidgets
 import pytest
 
 import nbstream
-from nbstream import _widget_base as widget_base
-from nbstream import compare as compare_module
 from nbstream.testing import tiny_model
 
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
@@ -478,7 +476,7 @@ def test_displayed_comparison_rewrites_its_saved_output_as_columns_change(line, 
 
         return publish
 
-    monkeypatch.setattr(compare_module, "_in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)
@@ -522,7 +520,7 @@ def test_close_stops_and_closes_columns_header_and_container(line):
 
 def test_rerunning_the_cell_closes_the_earlier_comparison(line, monkeypatch):
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(widget_base, "_cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
     first = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
     runs = first.run()
     context["value"] = ("cell-1", "exec-2")  # the cell runs again

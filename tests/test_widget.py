@@ -13,7 +13,6 @@ import time
 import pytest
 
 import nbstream
-from nbstream import _widget_base as widget_base
 from nbstream.testing import tiny_model
 
 
@@ -289,7 +288,7 @@ def test_close_stops_the_run(long_tiny):
 
 def test_rerunning_a_cell_closes_its_earlier_widget(long_tiny, monkeypatch):
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(widget_base, "_cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
     first = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
     sibling = nbstream.StreamWidget(*long_tiny)  # same execution: kept
     run = first.generate("Hello")
@@ -407,7 +406,7 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
 
         return publish
 
-    monkeypatch.setattr(widget_base, "_in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=10)
@@ -435,7 +434,7 @@ def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monk
     import IPython.display
 
     published = []
-    monkeypatch.setattr(widget_base, "_in_kernel", lambda: False)
+    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: False)
     monkeypatch.setattr(IPython.display, "display", lambda *a, **k: published.append(k))
     monkeypatch.setattr(IPython.display, "update_display", lambda *a, **k: published.append(k))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=5)

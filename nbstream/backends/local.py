@@ -103,7 +103,7 @@ def check_prompt(prompt: Any) -> None:
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("the prompt is empty; pass some text")
-        _check_encodable(prompt, "the prompt")
+        check_encodable(prompt, "the prompt")
         return
     if isinstance(prompt, (list, tuple)):
         if not prompt:
@@ -125,7 +125,7 @@ def check_prompt(prompt: Any) -> None:
                 )
             if not isinstance(content, str):
                 raise TypeError(f"message {i} content must be a str, got {type(content).__name__}")
-            _check_encodable(content, f"message {i}")
+            check_encodable(content, f"message {i}")
         if not any(m["content"].strip() for m in prompt if m["role"] == "user"):
             raise ValueError("the messages hold no user text; add a non-empty user message")
         return
@@ -135,7 +135,7 @@ def check_prompt(prompt: Any) -> None:
     )
 
 
-def _check_encodable(text: str, what: str) -> None:
+def check_encodable(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -1,0 +1,68 @@
+"""Which notebook cell made which widget: re-running a cell closes (and stops) the widgets
+its previous execution made, as ipywidgets' own outputs would be replaced.
+
+Also the two facts about the kernel the widgets need: whether code runs in a Jupyter kernel
+at all, and which cell (and which execution of it) is running now.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Widgets by the cell that created them: cell id -> [(execution id, widget)].
+_by_cell: dict[str, list[tuple[str | None, weakref.ref[Any]]]] = {}
+_lock = threading.Lock()
+
+
+def cell_context() -> tuple[str | None, str | None]:
+    """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        kernel = getattr(shell, "kernel", None)
+        if kernel is None:
+            return None, None
+        parent = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else {}
+        cell_id = (parent.get("metadata") or {}).get("cellId")
+        msg_id = (parent.get("header") or {}).get("msg_id")
+        return cell_id, msg_id
+    except Exception:  # not in a kernel, or an older kernel: nothing to track
+        return None, None
+
+
+def in_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (not a terminal IPython or a script)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+def register(widget: Any) -> None:
+    """Note that the running cell made ``widget``; close what its earlier runs made."""
+    cell_id, msg_id = cell_context()
+    if cell_id is None:
+        return
+    with _lock:
+        entries = _by_cell.setdefault(cell_id, [])
+        stale = [ref() for mid, ref in entries if mid != msg_id]
+        entries[:] = [(mid, ref) for mid, ref in entries if mid == msg_id and ref() is not None]
+        entries.append((msg_id, weakref.ref(widget)))
+    for old in stale:
+        if old is not None and old is not widget:
+            logger.debug("closing a widget made by an earlier run of this cell")
+            old.close()
+
+
+def forget(widget: Any) -> None:
+    """Let ``widget`` outlive the cell that made it (a widget shared by many cells)."""
+    with _lock:
+        for entries in _by_cell.values():
+            entries[:] = [(mid, ref) for mid, ref in entries if ref() is not widget]
