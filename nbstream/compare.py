@@ -31,7 +31,7 @@ from ._display import (
 )
 from ._widget_base import PANEL_SETTINGS, TRAIT_OF_SETTING, VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
-from .settings import validate_settings
+from .settings import samples, validate_settings
 from .widget import StreamWidget
 
 logger = logging.getLogger(__name__)
@@ -100,11 +100,10 @@ def _named(where: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         clean = validate_settings(settings)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from None
-    if clean.get("temperature") == 0 and clean.get("do_sample") is True:
-        raise ValueError(
-            f"{where}: temperature=0 means greedy decoding, which contradicts do_sample=True; "
-            "set temperature above 0 or drop do_sample"
-        )
+    try:
+        samples(clean)  # contradicting settings, refused before any column runs
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     return clean
 
 
@@ -196,16 +195,12 @@ class _Column(StreamWidget):
         Unknown (a model without a generation config, such as an endpoint): True.
         """
         call = call or {}
-        temperature = self._setting("temperature", call)
-        do_sample = self._setting("do_sample", call)
-        if temperature == 0:
-            return False
-        if isinstance(do_sample, bool):
-            return do_sample
-        if temperature is not None:
-            return True
+        settings = {name: self._setting(name, call) for name in ("temperature", "do_sample")}
         default = self.settings_defaults.get("do_sample")
-        return default if isinstance(default, bool) else True
+        try:
+            return bool(samples(settings, default if isinstance(default, bool) else True))
+        except ValueError:  # contradicting settings: the run itself refuses them
+            return False
 
     def describe(self, call: Mapping[str, Any] | None = None, seed: int | None = None) -> str:
         """This column's label for a run given ``call``'s settings and using ``seed``."""

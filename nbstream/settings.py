@@ -147,6 +147,29 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
+def samples(settings: Mapping[str, Any], default: bool | None = None) -> bool | None:
+    """Whether a run with these (validated) settings samples: the one rule, used everywhere.
+
+    ``temperature=0`` is greedy; an explicit ``do_sample`` decides; any other temperature
+    samples; otherwise ``default`` (the model's own ``do_sample``, or None when unknown).
+    Raises ``ValueError`` for ``temperature=0`` with ``do_sample=True``, which contradict.
+    """
+    temperature = settings.get("temperature")
+    do_sample = settings.get("do_sample")
+    if temperature == 0:
+        if do_sample:
+            raise ValueError(
+                "temperature=0 means greedy decoding, which contradicts do_sample=True; "
+                "set temperature above 0 or drop do_sample"
+            )
+        return False
+    if isinstance(do_sample, bool):
+        return do_sample
+    if temperature is not None:
+        return True
+    return default
+
+
 def check_stop(value: Any) -> list[str]:
     """A list of stop strings, checked; raises with what to pass instead."""
     # A bare string is the likeliest mistake; iterating it would stop at every character.

@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS, check_stop
+from ..settings import DEFAULT_MAX_NEW_TOKENS, check_stop, samples
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture
 from .base import RunControl
@@ -234,19 +234,7 @@ class LocalBackend:
                 context,
             )
 
-        temperature = effective.get("temperature")
-        do_sample = effective.get("do_sample")
-        if temperature == 0:
-            if do_sample:
-                raise ValueError(
-                    "temperature=0 means greedy decoding, which contradicts do_sample=True; "
-                    "set temperature above 0 or drop do_sample"
-                )
-            do_sample = False
-        elif temperature is not None and do_sample is None:
-            do_sample = True
-        if do_sample is None:
-            do_sample = bool(getattr(config, "do_sample", False))
+        do_sample = bool(samples(effective, bool(getattr(config, "do_sample", False))))
         effective["do_sample"] = do_sample
 
         kwargs: dict[str, Any] = {

@@ -25,7 +25,7 @@ import traceback
 import urllib.parse
 from typing import Any
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS
+from ..settings import DEFAULT_MAX_NEW_TOKENS, samples
 from ..streaming import StopFilter, TextDecoder, TokenBuffer
 from .base import RunControl
 from .local import check_prompt
@@ -298,11 +298,7 @@ class Endpoint:
         effective.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         temperature = effective.get("temperature")
         do_sample = effective.get("do_sample")
-        if temperature == 0 and do_sample:
-            raise ValueError(
-                "temperature=0 means greedy decoding, which contradicts do_sample=True; "
-                "set temperature above 0 or drop do_sample"
-            )
+        samples(effective)  # the one check of contradicting settings, as for a local model
         if do_sample is False:
             temperature = 0.0
         if temperature is not None:
