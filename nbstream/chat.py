@@ -1,7 +1,7 @@
 """``ChatWidget``: a multi-turn chat in the notebook, streaming each answer like ``StreamWidget``.
 
 A conversation is a list of turns: a user message and the answer to it. ``history`` is what
-the next :meth:`ChatWidget.send` gives the model: the system message if any, then every
+the next :meth:`ChatWidget.generate` gives the model: the system message if any, then every
 turn whose answer completed (or whose partial answer the user kept), as alternating user
 and assistant messages. ``transcript`` is every turn shown, whatever its end state. Only
 the newest answer streams; its text reaches the views as deltas of the current run (as in
@@ -11,12 +11,12 @@ the newest answer streams; its text reaches the views as deltas of the current r
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-import ipywidgets
 import traitlets
 
 from ._display import chat_fallback_bundle
@@ -121,7 +121,7 @@ def _parse_history(messages: Any) -> tuple[str | None, list[tuple[str, str]]]:
     if pending is not None:
         raise ValueError(
             "the history ends with a user message that has no answer; end it with the "
-            "assistant's answer (chat.send(text) adds the next user message)"
+            "assistant's answer (chat.generate(text) adds the next user message)"
         )
     return system, pairs
 
@@ -131,8 +131,8 @@ class ChatWidget(RunWidget):
 
     ``ChatWidget()`` uses the embedded default model; ``ChatWidget(model, tokenizer,
     system=None, **settings)`` any loaded causal LM with a chat template (settings as in
-    :func:`nbstream.stream`). ``send``, ``wait``, ``stop`` and ``on_complete`` behave like
-    the ``StreamWidget``'s ``generate``, ``wait``, ``stop`` and ``on_complete``.
+    :func:`nbstream.stream`). ``generate``, ``wait``, ``stop`` and ``on_complete`` behave as
+    on ``StreamWidget``; ``generate(text)`` takes the user message instead of a prompt.
 
     A stopped or failed answer stays in the transcript, marked, and is left out of the
     ``history`` the model sees next unless it is kept (:meth:`keep_partial`, or the "Keep
@@ -143,15 +143,14 @@ class ChatWidget(RunWidget):
         >>> import nbstream
         >>> chat = nbstream.ChatWidget(system="Answer briefly.", max_new_tokens=64)
         >>> chat                                # display it
-        >>> chat.send("Name two colors.")
+        >>> chat.generate("Name two colors.")
         >>> chat.wait()                         # the answer, if it completed
-        >>> chat.send("And two more?")          # the model sees the first turn too
-        >>> chat.history                        # exactly what the next send gives the model
+        >>> chat.generate("And two more?")      # the model sees the first turn too
+        >>> chat.history                        # exactly what the next generate gives the model
     """
 
     _esm = _STATIC / "chat.js"
     _css = _STATIC / "chat.css"
-    _start_name = "send"
 
     # -- internal synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
     #: The transcript as the views show it, set when a turn starts or ends (never per
@@ -161,7 +160,7 @@ class ChatWidget(RunWidget):
     # -- public synced state ------------------------------------------------------------------
     #: The system message sent first (None: the chat template's default, if any). A setting
     #: like the others: the settings panel edits it, and an invalid one (an empty message)
-    #: is reported in ``settings_errors`` and refused by the next send. It cannot change
+    #: is reported in ``settings_errors`` and refused by the next answer. It cannot change
     #: while an answer is being generated (RuntimeError).
     system = traitlets.Any(None, allow_none=True).tag(sync=True)
 
@@ -174,8 +173,8 @@ class ChatWidget(RunWidget):
         self.system = system
 
     # -- Python API ---------------------------------------------------------------------------
-    def send(self, text: str, **settings: Any) -> Generation:
-        """Send a user message; its answer streams into a new message. Returns the run.
+    def generate(self, text: str, **settings: Any) -> Generation:
+        """Add a user message; its answer streams into a new message. Returns the run.
 
         The model gets ``history`` plus this message. ``settings`` override the widget's for
         this answer. Raises ``RuntimeError`` while an answer is queued or running, and
@@ -184,8 +183,30 @@ class ChatWidget(RunWidget):
         """
         return self._send_turn(text, settings, replace_last=False)
 
+    @overload
+    def send(self, content: str, buffers: None = None, **settings: Any) -> Generation: ...
+    @overload
+    def send(self, content: Any, buffers: Any = None) -> None: ...
+    def send(self, content: Any, buffers: Any = None, **settings: Any) -> Generation | None:
+        """ipywidgets' ``Widget.send(content, buffers)``: a custom message to the views.
+
+        Deprecated as a chat turn: ``send(text)`` with a string still starts one, with a
+        ``DeprecationWarning``; use :meth:`generate`.
+        """
+        if isinstance(content, str):
+            warnings.warn(
+                "ChatWidget.send(text) is now ChatWidget.generate(text)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.generate(content, **settings)
+        if settings:
+            raise TypeError(f"send() got an unexpected keyword argument {next(iter(settings))!r}")
+        super().send(content, buffers)
+        return None
+
     def edit_last(self, text: str, **settings: Any) -> Generation:
-        """Replace the last user message (and its answer) by ``text``, and send it."""
+        """Replace the last user message (and its answer) by ``text``, and answer it."""
         return self._send_turn(text, settings, replace_last=True)
 
     def regenerate(self, **settings: Any) -> Generation:
@@ -231,7 +252,7 @@ class ChatWidget(RunWidget):
 
     @property
     def history(self) -> list[dict[str, str]]:
-        """What the next :meth:`send` gives the model (before its own user message).
+        """What the next :meth:`generate` gives the model (before its own user message).
 
         The system message if any, then the user message and answer of every turn that
         completed or whose partial answer was kept, as ``{"role", "content"}`` dicts.
@@ -257,7 +278,7 @@ class ChatWidget(RunWidget):
 
         User messages are ``{"role": "user", "content", "in_history"}``; answers add
         ``"status"`` (``queued``, ``running``, ``complete``, ``failed``, ``cancelled``) and
-        ``"kept"``. ``in_history`` says whether the next :meth:`send` gives it to the model.
+        ``"kept"``. ``in_history`` says whether the next :meth:`generate` gives it to the model.
         """
         with self._lock:
             turns = list(self._turns)
@@ -298,10 +319,6 @@ class ChatWidget(RunWidget):
             return str(exc)
         return None
 
-    def _send_msg(self, content: dict[str, Any]) -> None:
-        # send() is a chat turn here: custom messages go through ipywidgets' own send.
-        ipywidgets.Widget.send(self, content)
-
     def _history_of(self, turns: list[_Turn]) -> list[dict[str, str]]:
         system = self.system
         history = [] if system is None else [{"role": "system", "content": system}]
@@ -319,7 +336,7 @@ class ChatWidget(RunWidget):
             turns = self._turns
             if replace_last:
                 if not turns:
-                    raise ValueError("there is no message to edit yet; use send(text)")
+                    raise ValueError("there is no message to edit yet; use generate(text)")
                 turns = turns[:-1]
             messages = [*self._history_of(turns), {"role": "user", "content": text}]
             try:
@@ -407,7 +424,7 @@ class ChatWidget(RunWidget):
             return
         text: Any = content.get("text")
         if kind == "send":
-            self._report_input_error(lambda: self.send(text))
+            self._report_input_error(lambda: self.generate(text))
         elif kind == "edit_last":
             self._report_input_error(lambda: self.edit_last(text))
         else:

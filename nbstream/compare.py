@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,7 @@ def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> s
 
 def _draw_seed() -> int:
     # As the engine draws a sampled run's seed: from torch's global generator (so
-    # torch.manual_seed(n) before run() still decides it), below 2**32 (exact in JSON).
+    # torch.manual_seed(n) before generate() still decides it), below 2**32 (exact in JSON).
     from .backends.local import draw_seed
 
     return draw_seed()
@@ -235,12 +236,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     dict. Every setting is checked before anything is created.
 
     ``cw.columns`` are the columns, each a ``StreamWidget`` (``status``, ``result``,
-    ``record``, ``stop()``, ``wait()``, the teaching views); ``cw.run()`` starts them all,
+    ``record``, ``stop()``, ``wait()``, the teaching views); ``cw.generate()`` starts them all,
     ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
     one after the other, in order: a column waiting for the model is ``queued``.
 
     ``same_seed=True`` (the **Same seed** checkbox) gives every sampled column the same
-    seed: ``seed=`` if given, else one drawn at each ``run()``; greedy columns, and columns
+    seed: ``seed=`` if given, else one drawn at each ``generate()``; greedy columns, and columns
     whose own settings give a seed, keep theirs. Each column's ``record`` says exactly what
     produced it, seed included (a shared seed is ``"given"`` there: the comparison gave it;
     ``cw.shared_seed`` is the last one).
@@ -254,7 +255,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         ...     max_new_tokens=40, same_seed=True,
         ... )
         >>> cw                      # display it: the shared prompt, Run all, Stop all, columns
-        >>> runs = cw.run()
+        >>> runs = cw.generate()
         >>> texts = cw.wait()       # each column's result: its text, or None if not complete
         >>> [column.record["seed"] for column in cw.columns]
     """
@@ -305,9 +306,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._shared_seed: int | None = seed
         # True until the widget is complete (and again once closed): close() does nothing.
         self._closing = True
-        # Serializes run() (stop() takes no lock: stopping twice is harmless). Never held
+        # Serializes generate() (stop() takes no lock: stopping twice is harmless). Never held
         # while a column's traits change (their observers take _view_lock), so a column
-        # ending during run() cannot deadlock it.
+        # ending during generate() cannot deadlock it.
         self._run_lock = threading.Lock()
         self._view_lock = threading.RLock()
         self._display_id: str | None = None
@@ -387,7 +388,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def seed(self) -> int | None:
-        """The shared seed given (None: one is drawn at each ``run()`` while ``same_seed``)."""
+        """The shared seed given (None: one is drawn at each ``generate()`` while ``same_seed``)."""
         return self._seed
 
     @seed.setter
@@ -399,7 +400,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def shared_seed(self) -> int | None:
-        """The seed the last ``run()`` gave the sampled columns; None without same seed."""
+        """The seed the last ``generate()`` gave the sampled columns; None without same seed."""
         return self._shared_seed if self.same_seed else None
 
     @property
@@ -417,8 +418,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """Each column's record (None for a column whose run has not ended)."""
         return [column.record for column in self._columns]
 
-    def run(self, prompt: str | None = None) -> list[Generation]:
+    def generate(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
         """Start every column on the prompt (default: the prompt box); return their runs.
+
+        ``settings`` override every column's own for these runs (as keyword settings of
+        ``StreamWidget.generate``), and are checked before anything starts.
 
         The runs start left to right; on a shared model they run in that order, each
         waiting ``queued`` for the one before. Raises ``RuntimeError`` if a column is still
@@ -427,12 +431,16 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         fail to start (its model refuses the prompt), the columns already started are
         stopped and the error names the column.
         """
+        if settings:
+            _named("the settings given to generate()", settings)
         with self._run_lock:
             if prompt is not None:
                 self.prompt = prompt
             text = self.prompt
             if not text.strip():
-                raise ValueError("the prompt is empty; type one in the box or pass it to run()")
+                raise ValueError(
+                    "the prompt is empty; type one in the box or pass it to generate()"
+                )
             busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]
             if busy:
                 raise RuntimeError(
@@ -447,7 +455,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             runs: list[Generation] = []
             try:
                 for column in self._columns:
-                    runs.append(column.generate(text))
+                    runs.append(column.generate(text, **settings))
             except BaseException as exc:
                 # All or nothing: a column that cannot start stops those already started.
                 for run in reversed(runs):
@@ -458,6 +466,13 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 raise
             self._header.input_error = ""
             return runs
+
+    def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
+        """Deprecated: :meth:`generate` (warns ``DeprecationWarning``)."""
+        warnings.warn(
+            "CompareWidget.run() is now CompareWidget.generate()", DeprecationWarning, stacklevel=2
+        )
+        return self.generate(prompt, **settings)
 
     def wait(self, timeout: float | None = None) -> list[str | None]:
         """Wait until every column's run has ended; return each column's ``result``.
@@ -471,7 +486,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """
         started = [(column, column.run) for column in self._columns if column.run is not None]
         if not started:
-            raise RuntimeError("nothing to wait for: call run() first")
+            raise RuntimeError("nothing to wait for: call generate() first")
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for column, run in started:
@@ -582,7 +597,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             if isinstance(same_seed, bool) and same_seed != self.same_seed:
                 self.same_seed = same_seed
             try:
-                self.run(prompt if isinstance(prompt, str) else None)
+                self.generate(prompt if isinstance(prompt, str) else None)
             except (TypeError, ValueError, RuntimeError) as exc:
                 self._header.input_error = str(exc)
 

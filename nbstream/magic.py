@@ -318,7 +318,7 @@ class NbstreamMagics(Magics):
             if args.system is not None and args.system != chat.system:
                 chat.system = args.system
             # A chat message is the cell's text, without the cell's trailing newline.
-            chat.send(text.rstrip(), **settings)
+            chat.generate(text.rstrip(), **settings)
         except (TypeError, ValueError, RuntimeError) as exc:  # checked before any thread
             raise UsageError(f"%%nbstream --chat: {exc}; nothing was started") from None
         if args.name is not None and self.shell is not None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
+import ipywidgets
 import pytest
 
 import nbstream
@@ -33,7 +35,7 @@ def assistant(text: str) -> dict[str, str]:
 
 def stopped_turn(chat: nbstream.ChatWidget, text: str) -> nbstream.Generation:
     """Send ``text`` with a long answer and stop it once some text is out."""
-    run = chat.send(text, max_new_tokens=8000)
+    run = chat.generate(text, max_new_tokens=8000)
     while not run.partial_text:
         time.sleep(0.01)
     chat.stop()
@@ -51,17 +53,17 @@ def chat(tiny_line, no_leftover_runs):
 
 
 # -- the history is what the model gets --------------------------------------------------------
-def test_history_is_exactly_what_the_next_send_gives_the_model(chat):
+def test_history_is_exactly_what_the_next_generate_gives_the_model(chat):
     assert chat.history == [{"role": "system", "content": "Be brief."}]
     before = chat.history
-    first = chat.send("Hello")
+    first = chat.generate("Hello")
     assert first.prompt == [*before, user("Hello")]
     answer = chat.wait()
     assert chat.result == answer and chat.status == "complete"
     assert chat.history == [*before, user("Hello"), assistant(answer)]
 
     before = chat.history
-    second = chat.send("And more?")
+    second = chat.generate("And more?")
     second_answer = chat.wait()
     assert second.prompt == [*before, user("And more?")]
     assert second.record["prompt"] == second.prompt  # the record says the same
@@ -78,7 +80,7 @@ def test_history_is_exactly_what_the_next_send_gives_the_model(chat):
 
 def test_without_a_system_message_the_history_starts_with_the_user(tiny_line, no_leftover_runs):
     chat = nbstream.ChatWidget(*tiny_line, max_new_tokens=3)
-    run = chat.send("Hi")
+    run = chat.generate("Hi")
     text = chat.wait()
     assert run.prompt == [user("Hi")]
     assert chat.history == [user("Hi"), assistant(text)]
@@ -86,7 +88,7 @@ def test_without_a_system_message_the_history_starts_with_the_user(tiny_line, no
 
 
 def test_cancelled_turn_is_shown_but_kept_out_of_the_history(chat):
-    chat.send("Hello")
+    chat.generate("Hello")
     answer = chat.wait()
     before = chat.history
     run = stopped_turn(chat, "Tell me a long story")
@@ -105,7 +107,7 @@ def test_cancelled_turn_is_shown_but_kept_out_of_the_history(chat):
             "in_history": False,
         },
     ]
-    nxt = chat.send("Something else")
+    nxt = chat.generate("Something else")
     chat.wait()
     assert nxt.prompt == [*before, user("Something else")]
     assert "Tell me a long story" not in nxt.prompt_text  # the model never saw that turn
@@ -119,7 +121,7 @@ def test_keep_partial_puts_the_stopped_turn_in_the_history(chat):
     assert chat.history == [*before, user("Tell me a long story"), assistant(run.partial_text)]
     assert chat.transcript[-1]["kept"] and chat.transcript[-1]["in_history"]
     assert chat.transcript[-1]["status"] == "cancelled"  # still marked as what it was
-    nxt = chat.send("Go on")
+    nxt = chat.generate("Go on")
     chat.wait()
     assert nxt.prompt == [*before, user("Tell me a long story"), assistant(run.partial_text),
                           user("Go on")]  # fmt: skip
@@ -128,7 +130,7 @@ def test_keep_partial_puts_the_stopped_turn_in_the_history(chat):
 def test_keep_partial_refuses_what_is_not_a_partial_answer(chat):
     with pytest.raises(ValueError, match="no turn"):
         chat.keep_partial()
-    chat.send("Hello")
+    chat.generate("Hello")
     chat.wait()
     with pytest.raises(ValueError, match="complete; only a cancelled or failed"):
         chat.keep_partial()
@@ -141,7 +143,7 @@ def test_failed_turn_is_marked_and_kept_out_unless_kept(tiny, no_leftover_runs, 
     chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=40)
     p = probe(model)
     p.fail_at, p.error = 4, RuntimeError("injected fault at step 4")
-    run = chat.send("Hello")
+    run = chat.generate("Hello")
     with pytest.raises(nbstream.GenerationFailed):
         chat.wait()
     p.remove()
@@ -160,9 +162,9 @@ def test_failed_turn_is_marked_and_kept_out_unless_kept(tiny, no_leftover_runs, 
 
 # -- clear, edit, regenerate, seed --------------------------------------------------------------
 def test_clear_stops_the_answer_and_empties_the_chat(chat):
-    chat.send("Hello")
+    chat.generate("Hello")
     chat.wait()
-    run = chat.send("Tell me a long story", max_new_tokens=8000)
+    run = chat.generate("Tell me a long story", max_new_tokens=8000)
     while not run.partial_text:
         time.sleep(0.01)
     chat.clear()
@@ -170,13 +172,13 @@ def test_clear_stops_the_answer_and_empties_the_chat(chat):
     assert chat.transcript == [] and chat._messages == []
     assert chat.history == [{"role": "system", "content": "Be brief."}]  # the system stays
     assert chat.status == "idle" and chat.run is None and chat.result is None
-    nxt = chat.send("Fresh start")
+    nxt = chat.generate("Fresh start")
     chat.wait()
     assert nxt.prompt == [{"role": "system", "content": "Be brief."}, user("Fresh start")]
 
 
 def test_edit_last_replaces_the_last_turn(chat):
-    chat.send("Hello")
+    chat.generate("Hello")
     first = chat.wait()
     before = chat.history
     stopped_turn(chat, "Tell me a story")
@@ -192,10 +194,10 @@ def test_edit_last_replaces_the_last_turn(chat):
 
 
 def test_regenerate_answers_the_last_message_again(chat):
-    chat.send("Hello")
+    chat.generate("Hello")
     chat.wait()
     before = chat.history
-    chat.send("Name a color")
+    chat.generate("Name a color")
     old = chat.wait()
     run = chat.regenerate(max_new_tokens=4)
     new = chat.wait()
@@ -226,13 +228,13 @@ def test_seeded_history_is_what_the_model_gets(chat):
     assert chat.history == seed and chat.system == "You are a pirate."
     assert [m.get("status") for m in chat.transcript] == [None, "complete", None, "complete"]
     assert chat.status == "idle" and chat.result is None
-    run = chat.send("And the ship?")
+    run = chat.generate("And the ship?")
     chat.wait()
     assert run.prompt == [*seed, user("And the ship?")]
     assert "Arr, hello!" in run.prompt_text
     chat.history = [user("Only this"), assistant("ok")]  # no system message: none is sent
     assert chat.system is None
-    run = chat.send("Next")
+    run = chat.generate("Next")
     chat.wait()
     assert run.prompt == [user("Only this"), assistant("ok"), user("Next")]
     chat.history = []
@@ -264,22 +266,22 @@ def test_bad_history_is_rejected_and_changes_nothing(chat, history, error, match
 
 
 def test_history_and_system_cannot_change_while_answering(chat):
-    chat.send("Tell me a long story", max_new_tokens=8000)
+    chat.generate("Tell me a long story", max_new_tokens=8000)
     with pytest.raises(RuntimeError, match="answering"):
         chat.history = []
     with pytest.raises(RuntimeError, match="answering"):
         chat.system = "Be long."
     with pytest.raises(RuntimeError, match="in progress"):
-        chat.send("Another")
+        chat.generate("Another")
     chat.stop()
 
 
 def test_bad_messages_start_nothing(chat):
     for bad, error in (("", ValueError), ("   ", ValueError), (3, TypeError)):
         with pytest.raises(error):
-            chat.send(bad)
+            chat.generate(bad)
     with pytest.raises(TypeError, match="allowed settings"):
-        chat.send("Hi", max_tokens=3)
+        chat.generate("Hi", max_tokens=3)
     assert chat.run is None and chat.transcript == []
 
 
@@ -288,7 +290,7 @@ def test_a_conversation_over_the_context_is_an_error_before_generation(chat):
     chat.history = long_turn
     runs_before = {t for t in threading.enumerate() if t.name.startswith("nbstream-run-")}
     with pytest.raises(ContextLengthError, match="conversation is too long") as info:
-        chat.send("And now?")
+        chat.generate("And now?")
     assert isinstance(info.value, ValueError)
     assert "8192" in str(info.value) and "Clear the chat" in str(info.value)
     assert info.value.context == 8192 and info.value.prompt_tokens > 8192
@@ -300,7 +302,7 @@ def test_a_conversation_over_the_context_is_an_error_before_generation(chat):
     assert chat.run is None and chat.run_id == 1  # one bump: the history was set
     # A shorter conversation fits again.
     chat.history = [user("Hi"), assistant("ok")]
-    chat.send("And now?")
+    chat.generate("And now?")
     chat.wait()
     assert chat.status == "complete"
 
@@ -313,7 +315,11 @@ class Recorder:
         self.messages: list[dict] = []
         self.states: list[object] = []
         original = w.send_state
-        w._send_msg = self.messages.append
+
+        def send(content, buffers=None):
+            self.messages.append(content)
+
+        w.send = send
 
         def send_state(key=None):
             self.states.append(key)
@@ -327,7 +333,7 @@ def test_the_newest_answer_streams_as_deltas_and_the_transcript_changes_per_turn
 ):
     chat = nbstream.ChatWidget(*tiny_line, max_new_tokens=300)
     rec = Recorder(chat)
-    chat.send("Hello")
+    chat.generate("Hello")
     text = chat.wait()
     wait_threads()
     deltas = [m for m in rec.messages if m["type"] == "delta"]
@@ -358,7 +364,7 @@ def test_the_newest_answer_streams_as_deltas_and_the_transcript_changes_per_turn
 def test_answer_in_progress_is_never_in_the_transcript_trait(tiny_line, no_leftover_runs):
     chat = nbstream.ChatWidget(*tiny_line, max_new_tokens=8000)
     rec = Recorder(chat)
-    run = chat.send("Hello")
+    run = chat.generate("Hello")
     while len(run.partial_text) < 50:
         time.sleep(0.01)
     assert chat._messages[-1]["content"] == "" and chat._messages[-1]["status"] in (
@@ -410,7 +416,7 @@ def test_view_requests_drive_the_chat(chat):
 def test_on_complete_only_after_complete_answers(chat):
     seen: list[str] = []
     chat.on_complete(seen.append)
-    chat.send("Hello")
+    chat.generate("Hello")
     text = chat.wait()
     wait_threads()
     stopped_turn(chat, "Long")
@@ -421,7 +427,7 @@ def test_on_complete_only_after_complete_answers(chat):
 def test_saved_output_shows_every_turn_and_marks_partial_answers(chat):
     data, _ = chat._repr_mimebundle_()
     assert data["text/plain"] == "nbstream chat · no messages yet"
-    chat.send("Hello")
+    chat.generate("Hello")
     answer = chat.wait()
     run = stopped_turn(chat, "Tell me a story")
     wait_threads()
@@ -441,7 +447,7 @@ def test_rerunning_the_cell_closes_the_old_chat(tiny_line, no_leftover_runs, mon
     context = {"value": ("cell-1", "exec-1")}
     monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
     old = nbstream.ChatWidget(*tiny_line, max_new_tokens=8000)
-    run = old.send("Hello")
+    run = old.generate("Hello")
     context["value"] = ("cell-1", "exec-2")
     new = nbstream.ChatWidget(*tiny_line)
     assert run.join(10) and run.status == "cancelled"
@@ -461,18 +467,46 @@ def test_system_and_settings_are_traits_checked_like_the_rest(tiny_line, no_left
     chat._on_view_message("send", {"type": "send", "text": "Hello"})
     assert chat.run is None and chat.transcript == [] and "system message" in chat.input_error
     with pytest.raises(ValueError, match="seed must be >= 0"):
-        chat.send("Hello", seed=None)
+        chat.generate("Hello", seed=None)
     chat.set_state({"system": "Be kind.", "seed": 7, "temperature": 0.8})
     assert chat.settings_errors == {}
-    run = chat.send("Hello")
+    run = chat.generate("Hello")
     chat.wait()
     assert run.prompt[0] == {"role": "system", "content": "Be kind."}
     assert run.settings["seed"] == 7 and run.settings["temperature"] == 0.8
     # The prompt view: the whole conversation as templated.
-    run = chat.send("And again?", max_new_tokens=2)
+    run = chat.generate("And again?", max_new_tokens=2)
     chat.wait()
     assert chat.prompt_text == run.prompt_text and chat.prompt_tokens == run.prompt_tokens
     text = chat.prompt_text
     assert text.count("<|im_start|>user") == 2 and "<|im_start|>system\nBe kind." in text
     chat.clear()
     assert chat.prompt_text is None and chat.prompt_tokens is None
+
+
+# -- the old name: ChatWidget.send ---------------------------------------------------------------
+def test_send_with_text_is_a_deprecated_generate(chat):
+    with pytest.warns(
+        DeprecationWarning, match=r"ChatWidget\.send\(text\) is now ChatWidget\.generate\(text\)"
+    ):
+        run = chat.send("Hello", max_new_tokens=3)
+    assert chat.run is run
+    chat.wait()
+    assert run.settings["max_new_tokens"] == 3
+    assert chat.history[-2:] == [user("Hello"), assistant(run.result)]
+
+
+def test_send_with_anything_else_is_ipywidgets_send(chat):
+    sent = []
+    chat.comm.send = lambda data=None, metadata=None, buffers=None: sent.append((data, buffers))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DeprecationWarning: this is not the old turn
+        assert chat.send({"type": "ping"}) is None
+        chat.send({"type": "ping"}, [b"1"])
+    ipywidgets.Widget.send(chat, {"type": "ping"})
+    ipywidgets.Widget.send(chat, {"type": "ping"}, [b"1"])
+    assert sent[0] == ({"method": "custom", "content": {"type": "ping"}}, None)
+    assert sent[:2] == sent[2:]  # exactly what ipywidgets' own send does
+    assert chat.run is None and chat.transcript == []  # not a turn
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_new_tokens'"):
+        chat.send({"type": "ping"}, max_new_tokens=3)

@@ -108,7 +108,7 @@ def test_a_failed_constructor_leaves_nothing_to_close(line, monkeypatch):
     assert caught == []
 
 
-# -- columns, run, wait ---------------------------------------------------------------------------
+# -- columns, generate, wait ----------------------------------------------------------------------
 def test_columns_are_stream_widgets_with_their_settings_and_labels(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=12)
     columns = cw.columns
@@ -130,7 +130,7 @@ def test_columns_are_stream_widgets_with_their_settings_and_labels(line):
     header, row = cw.children
     assert header is cw._header and list(row.children) == columns
     assert header.summary == "3 columns · not run yet"
-    with pytest.raises(RuntimeError, match=r"call run\(\) first"):
+    with pytest.raises(RuntimeError, match=r"call generate\(\) first"):
         cw.wait()
 
 
@@ -138,17 +138,17 @@ def test_a_columns_own_settings_win_over_the_keyword_settings(line):
     cw = nbstream.CompareWidget(
         *line, "Hello", settings=[{"temperature": 0}, {"max_new_tokens": 4}], max_new_tokens=9
     )
-    cw.run()
+    cw.generate()
     cw.wait(60)
     assert [c.metrics["tokens"] for c in cw.columns] == [9, 4]
     assert [c.record["settings"]["max_new_tokens"] for c in cw.columns] == [9, 4]
     assert cw.columns[1].label == "max new tokens 4"
 
 
-def test_run_starts_every_column_and_wait_returns_their_results(line, greedy):
+def test_generate_starts_every_column_and_wait_returns_their_results(line, greedy):
     model, tokenizer = line
     cw = nbstream.CompareWidget(model, tokenizer, "Hello there", settings=THREE, max_new_tokens=20)
-    runs = cw.run()
+    runs = cw.generate()
     assert [c.run for c in cw.columns] == runs
     assert cw.statuses[0] in ("running", "complete")
     results = cw.wait(60)
@@ -178,7 +178,7 @@ def test_runs_on_a_shared_model_queue_in_order_and_never_interleave(line, probe)
     model, tokenizer = line
     p = probe(model)
     cw = nbstream.CompareWidget(model, tokenizer, "Hello", settings=THREE, max_new_tokens=40)
-    runs = cw.run()
+    runs = cw.generate()
     assert cw.statuses[1:] == ["queued", "queued"]
     assert cw._header.summary.startswith("3 columns · 1 running, 2 queued")
     cw.wait(60)
@@ -198,7 +198,7 @@ def test_one_column_stopped_while_the_others_complete(line):
     # The first two would run long; the third is short.
     settings = [*THREE[:2], {**THREE[2], "max_new_tokens": 30}]
     cw = nbstream.CompareWidget(*line, "Hello", settings=settings, max_new_tokens=3000)
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text, what="text in the first column")
     assert cw.columns[0].stop() is True
     # The second column gets the model; stop it from its own view (its Stop button).
@@ -217,7 +217,7 @@ def test_a_queued_column_stopped_never_runs(line, probe):
     p = probe(line[0])
     p.hold()  # the first column holds the model until released, however fast the machine
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=200)
-    runs = cw.run()
+    runs = cw.generate()
     assert runs[1].status == "queued"
     assert cw.columns[1].stop() is True
     p.release()
@@ -231,7 +231,7 @@ def test_stop_all_withdraws_queued_columns_and_stops_the_running_one(line, probe
     model, tokenizer = line
     p = probe(model)
     cw = nbstream.CompareWidget(model, tokenizer, "Hello", settings=THREE, max_new_tokens=5000)
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text, what="text in the first column")
     if how == "method":
         assert cw.stop() is True
@@ -248,7 +248,7 @@ def test_stop_all_withdraws_queued_columns_and_stops_the_running_one(line, probe
 
 def test_wait_timeout_bounds_the_whole_wait_and_the_runs_go_on(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
-    runs = cw.run()
+    runs = cw.generate()
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"still running after 0.3 s \(running, queued"):
         cw.wait(0.3)
@@ -260,7 +260,7 @@ def test_wait_timeout_bounds_the_whole_wait_and_the_runs_go_on(line):
 
 def test_an_interrupt_during_wait_stops_every_column(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text)
     main = threading.main_thread()
     # What the kernel's interrupt button does: SIGINT to the main thread.
@@ -292,24 +292,49 @@ def test_run_all_from_the_header(line):
     cw.wait(60)
     assert [c.run for c in cw.columns] == first and [c.run_id for c in cw.columns] == [1, 1]
     with pytest.raises(ValueError, match="prompt is empty"):
-        cw.run("")
+        cw.generate("")
 
 
-def test_run_while_a_column_runs_starts_nothing(line):
+def test_generate_while_a_column_runs_starts_nothing(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=3000)
     cw.columns[1].generate()  # the second column alone
     with pytest.raises(RuntimeError, match="column 2 still has a run in progress"):
-        cw.run()
+        cw.generate()
     assert cw.columns[0].run is None
     cw.stop()
 
 
-def test_a_column_with_a_bad_setting_stops_run_before_anything_starts(line):
+def test_a_column_with_a_bad_setting_stops_generate_before_anything_starts(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)
     cw.columns[1].temperature = -2  # as from its settings panel
     with pytest.raises(ValueError, match="column 2: fix its settings first: temperature"):
-        cw.run()
+        cw.generate()
     assert [c.run for c in cw.columns] == [None, None]
+
+
+def test_generate_settings_apply_to_every_column_for_that_run(line):
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)
+    with pytest.raises(TypeError, match="the settings given to generate"):
+        cw.generate(max_tokens=3)  # checked before anything starts
+    assert [c.run for c in cw.columns] == [None, None]
+    runs = cw.generate(max_new_tokens=3)
+    cw.wait(60)
+    assert [run.metrics["tokens"] for run in runs] == [3, 3]
+    assert [r["settings"]["temperature"] for r in cw.records] == [None, 0.7]  # theirs kept
+    cw.generate()
+    cw.wait(60)
+    assert [c.metrics["tokens"] for c in cw.columns] == [5, 5]  # for that run only
+
+
+def test_run_is_a_deprecated_generate(line):
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=3)
+    with pytest.warns(
+        DeprecationWarning, match=r"CompareWidget\.run\(\) is now CompareWidget\.generate\(\)"
+    ):
+        runs = cw.run("Hi", max_new_tokens=2)
+    assert [c.run for c in cw.columns] == runs
+    cw.wait(60)
+    assert cw.prompt == "Hi" and [c.metrics["tokens"] for c in cw.columns] == [2, 2]
 
 
 def test_the_prompt_is_shared_both_ways(line):
@@ -319,7 +344,7 @@ def test_the_prompt_is_shared_both_ways(line):
     assert [c.prompt for c in cw.columns] == ["typed in the page"] * 2
     cw.prompt = "from code"
     assert cw._header.prompt == "from code" and cw.columns[0].prompt == "from code"
-    cw.run()
+    cw.generate()
     cw.wait(60)
     assert [r["prompt"] for r in cw.records] == ["from code"] * 2
     with pytest.raises(TypeError):
@@ -335,9 +360,9 @@ def test_same_seed_given_makes_sampled_columns_reproducible(line):
     ]
     cw = nbstream.CompareWidget(*line, "Hello", settings=settings, max_new_tokens=30, seed=1234)
     assert cw.same_seed is True and cw._header.same_seed is True  # seed= implies it
-    cw.run()
+    cw.generate()
     first = cw.wait(60)
-    cw.run()
+    cw.generate()
     second = cw.wait(60)
     assert first == second
     # One seed for the sampled columns: the same settings sample the same text.
@@ -353,18 +378,18 @@ def test_same_seed_drawn_once_per_run_and_recorded(line):
     cw = nbstream.CompareWidget(
         model, tokenizer, "Hello", settings=THREE, max_new_tokens=20, same_seed=True
     )
-    cw.run()
+    cw.generate()
     first = cw.wait(60)
     seed = cw.shared_seed
     assert isinstance(seed, int)
     assert [r["seed"] for r in cw.records] == [None, seed, seed]
-    cw.run()
+    cw.generate()
     cw.wait(60)
     assert cw.shared_seed != seed  # a new one each run
     assert [r["seed"] for r in cw.records] == [None, cw.shared_seed, cw.shared_seed]
     # The first run's seed, given, reproduces its sampled columns.
     cw.seed = seed
-    cw.run()
+    cw.generate()
     assert cw.wait(60) == first
 
 
@@ -373,7 +398,7 @@ def test_same_seed_checkbox_from_the_page(line):
     assert cw.same_seed is False
     cw._header.same_seed = True  # the checkbox ticked
     assert cw.same_seed is True
-    cw.run()
+    cw.generate()
     cw.wait(60)
     seeds = [r["seed"] for r in cw.records]
     assert seeds[0] is None and seeds[1] == seeds[2] == cw.shared_seed
@@ -396,7 +421,7 @@ def test_run_all_carries_the_checkbox_ahead_of_its_state_update(line):
 def test_a_columns_own_run_uses_the_shared_seed_and_its_own_seed_wins(line):
     settings = [{"temperature": 0.9}, {"temperature": 0.9, "seed": 7}]
     cw = nbstream.CompareWidget(*line, "Hello", settings=settings, max_new_tokens=15, seed=99)
-    cw.run()
+    cw.generate()
     texts = cw.wait(60)
     assert [r["seed"] for r in cw.records] == [99, 7]
     column = cw.columns[0]
@@ -435,7 +460,7 @@ def test_fallback_of_a_comparison_that_never_ran(line):
 def test_fallback_lists_each_columns_label_state_and_text(line):
     settings = [THREE[0], *({**s, "max_new_tokens": 20} for s in THREE[1:])]
     cw = nbstream.CompareWidget(*line, "Hello", settings=settings, max_new_tokens=3000, seed=5)
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text)
     cw.columns[0].stop()
     cw.wait(120)
@@ -481,7 +506,7 @@ def test_displayed_comparison_rewrites_its_saved_output_as_columns_change(line, 
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)
     cw._ipython_display_()
-    cw.run()
+    cw.generate()
     cw.wait(60)
     assert views == [cw.model_id]  # the live view: shown once, never rewritten
     assert published[0] == ("display", "nbstream compare · 2 columns · not run yet")
@@ -496,7 +521,7 @@ def test_a_closed_comparison_shows_its_fallback(line, monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda data, **k: shown.append(data))
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=3)
-    cw.run()
+    cw.generate()
     cw.wait(60)
     cw.close()
     cw._ipython_display_()
@@ -507,7 +532,7 @@ def test_a_closed_comparison_shows_its_fallback(line, monkeypatch):
 # -- closing ---------------------------------------------------------------------------------------
 def test_close_stops_and_closes_columns_header_and_container(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text)
     cw.close()
     assert all(run.wait_done(30) for run in runs)
@@ -522,7 +547,7 @@ def test_rerunning_the_cell_closes_the_earlier_comparison(line, monkeypatch):
     context = {"value": ("cell-1", "exec-1")}
     monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
     first = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
-    runs = first.run()
+    runs = first.generate()
     context["value"] = ("cell-1", "exec-2")  # the cell runs again
     second = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5)
     assert all(run.wait_done(30) for run in runs)
@@ -538,7 +563,7 @@ def test_cleared_output_closes_the_comparison(line):
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5000)
     for i, column in enumerate(cw.columns):
         column._handle_message(column, {"type": "sync", "view": f"v{i}", "page": "p"}, [])
-    runs = cw.run()
+    runs = cw.generate()
     wait_until(lambda: runs[0].partial_text)
     first, second = cw.columns
     first._handle_message(first, {"type": "removed", "view": "v0", "page": "p"}, [])
@@ -564,7 +589,7 @@ def test_default_model_greedy_column_and_same_seed_columns(real_model, greedy):
         seed=11,
     )
     assert cw.columns[0]._model is model  # no model: the embedded one, loaded once
-    cw.run()
+    cw.generate()
     texts = cw.wait(300)
     assert cw.statuses == ["complete"] * 3
     assert texts[0] == greedy(model, tokenizer, "Name two colors.", 8)[1]

@@ -183,15 +183,13 @@ def test_a_bad_alternatives_value_is_refused_before_anything_starts(tiny):
 
 def test_chat_views_get_every_answer_by_its_turn(tiny):
     chat = nbstream.ChatWidget(*tiny, max_new_tokens=6)
-    chat.send("Hi")
+    chat.generate("Hi")
     chat.wait()
     first_run_id = chat.run_id
-    chat.send("Again")
+    chat.generate("Again")
     chat.wait()
     wait_followers()
-    rec = Recorder(chat)
-    # ChatWidget.send is a turn: its messages to the views go through _send_msg.
-    chat._send_msg = lambda content: rec.messages.append((0.0, content))
+    rec = Recorder(chat)  # its messages to the views go through send, as every widget's
     chat.show_tokens = True
     messages = token_messages(rec)
     assert {m["run_id"] for m in messages} == {first_run_id, chat.run_id}
