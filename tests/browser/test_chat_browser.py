@@ -60,7 +60,7 @@ def test_two_turn_chat_streams_into_the_newest_message(lab):
         [
             SETUP,
             CHAT.format(max_new_tokens=40),
-            "first = chat.send('Hello there')\nanswer = chat.wait()\ngate = Gate(model, 15)",
+            "first = chat.generate('Hello there')\nanswer = chat.wait()\ngate = Gate(model, 15)",
         ]
     )
     nb.run_cell(0)
@@ -115,7 +115,7 @@ def test_stopped_answer_is_kept_out_of_the_context(lab):
         [
             SETUP,
             CHAT.format(max_new_tokens=20),
-            "gate = Gate(model, 30)\nlong = chat.send('Tell me a story', max_new_tokens=500)",
+            "gate = Gate(model, 30)\nlong = chat.generate('Tell me a story', max_new_tokens=500)",
         ]
     )
     nb.run_cell(0)
@@ -160,9 +160,9 @@ def test_reload_mid_stream_recovers_the_transcript(lab):
         [
             SETUP,
             CHAT.format(max_new_tokens=30),
-            "answer = chat.send('Hello').wait()\n"
+            "answer = chat.generate('Hello').wait()\n"
             "first, second = Gate(model, 100), Gate(model, 200)\n"
-            "run = chat.send('More please', max_new_tokens=300)",
+            "run = chat.generate('More please', max_new_tokens=300)",
         ]
     )
     nb.run_cell(0)

@@ -134,9 +134,9 @@ def test_chat_prompt_view_shows_the_whole_conversation_templated(lab):
         [
             SETUP,
             CHAT,
-            "chat.send('First question')\nchat.wait()\n"
+            "chat.generate('First question')\nchat.wait()\n"
             "chat.temperature = 0.8\nchat.seed = 11\n"
-            "chat.send('Second question')\nchat.wait()",
+            "chat.generate('Second question')\nchat.wait()",
         ]
     )
     nb.run_cell(0)

@@ -236,9 +236,9 @@ def test_chat_answers_show_their_tokens(lab):
             "model, tokenizer = tiny_model(one_line=True)\n"
             "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=4)\n"
             "chat",
-            "chat.send('First')\nchat.wait()\nfirst = chat.run.token_ids\n"
+            "chat.generate('First')\nchat.wait()\nfirst = chat.run.token_ids\n"
             "chat.show_alternatives = True\n"
-            "chat.send('Second')\nchat.wait()\nsecond = chat.run.token_ids",
+            "chat.generate('Second')\nchat.wait()\nsecond = chat.run.token_ids",
         ]
     )
     nb.run_cell(0)
