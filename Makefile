@@ -15,7 +15,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: demo test check install install-test chromium js js-watch js-check js-fresh js-lint js-test \
-	lint mypy test-only bench reliability prepare clean
+	lint mypy races test-only bench reliability prepare clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,8 +78,11 @@ js-lint: $(JS_DEPS)
 js-test: $(JS_DEPS)
 	cd js && npm run --silent test
 
+# ruff, and the layers of pyproject.toml's import-linter contracts (the engine never imports
+# a widget; no widget imports the magics or the CLI).
 lint: install
 	$(VENV)/bin/ruff check nbstream tests benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 # mypy --strict over nbstream (settings in pyproject.toml).
 mypy: install
@@ -95,6 +98,16 @@ test: install chromium
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
+	@$(call timed,race tier,$(MAKE) --no-print-directory races)
+
+# The engine and widget-kernel tests again with the interpreter switching threads about every
+# bytecode (tests/conftest.py): a hand-off that holds only by luck fails here.
+RACE_TESTS := tests/test_generation.py tests/test_streaming.py tests/test_stop_strings.py \
+	tests/test_records.py tests/test_races.py tests/test_widget.py tests/test_chat.py \
+	tests/test_widget_races.py tests/test_compare.py tests/test_token_views.py
+races: install
+	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider \
+	  -m "not browser and not frontend and not model and not slow" $(RACE_TESTS)
 
 # The tiers of tests/conftest.py: the fast one has no browser, no default model, and nothing
 # that builds environments. Run another with e.g. `make test-only PYTEST_ARGS='-m frontend'`.

@@ -24,6 +24,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,23 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 RUN_THREAD_PREFIX = "nbstream-run-"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _switch_interval() -> Iterator[None]:
+    """``NBSTREAM_SWITCH_INTERVAL=1e-6``: run the whole session with the interpreter
+    switching threads about every bytecode (``make test``'s race tier does, for the engine
+    and widget-kernel tests), so a hand-off that is safe only by luck fails here."""
+    value = os.environ.get("NBSTREAM_SWITCH_INTERVAL")
+    if not value:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(float(value))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def run_threads() -> set[threading.Thread]:

@@ -1,0 +1,102 @@
+"""The package's seams: no module reaches into another's private names, no import circles.
+
+The layers themselves (the engine never imports a widget, no widget imports the magics or
+the CLI) are import-linter contracts in pyproject.toml, run by ``lint-imports`` in
+``make check`` and ``make test``; the last test here runs them too, so a plain ``pytest``
+catches a broken layer.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nbstream"
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a file defines or assigns (functions, classes, attributes, variables)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def private_reach_ins(package: Path) -> list[str]:
+    """Private names used across modules: imported from another module, or read from an
+    object (a run, a model, a module) whose private names the reading file does not define.
+
+    A private *module* (``_feed``, ``_cells``) is fine to import: its public names are the
+    package's internal API. ``self._x`` and names the file itself defines are its own.
+    """
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _defined_names(tree)
+        where = path.relative_to(package)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    name = alias.name
+                    if not name.startswith("_") or name.startswith("__"):
+                        continue
+                    # `from . import _cells`: a private module of the package, not a name.
+                    if node.module is None and (package / f"{name}.py").exists():
+                        continue
+                    found.append(f"{where}:{node.lineno} imports {name}")
+            elif isinstance(node, ast.Attribute):
+                name = node.attr
+                if not name.startswith("_") or name.startswith("__") or name in own:
+                    continue
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                    continue
+                if isinstance(base, ast.Call) and getattr(base.func, "id", None) == "super":
+                    continue
+                found.append(f"{where}:{node.lineno} reads {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_names():
+    assert private_reach_ins(PACKAGE) == []
+
+
+def test_the_check_finds_a_reach_in(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("def f(run):\n    return run._buffer\n")
+    (package / "b.py").write_text("from .a import _helper\n")
+    assert private_reach_ins(package) == ["a.py:2 reads run._buffer", "b.py:1 imports _helper"]
+
+
+def test_no_import_circles():
+    import grimp  # comes with import-linter (the test extra)
+
+    graph = grimp.build_graph("nbstream")
+    circles = sorted(
+        {
+            tuple(sorted((module, imported)))
+            for module in graph.modules
+            for imported in graph.find_modules_directly_imported_by(module)
+            if graph.chain_exists(importer=imported, imported=module)
+        }
+    )
+    assert circles == []
+
+
+def test_import_linter_contracts_hold():
+    command = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert command is not None, "install the test extra: pip install -e '.[test]'"
+    result = subprocess.run(
+        [command], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout
