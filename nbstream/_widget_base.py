@@ -7,6 +7,7 @@ per second, from a follower thread, and a full ``reset`` when a view asks (a vie
 mid-stream, a reloaded page, or a view that detected a gap). This module owns that
 follower, the sync/reset handling, closing the widgets of a re-run cell, and the display
 with its static fallback; the widgets add what they show and how a run starts.
+The traits and messages are defined in PROTOCOL.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from . import _cells as cells
 from ._display import republish, show, show_with_fallback
 from ._feed import RunFeed
 from .generation import TERMINAL, Generation
-from .settings import DEFAULT_MAX_NEW_TOKENS, validate_settings
+from .settings import DEFAULT_MAX_NEW_TOKENS, settings_schema, validate_settings
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,12 @@ PANEL_SETTINGS = {
     "alternatives": "alternatives",
 }
 TRAIT_OF_SETTING = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
+
+
+def panel_schema() -> dict[str, dict[str, Any]]:
+    """The panel's settings' types and ranges (``settings_schema()``), keyed by trait."""
+    schema = settings_schema()
+    return {trait: {**schema[name], "setting": name} for trait, name in PANEL_SETTINGS.items()}
 
 
 def _setting_trait() -> Any:
@@ -136,6 +143,9 @@ class RunWidget(anywidget.AnyWidget):
     settings_errors = traitlets.Dict().tag(sync=True)
     #: The model's defaults of the settings, shown for unset fields (may be incomplete).
     settings_defaults = traitlets.Dict().tag(sync=True)
+    #: Kernel to page, never changes: each panel setting's type, range and messages
+    #: (panel_schema), from which the page checks a value as it is typed.
+    settings_schema = traitlets.Dict(panel_schema(), read_only=True).tag(sync=True)
     #: How many top candidates per token a run captures (``run.trace``); None or 0: none,
     #: unless a view shows probabilities or alternatives (then ``VIEW_ALTERNATIVES``).
     alternatives = _setting_trait()

@@ -147,6 +147,73 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
+# Each setting's type and bounds, as _check enforces them (tests/test_protocol.py checks the
+# two agree at every bound). "strings": a list of non-empty strings; "string": one of values.
+_SCHEMA: dict[str, dict[str, Any]] = {
+    "max_new_tokens": {
+        "type": "int",
+        "min": 0,
+        "min_exclusive": True,
+        "max": MAX_NEW_TOKENS_LIMIT,
+    },
+    "temperature": {"type": "float", "min": 0},
+    "top_p": {"type": "float", "min": 0, "min_exclusive": True, "max": 1},
+    "top_k": {"type": "int", "min": 0},
+    "repetition_penalty": {"type": "float", "min": 0, "min_exclusive": True},
+    "do_sample": {"type": "bool"},
+    "seed": {"type": "int", "min": 0, "max": MAX_SEED},
+    "budget_s": {"type": "float", "min": 0, "min_exclusive": True},
+    "stop": {"type": "strings", "min_items": 1},
+    "expect": {"type": "string", "values": list(EXPECT_VALUES)},
+    "alternatives": {"type": "int", "min": 0, "max": MAX_ALTERNATIVES},
+}
+# A value far outside any bound, whose text cannot occur in a message by accident.
+_PROBE = 987_654_321
+
+
+def settings_schema() -> dict[str, dict[str, Any]]:
+    """Every setting's type and allowed range, as JSON: what the settings panel checks as a
+    value is typed (the widgets' ``settings_schema`` trait; see PROTOCOL.md).
+
+    ``{name: {"type", "nullable", "help", "min", "max", "min_exclusive", "max_exclusive",
+    "messages"}}`` (and ``"min_items"`` / ``"values"`` where they apply). ``type`` is
+    ``int``, ``float``, ``bool``, ``strings`` (a list of non-empty strings) or ``string``;
+    ``nullable``: None means unset (the model's default). ``messages`` holds
+    :func:`validate_settings`'s own message for a value below ``min`` / above ``max``, the
+    value written ``{value}``, so that the page says exactly what the kernel would.
+    """
+    schema: dict[str, dict[str, Any]] = {}
+    for name, help_text in SETTINGS.items():
+        entry: dict[str, Any] = {
+            "type": _SCHEMA[name]["type"],
+            "nullable": True,
+            "help": help_text,
+            "min": None,
+            "max": None,
+            "min_exclusive": False,
+            "max_exclusive": False,
+            **_SCHEMA[name],
+        }
+        messages = {}
+        if entry["min"] is not None:
+            messages["below"] = _message_template(name, entry["type"], entry["min"] - _PROBE)
+        if entry["max"] is not None:
+            messages["above"] = _message_template(name, entry["type"], entry["max"] + _PROBE)
+        entry["messages"] = messages
+        schema[name] = entry
+    return schema
+
+
+def _message_template(name: str, kind: str, probe: int) -> str:
+    """validate_settings' message for ``probe``, with the value written ``{value}``."""
+    value: int | float = float(probe) if kind == "float" else probe
+    try:
+        validate_settings({name: value})
+    except (TypeError, ValueError) as exc:
+        return str(exc).replace(str(value), "{value}")
+    raise AssertionError(f"{name}={value} was accepted: _SCHEMA and _check disagree")
+
+
 def samples(settings: Mapping[str, Any], default: bool | None = None) -> bool | None:
     """Whether a run with these (validated) settings samples: the one rule, used everywhere.
 

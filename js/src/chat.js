@@ -8,10 +8,10 @@
 // answer, the composer, editing, Keep partial and Regenerate.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `ChatWidget` in nbstream/chat.py
-// (status, metrics, error_info, input_error and run_id come from its base,
-// `RunWidget` in nbstream/_widget_base.py): keep them in step. The protocol as a whole is
-// written down in PROTOCOL.md.
+// Synced traits. Mirror of the Python class `ChatWidget` in nbstream/chat.py (the traits
+// of its base, `RunWidget` in nbstream/_widget_base.py, are RunWidgetTraits in widget.js):
+// tests/test_protocol.py compares them both ways. The protocol as a whole is written down
+// in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
 /**
@@ -34,19 +34,18 @@
  */
 
 /**
- * The synced traits of `ChatWidget`.
- * @typedef {object} ChatWidgetTraits
- * @property {Status} status          state of the current (newest) run, or idle
- * @property {object} metrics         its metrics (set at start and end)
- * @property {{type: string, message: string} | null} error_info its error
- * @property {string} input_error     a problem with the last request of a view (nothing started)
- * @property {number} run_id          incremented at each run (and when the chat is cleared)
- * @property {Message[]} _messages    the transcript
+ * The ChatWidget's own synced traits. With RunWidget's (status and metrics of the current,
+ * newest run; run_id also incremented when the chat is cleared; the settings, the token
+ * views' toggles: with a token view on, each assistant message that came from a run shows
+ * its tokens).
+ * @typedef {object} ChatWidgetOwnTraits
+ * @property {Message[]} _messages    the transcript (Python → JS)
  * @property {string | null} system   the system message (two-way, the settings panel)
- * Also the settings (alternatives included), settings_errors, settings_defaults,
- * prompt_text, prompt_tokens, show_tokens, show_probabilities, show_alternatives and
- * can_trace of the StreamWidget (widget.js, js/src/settings.js, js/src/tokens.js): with a
- * token view on, each assistant message that came from a run shows its tokens.
+ */
+
+/**
+ * The synced traits of `ChatWidget`.
+ * @typedef {import("./widget.js").RunWidgetTraits & ChatWidgetOwnTraits} ChatWidgetTraits
  */
 
 /**

@@ -7,7 +7,8 @@
 //
 // ---------------------------------------------------------------------------
 // Synced traits. Mirror of the Python class `_Header` in nbstream/compare.py:
-// keep the two in step when either side changes.
+// tests/test_protocol.py compares the two both ways. The protocol as a whole is written
+// down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
 /**

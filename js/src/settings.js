@@ -2,27 +2,45 @@
 // StreamWidget view (widget.js) and the ChatWidget view (chat.js).
 //
 // Synced traits they use (RunWidget in nbstream/_widget_base.py; `system` is the
-// ChatWidget's, nbstream/chat.py):
+// ChatWidget's, nbstream/chat.py; all of them in PROTOCOL.md):
 //   max_new_tokens, temperature, top_p, top_k, repetition_penalty, do_sample, seed,
 //   stop_sequences, alternatives, [system]   two-way; null means "the model's default"
+//   settings_schema            {trait: SettingSchema}: each setting's type, range and the
+//                              kernel's own messages (JS reads; set once by Python)
 //   settings_errors            {trait: message} from Python's validate_settings (JS reads)
 //   settings_defaults          {setting: the model's default} for placeholders (JS reads)
 //   prompt_text, prompt_tokens what the model got for the current / last run (JS reads)
 //
-// The browser checks a field as it is typed in (the same ranges as
-// nbstream/settings.py) and never sends a value it rejects; Python checks every
-// value again, whoever set it, and its message shows next to the field too.
+// The browser checks a field as it is typed in, against the types and ranges the kernel
+// sent (settings_schema, from nbstream/settings.py's settings_schema()), and never sends a
+// value it rejects; Python checks every value again, whoever set it, and its message shows
+// next to the field too. Nothing here repeats a range: only labels and words.
 
 import { h } from "./common.js";
 
 const SAVE_DEBOUNCE_MS = 300;
-const MAX_NEW_TOKENS_LIMIT = 1000000; // nbstream/settings.py MAX_NEW_TOKENS_LIMIT
-const MAX_ALTERNATIVES = 100; // nbstream/settings.py MAX_ALTERNATIVES
 const INT_RE = /^[+-]?\d+$/;
 const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 
 /**
- * One field of the panel.
+ * One setting as the kernel describes it (`settings_schema[trait]`; nbstream/settings.py,
+ * settings_schema()).
+ * @typedef {object} SettingSchema
+ * @property {"int" | "float" | "bool" | "strings" | "string"} type  "strings": a list of
+ *   non-empty strings
+ * @property {string} setting          the setting's name (the trait `stop_sequences` is `stop`)
+ * @property {boolean} nullable        null means unset: the model's default
+ * @property {string} help             what the setting means
+ * @property {number | null} min
+ * @property {number | null} max
+ * @property {boolean} min_exclusive
+ * @property {boolean} max_exclusive
+ * @property {{below?: string, above?: string}} messages  the kernel's message for a value
+ *   below min / above max, the value written {value}
+ */
+
+/**
+ * One field of the panel: how it looks (FIELDS) and what it takes (the schema).
  * @typedef {object} FieldSpec
  * @property {string} name     the trait
  * @property {string} label    its accessible name
@@ -31,82 +49,92 @@ const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
  * @property {(v: number) => string | null} [check] a range check: the problem, or null
  */
 
-/** @type {FieldSpec[]} */
+/**
+ * How a field looks, in the panel's order: its trait, label and hint (made from the
+ * setting's schema: its bounds are the kernel's, the words are the panel's).
+ * @typedef {object} FieldLook
+ * @property {string} name
+ * @property {string} label
+ * @property {(s: SettingSchema) => string} [hint]
+ */
+
+/** ">= 0", "> 0": a lower bound. @param {SettingSchema} s */
+const lower = (s) => `${s.min_exclusive ? ">" : ">="} ${s.min}`;
+
+/** @type {FieldLook[]} */
 const FIELDS = [
-  {
-    name: "max_new_tokens",
-    label: "Max new tokens",
-    kind: "int",
-    hint: "> 0",
-    check: (v) =>
-      v <= 0
-        ? `max_new_tokens must be positive, got ${v}`
-        : v > MAX_NEW_TOKENS_LIMIT
-          ? `max_new_tokens=${v} is absurd; use at most ${MAX_NEW_TOKENS_LIMIT.toLocaleString("en")}`
-          : null,
-  },
-  {
-    name: "temperature",
-    label: "Temperature",
-    kind: "float",
-    hint: ">= 0; 0 is greedy",
-    check: (v) => (v < 0 ? `temperature must be >= 0 (0 means greedy), got ${v}` : null),
-  },
+  { name: "max_new_tokens", label: "Max new tokens", hint: lower },
+  { name: "temperature", label: "Temperature", hint: (s) => `${lower(s)}; 0 is greedy` },
   {
     name: "top_p",
     label: "Top-p",
-    kind: "float",
-    hint: "0 < p <= 1",
-    check: (v) => (v <= 0 || v > 1 ? `top_p must be in (0, 1], got ${v}` : null),
+    hint: (s) => `${s.min} ${s.min_exclusive ? "<" : "<="} p ${s.max_exclusive ? "<" : "<="} ${s.max}`,
   },
-  {
-    name: "top_k",
-    label: "Top-k",
-    kind: "int",
-    hint: ">= 0; 0 disables",
-    check: (v) => (v < 0 ? `top_k must be >= 0, got ${v}` : null),
-  },
-  {
-    name: "repetition_penalty",
-    label: "Repetition penalty",
-    kind: "float",
-    hint: "> 0; 1 is none",
-    check: (v) => (v <= 0 ? `repetition_penalty must be > 0 (1 means none), got ${v}` : null),
-  },
-  { name: "do_sample", label: "Sampling", kind: "bool" },
-  {
-    name: "seed",
-    label: "Seed",
-    kind: "int",
-    hint: ">= 0; reproducible sampling",
-    check: (v) => (v < 0 ? `seed must be >= 0, got ${v}` : null),
-  },
+  { name: "top_k", label: "Top-k", hint: (s) => `${lower(s)}; 0 disables` },
+  { name: "repetition_penalty", label: "Repetition penalty", hint: (s) => `${lower(s)}; 1 is none` },
+  { name: "do_sample", label: "Sampling" },
+  { name: "seed", label: "Seed", hint: (s) => `${lower(s)}; reproducible sampling` },
   {
     name: "alternatives",
     label: "Alternatives (k)",
-    kind: "int",
-    hint: `0\u2013${MAX_ALTERNATIVES}; top candidates per token`,
-    check: (v) =>
-      v < 0 || v > MAX_ALTERNATIVES
-        ? `alternatives must be between 0 (off) and ${MAX_ALTERNATIVES}, got ${v}`
-        : null,
+    hint: (s) => `${s.min}\u2013${s.max}; top candidates per token`,
   },
-  {
-    name: "stop_sequences",
-    label: "Stop sequences",
-    kind: "lines",
-    hint: "one per line; \\n is a newline",
-  },
+  { name: "stop_sequences", label: "Stop sequences", hint: () => "one per line; \\n is a newline" },
 ];
+
+/** @type {Record<SettingSchema["type"], FieldSpec["kind"]>} */
+const KIND_OF_TYPE = { int: "int", float: "float", bool: "bool", strings: "lines", string: "text" };
+
+/**
+ * The range check of a number field: the kernel's message for a value out of range.
+ * @param {string} name @param {SettingSchema} s
+ * @returns {(v: number) => string | null}
+ */
+function rangeCheck(name, s) {
+  /** @param {string | undefined} template @param {number} v */
+  const say = (template, v) =>
+    (template ?? `${name} is out of range, got {value}`).replaceAll("{value}", String(v));
+  return (v) => {
+    if (s.min != null && (s.min_exclusive ? v <= s.min : v < s.min)) return say(s.messages?.below, v);
+    if (s.max != null && (s.max_exclusive ? v >= s.max : v > s.max)) return say(s.messages?.above, v);
+    return null;
+  };
+}
+
+/**
+ * The panel's fields for the kernel's `settings_schema`: those of FIELDS the kernel has
+ * (an unknown or missing schema shows none), each with its kind and range from the schema.
+ * @param {any} schema the `settings_schema` trait
+ * @returns {FieldSpec[]}
+ */
+function fieldSpecs(schema) {
+  /** @type {FieldSpec[]} */
+  const specs = [];
+  for (const look of FIELDS) {
+    /** @type {SettingSchema | undefined} */
+    const s = schema && typeof schema === "object" ? schema[look.name] : undefined;
+    const kind = s ? KIND_OF_TYPE[s.type] : undefined;
+    if (!s || !kind) continue;
+    /** @type {FieldSpec} */
+    const spec = { name: look.name, label: look.label, kind };
+    if (look.hint) spec.hint = look.hint(s);
+    if (kind === "int" || kind === "float") spec.check = rangeCheck(look.name, s);
+    specs.push(spec);
+  }
+  return specs;
+}
 
 /** @type {FieldSpec} */
 const SYSTEM_FIELD = { name: "system", label: "System prompt", kind: "text" };
 
 /**
  * The setting a trait stands for (the model's defaults are keyed by setting).
- * @type {Record<string, string>}
+ * @param {any} schema @param {string} trait
  */
-const SETTING_OF = { stop_sequences: "stop" };
+function settingOf(schema, trait) {
+  const setting = schema?.[trait]?.setting;
+  return typeof setting === "string" ? setting : trait;
+}
 
 /**
  * A stop string on one line: a newline is written \n, a tab \t, a backslash \\.
@@ -198,7 +226,9 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   const grid = h("div", "nbstream-settings-grid");
   panel.append(grid);
 
-  const specs = chat ? [SYSTEM_FIELD, ...FIELDS] : FIELDS;
+  const schema = model.get("settings_schema");
+  const settingFields = fieldSpecs(schema);
+  const specs = chat ? [SYSTEM_FIELD, ...settingFields] : settingFields;
   /**
    * @typedef {object} Field
    * @property {FieldSpec} spec
@@ -308,7 +338,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   function placeholders() {
     const d = model.get("settings_defaults") || {};
     for (const f of fields) {
-      const key = SETTING_OF[f.spec.name] || f.spec.name;
+      const key = settingOf(schema, f.spec.name);
       const v = d[key];
       // A number field is a text <input> (a bool one a <select>).
       if (f.spec.name === "alternatives") {
@@ -506,4 +536,4 @@ function promptView({ model, viewId, on, onModel }) {
   return { toggle, view };
 }
 
-export { FIELDS, formatField, parseField, promptView, settingsPanel };
+export { FIELDS, fieldSpecs, formatField, parseField, promptView, settingsPanel };

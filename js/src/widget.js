@@ -8,9 +8,10 @@
 // the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `StreamWidget` in
-// nbstream/widget.py: keep the two in step when either side changes. The protocol as a
-// whole (traits and messages, both ways) is written down in PROTOCOL.md.
+// Synced traits. Mirror of the Python classes `RunWidget` (nbstream/_widget_base.py) and
+// `StreamWidget` (nbstream/widget.py): one @property per synced trait, which
+// tests/test_protocol.py compares with the classes both ways. The protocol as a whole
+// (traits and messages, both ways) is written down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
 /**
@@ -37,25 +38,33 @@
  */
 
 /**
- * The synced traits of `StreamWidget` (nbstream/widget.py).
- * @typedef {object} StreamWidgetTraits
+ * The synced traits of `RunWidget` (nbstream/_widget_base.py), the base of the StreamWidget
+ * and the ChatWidget.
+ * @typedef {object} RunWidgetTraits
  * @property {Status} status        current state (Python → JS)
- * @property {string} prompt        the prompt box (two-way: JS saves it on input and before a run)
  * @property {Metrics} metrics      run metrics (Python → JS)
  * @property {ErrorInfo} error_info error of a failed run (Python → JS)
- * @property {string} [input_error] a problem with the input of the last Run click
+ * @property {string} input_error   a problem with the input of the last Run click
  *                                  (nothing started), or "" (Python → JS)
  * @property {number} run_id        incremented by Python at each new run; a new run clears the output
  * @property {string | null} prompt_text   the exact text the model got for the current / last run
  * @property {number | null} prompt_tokens its token count
- * @property {any} max_new_tokens   settings (two-way; null: the model's default): also
- *   temperature, top_p, top_k, repetition_penalty, do_sample, seed, stop_sequences
- *   (see js/src/settings.js)
+ * @property {any} max_new_tokens   a setting (two-way, the settings panel, js/src/settings.js;
+ *   null: the model's default; any value code set, checked by Python)
+ * @property {any} temperature      a setting (as max_new_tokens)
+ * @property {any} top_p            a setting
+ * @property {any} top_k            a setting
+ * @property {any} repetition_penalty a setting
+ * @property {any} do_sample        a setting
+ * @property {any} seed             a setting
+ * @property {any} stop_sequences   the `stop` setting: a list of strings
+ * @property {any} alternatives     a setting (the panel's "Alternatives (k)"): the k top
+ *   candidates captured per step; null or 0 with Probabilities or Alternatives on (and a
+ *   local model): the kernel captures k = 5 anyway
  * @property {Record<string, string>} settings_errors   Python's message per invalid setting
  * @property {Record<string, any>} settings_defaults    the model's defaults, for placeholders
- * @property {number | null} alternatives  a setting (two-way, the panel's "Alternatives (k)"):
- *   the k top candidates captured per step; null or 0 with Probabilities or Alternatives on
- *   (and a local model): the kernel captures k = 5 anyway
+ * @property {Record<string, SettingSchema>} settings_schema  each setting's type, range and
+ *   messages, from which the panel checks what is typed (Python → JS, set once)
  * @property {boolean} show_tokens         Tokens view: the answer as its real tokens (two-way)
  * @property {boolean} show_probabilities  each token shaded by the model's probability, a
  *   legend, the rank of sampled picks (two-way)
@@ -63,16 +72,28 @@
  *   candidates at that step, with which the run's settings cut (two-way)
  * @property {boolean} can_trace   the model is a local transformers model (token ids and
  *   probabilities exist); false for a remote Endpoint: the token views show a note (Python → JS)
- * @property {string} label        shown at the start of the status bar when not "" (two-way;
- *   StreamWidget only, e.g. "temperature 0.7" in a compare column)
- * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
- *   re-runs with the `prompt` trait (two-way; StreamWidget only)
  *
  * Any of show_tokens / show_probabilities / show_alternatives on: the output shows the token
  * view (plain text made of token spans, js/src/tokens.js) instead of rendered Markdown; all
- * off: the usual rendered view. The same traits (but label and show_prompt) are the
- * ChatWidget's, whose assistant messages show their tokens.
+ * off: the usual rendered view. In the ChatWidget, assistant messages show their tokens.
  */
+
+/**
+ * The StreamWidget's own synced traits (nbstream/widget.py).
+ * @typedef {object} StreamWidgetOwnTraits
+ * @property {string} prompt       the prompt box (two-way: JS saves it on input and before a run)
+ * @property {string} label        shown at the start of the status bar when not "" (two-way;
+ *   e.g. "temperature 0.7" in a compare column)
+ * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
+ *   re-runs with the `prompt` trait (two-way)
+ */
+
+/**
+ * The synced traits of `StreamWidget` (nbstream/widget.py).
+ * @typedef {RunWidgetTraits & StreamWidgetOwnTraits} StreamWidgetTraits
+ */
+
+/** @typedef {import("./settings.js").SettingSchema} SettingSchema */
 
 /**
  * Custom messages, JS → Python (`model.send`). `run` carries the settings panel's values

@@ -1,19 +1,64 @@
 // The settings panel's field parsing (js/src/settings.js): what a typed value becomes, and
 // what the browser refuses to send. Run with `node --test` (make check).
+//
+// settings-schema.json is the `settings_schema` trait a kernel sends (panel_schema() in
+// nbstream/_widget_base.py); tests/test_protocol.py fails when it is out of date.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { FIELDS, formatField, parseField } from "../src/settings.js";
+import { FIELDS, fieldSpecs, formatField, parseField } from "../src/settings.js";
+
+const SCHEMA = JSON.parse(readFileSync(new URL("./settings-schema.json", import.meta.url), "utf8"));
+const SPECS = fieldSpecs(SCHEMA);
 
 /** @param {string} name */
 function field(name) {
-  const spec = FIELDS.find((f) => f.name === name);
+  const spec = SPECS.find((f) => f.name === name);
   assert.ok(spec, `no field ${name}`);
   return spec;
 }
 
+test("every field the panel knows gets its kind, hint and range from the schema", () => {
+  assert.deepEqual(
+    SPECS.map((f) => f.name),
+    FIELDS.map((f) => f.name),
+  );
+  assert.deepEqual(
+    SPECS.map((f) => [f.name, f.kind, f.hint ?? null]),
+    [
+      ["max_new_tokens", "int", "> 0"],
+      ["temperature", "float", ">= 0; 0 is greedy"],
+      ["top_p", "float", "0 < p <= 1"],
+      ["top_k", "int", ">= 0; 0 disables"],
+      ["repetition_penalty", "float", "> 0; 1 is none"],
+      ["do_sample", "bool", null],
+      ["seed", "int", ">= 0; reproducible sampling"],
+      ["alternatives", "int", "0\u2013100; top candidates per token"],
+      ["stop_sequences", "lines", "one per line; \\n is a newline"],
+    ],
+  );
+});
+
+test("a setting the kernel does not describe is not shown; without a schema, none is", () => {
+  const { top_k: _dropped, ...rest } = SCHEMA;
+  assert.ok(!fieldSpecs(rest).some((f) => f.name === "top_k"));
+  assert.equal(fieldSpecs(rest).length, FIELDS.length - 1);
+  assert.deepEqual(fieldSpecs(undefined), []);
+  assert.deepEqual(fieldSpecs({ top_k: { type: "complex" } }), []);
+});
+
+test("a range comes from the schema, with the kernel's message", () => {
+  const narrow = { ...SCHEMA.top_k, max: 7, messages: { above: "top_k too big: {value}" } };
+  const [k] = fieldSpecs({ top_k: narrow });
+  assert.deepEqual(parseField(k, "7"), { value: 7 });
+  assert.deepEqual(parseField(k, "8"), { error: "top_k too big: 8" });
+  const [bare] = fieldSpecs({ top_k: { ...narrow, messages: {} } });
+  assert.deepEqual(parseField(bare, "8"), { error: "top_k is out of range, got 8" });
+});
+
 test("an empty field is unset (null): the model's default applies", () => {
-  for (const spec of FIELDS) assert.deepEqual(parseField(spec, ""), { value: null }, spec.name);
+  for (const spec of SPECS) assert.deepEqual(parseField(spec, ""), { value: null }, spec.name);
   assert.deepEqual(parseField(field("top_k"), "   "), { value: null });
 });
 
@@ -41,7 +86,7 @@ test("numbers", () => {
   assert.match(parseField(t, "-0.1").error, /temperature must be >= 0/);
 });
 
-test("the ranges of nbstream/settings.py", () => {
+test("the ranges of nbstream/settings.py (as the schema says)", () => {
   const cases = [
     ["max_new_tokens", "1", true],
     ["max_new_tokens", "0", false],
@@ -64,6 +109,11 @@ test("the ranges of nbstream/settings.py", () => {
     assert.equal("value" in parsed, ok, `${name}=${text}: ${JSON.stringify(parsed)}`);
   }
   assert.match(parseField(field("max_new_tokens"), "1000001").error, /use at most 1,000,000/);
+  assert.equal(parseField(field("top_p"), "1.5").error, "top_p must be in (0, 1], got 1.5");
+  assert.equal(
+    parseField(field("alternatives"), "101").error,
+    "alternatives must be between 0 (off) and 100, got 101",
+  );
 });
 
 test("the sampling switch: model default, on, off", () => {
