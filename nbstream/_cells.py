@@ -1,8 +1,7 @@
 """Which notebook cell made which widget: re-running a cell closes (and stops) the widgets
 its previous execution made, as ipywidgets' own outputs would be replaced.
 
-Also the two facts about the kernel the widgets need: whether code runs in a Jupyter kernel
-at all, and which cell (and which execution of it) is running now.
+Also which cell (and which execution of it) the kernel is running now.
 """
 
 from __future__ import annotations
@@ -34,15 +33,6 @@ def cell_context() -> tuple[str | None, str | None]:
         return cell_id, msg_id
     except Exception:  # not in a kernel, or an older kernel: nothing to track
         return None, None
-
-
-def in_kernel() -> bool:
-    """Whether this code runs in a Jupyter kernel (not a terminal IPython or a script)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def register(widget: Any) -> None:

@@ -8,6 +8,7 @@ stopped or failed run's text is never mistaken for a finished answer.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -205,3 +206,68 @@ def compare_fallback_bundle(
             plain.append(text)
             markdown.append(text)
     return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}
+
+
+def in_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (not a terminal IPython or a script)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
+#: What a widget gives :class:`FallbackDisplay`: ``(the state it shows or None, its whole
+#: mime bundle, metadata)``, or None once the widget is closed.
+Bundle = tuple[str | None, dict[str, Any], dict[str, Any]]
+
+
+class FallbackDisplay:
+    """How a widget is shown: the live view plus its static fallback, and the fallback
+    rewritten (from any thread) whenever the widget's state ends or changes.
+
+    Shown and rewritten under the widget's ``lock``: a display whose bundle was read before
+    a run ended but sent after that end's rewrite would go on claiming the old state.
+    """
+
+    def __init__(self, lock: threading.RLock, prefix: str) -> None:
+        self._lock = lock
+        self._prefix = prefix
+        #: The display id of the fallback outputs, once shown in a kernel.
+        self.display_id: str | None = None
+        #: The state the saved fallbacks say now.
+        self.published_status: str | None = "idle"
+
+    def display(
+        self,
+        model_id: Callable[[], str],
+        bundle: Callable[[], Bundle | None],
+        fallback: Callable[[], dict[str, Any]],
+    ) -> None:
+        """``_ipython_display_``: the view and its fallback, or the fallback alone."""
+        with self._lock:
+            shown = bundle()
+            if shown is None:  # closed: no view to show, only what it held
+                show(fallback(), raw=True)
+                return
+            status, data, metadata = shown
+            if not in_kernel():
+                # A terminal IPython shows the text/plain fallback. No display id: it would
+                # print an update at some later moment, from another thread.
+                show(data, raw=True, metadata=metadata)
+                return
+            self.display_id = f"{self._prefix}-{model_id()}"  # read while open
+            show_with_fallback(data, metadata, self.display_id)
+            self.published_status = status
+
+    def republish(self, bundle: Callable[[], Bundle | None]) -> None:
+        """Rewrite every saved fallback of the widget (nothing before it was shown)."""
+        with self._lock:
+            if self.display_id is None:
+                return
+            shown = bundle()
+            if shown is None:
+                return
+            status, data, _metadata = shown
+            if republish(data, self.display_id):
+                self.published_status = status

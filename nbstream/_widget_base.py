@@ -23,7 +23,7 @@ import anywidget
 import traitlets
 
 from . import _cells as cells
-from ._display import republish, show, show_with_fallback
+from ._display import FallbackDisplay
 from ._feed import RunFeed
 from .generation import TERMINAL, Generation
 from .settings import DEFAULT_MAX_NEW_TOKENS, settings_schema, validate_settings
@@ -199,8 +199,7 @@ class RunWidget(anywidget.AnyWidget):
         self._views: dict[str, set[str]] = {}
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
-        self._display_id: str | None = None
-        self._published_status = "idle"
+        self._output = FallbackDisplay(self._lock, "nbstream")
         from .backends import resolve_backend
 
         can_trace = bool(getattr(resolve_backend(model, tokenizer), "supports_alternatives", False))
@@ -396,7 +395,7 @@ class RunWidget(anywidget.AnyWidget):
             # A saved output must not go on claiming the previous run's end state while
             # this one streams. Published before the view thread exists, so its end-of-run
             # update always comes after this one.
-            if self._published_status in TERMINAL:
+            if self._output.published_status in TERMINAL:
                 self._publish_fallback()
             self._feed.follow(run, run_id)
         return run
@@ -545,27 +544,9 @@ class RunWidget(anywidget.AnyWidget):
         return None if bundle is None else bundle[1:]
 
     def _ipython_display_(self) -> None:
-        bundle = self._bundle() if self.comm is not None else None
-        if bundle is None:  # closed: no view to show, only what it held
-            show(self._fallback()[1], raw=True)
-            return
-        status, data, metadata = bundle
-        if not cells.in_kernel():
-            # A terminal IPython shows the text/plain fallback. No display id: it would print
-            # an update at some later moment, from the view thread.
-            show(data, raw=True, metadata=metadata)
-            return
-        self._display_id = f"nbstream-{self.model_id}"
-        show_with_fallback(data, metadata, self._display_id)
-        self._published_status = status
+        self._output.display(lambda: self.model_id, self._bundle, lambda: self._fallback()[1])
 
     def _publish_fallback(self) -> None:
         """Rewrite the static fallback of every output showing this widget (any thread)."""
-        if self._display_id is None or self.comm is None:
-            return
-        bundle = self._bundle()
-        if bundle is None:
-            return
-        status, data, _metadata = bundle
-        if republish(data, self._display_id):
-            self._published_status = status
+        if self.comm is not None:
+            self._output.republish(self._bundle)

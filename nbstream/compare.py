@@ -22,14 +22,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from . import _cells as cells
-from ._display import (
-    compare_fallback_bundle,
-    republish,
-    show,
-    show_with_fallback,
-    states_summary,
-)
+from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
 from ._widget_base import PANEL_SETTINGS, TRAIT_OF_SETTING, VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import samples, validate_settings
@@ -311,7 +304,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # ending during generate() cannot deadlock it.
         self._run_lock = threading.Lock()
         self._view_lock = threading.RLock()
-        self._display_id: str | None = None
+        self._output = FallbackDisplay(self._view_lock, "nbstream-compare")
 
         self._columns: list[_Column] = []
         try:
@@ -663,23 +656,15 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return self._bundle()
 
     def _ipython_display_(self) -> None:
-        data = self._bundle()
-        if data is None:  # closed: no view to show, only what it held
-            show(self._fallback(), raw=True)
-            return
-        if not cells.in_kernel():
-            show(data, raw=True)
-            return
         # As StreamWidget; the fallback is rewritten whenever a column's state changes.
-        self._display_id = f"nbstream-compare-{self.model_id}"
-        show_with_fallback(data, {}, self._display_id)
+        self._output.display(lambda: self.model_id, self._shown, self._fallback)
+
+    def _shown(self) -> Bundle | None:
+        data = self._bundle()
+        return None if data is None else (None, data, {})
 
     def _publish_fallback(self) -> None:
-        if self._display_id is None:
-            return
-        data = self._bundle()
-        if data is not None:
-            republish(data, self._display_id)
+        self._output.republish(self._shown)
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (children included); this one stays cheap.

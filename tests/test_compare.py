@@ -501,7 +501,7 @@ def test_displayed_comparison_rewrites_its_saved_output_as_columns_change(line, 
 
         return publish
 
-    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)

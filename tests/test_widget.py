@@ -406,7 +406,7 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
 
         return publish
 
-    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=10)
@@ -434,7 +434,7 @@ def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monk
     import IPython.display
 
     published = []
-    monkeypatch.setattr(nbstream._cells, "in_kernel", lambda: False)
+    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: False)
     monkeypatch.setattr(IPython.display, "display", lambda *a, **k: published.append(k))
     monkeypatch.setattr(IPython.display, "update_display", lambda *a, **k: published.append(k))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=5)

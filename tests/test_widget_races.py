@@ -202,3 +202,35 @@ def test_wait_inside_on_complete_does_not_join_its_own_thread(line):
     settle(w)
     assert seen == [True]
     w.close()
+
+
+def test_a_display_racing_the_end_never_leaves_a_stale_saved_state(line, monkeypatch):
+    """The run ends while the widget is being displayed (a re-display of a shared chat, a
+    `%%nbstream` cell): the saved fallback must end on the run's end, never "running"."""
+    import IPython.display
+
+    from nbstream import _display
+
+    published: list[str] = []  # first line of each saved fallback, in the order sent
+
+    def record(data: Any, *, display_id: Any = None, **kwargs: Any) -> None:
+        if display_id is not None:
+            published.append(data["text/plain"].splitlines()[0])
+
+    show_with_fallback = _display.show_with_fallback
+
+    def slow_show(data: Any, metadata: Any, display_id: str) -> None:
+        time.sleep(0.5)  # the bundle was read ("running"); a thread switch right here
+        show_with_fallback(data, metadata, display_id)
+
+    monkeypatch.setattr(_display, "in_kernel", lambda: True)
+    monkeypatch.setattr(_display, "show_with_fallback", slow_show)
+    monkeypatch.setattr(IPython.display, "display", record)
+    monkeypatch.setattr(IPython.display, "update_display", record)
+    w = nbstream.StreamWidget(*line, max_new_tokens=3)
+    run = w.generate("Hello")
+    w._ipython_display_()
+    run.wait(60)
+    settle(w)
+    assert published and published[-1].startswith("nbstream · complete")
+    w.close()
