@@ -124,7 +124,7 @@ class TokenTrace:
         )
 
 
-def _running_module(model: Any) -> Any:
+def running_module(model: Any) -> Any:
     """The module whose forward ``model.generate`` runs, inside the wrappers that hand
     ``generate`` on to the model they wrap, which never call their own forward there.
 
@@ -170,7 +170,7 @@ class TraceCapture:
     def attached(self, model: Any) -> Iterator[None]:
         """Keep each forward's raw logits while the body (``generate``) runs on this thread."""
         self._thread = threading.get_ident()
-        handle = _running_module(model).register_forward_hook(self._keep_logits)
+        handle = running_module(model).register_forward_hook(self._keep_logits)
         try:
             yield
         finally:

@@ -132,3 +132,26 @@ def test_trace_on_a_compiled_model():
     assert compiled is not base
     check_trace(compiled, tokenizer, {})
     assert no_hooks_left(base)
+
+
+def test_an_adapter_model_and_its_base_share_one_queue(saved, probe):
+    """They share weights: a run on one waits for a run on the other, never interleaved."""
+    _base_dir, adapter_dir = saved
+    base, tokenizer = fresh_tiny()
+    model = PeftModel.from_pretrained(base, str(adapter_dir))
+    model.eval()
+    inner = model.get_base_model()
+    p = probe(inner)
+    p.hold()  # the first run holds the model until released, however fast the machine
+    first = nbstream.stream(model, tokenizer, PROMPT, max_new_tokens=400)
+    second = nbstream.stream(inner, tokenizer, PROMPT, max_new_tokens=3)
+    compiled = torch.compile(inner)
+    third = nbstream.stream(compiled, tokenizer, PROMPT, max_new_tokens=3)
+    # Queued behind the first, whatever the machine's speed: the queue decides at start.
+    assert first.status != "queued"
+    assert second.status == "queued" and third.status == "queued"
+    first.stop()
+    p.release()
+    for run in (first, second, third):
+        run.wait_done(120)
+    assert second.status == third.status == "complete"

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..settings import DEFAULT_MAX_NEW_TOKENS, check_stop, samples
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
-from ..trace import TraceCapture
+from ..trace import TraceCapture, running_module
 from .base import RunControl
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,9 @@ class LocalBackend:
         self.tokenizer = tokenizer
 
     def queue_key(self) -> Any:
-        return self.model
+        # The module that really runs: a PEFT adapter model and its base model (or a
+        # compiled model and its original) share weights, so their runs share one queue.
+        return running_module(self.model)
 
     def context_length(self) -> int | None:
         config = getattr(self.model, "config", None)
