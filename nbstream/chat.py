@@ -6,6 +6,7 @@ turn whose answer completed (or whose partial answer the user kept), as alternat
 and assistant messages. ``transcript`` is every turn shown, whatever its end state. Only
 the newest answer streams; its text reaches the views as deltas of the current run (as in
 ``StreamWidget``), and the transcript trait changes only when a turn starts or ends.
+See PROTOCOL.md for every trait and message.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each column is a :class:`~nbstream.StreamWidget` with its own state, Stop and re
 header holds the shared prompt, **Run all**, **Stop all**, the **Same seed** checkbox and a
 summary of the columns' states. Columns sharing a model run one after the other (the
 engine's queue: first in, first out, never interleaved), so a column waiting its turn
-shows ``queued``.
+shows ``queued``. See PROTOCOL.md for the header's traits and messages.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Generation settings: the names nbstream accepts and how each is checked.
 
-Checked before any thread starts, so bad input never leaves anything running.
+Checked before any thread starts, so bad input never leaves anything running. The page
+checks the panel's fields with :func:`settings_schema` (see PROTOCOL.md).
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@
  */
 
 /**
- * One token: [id, text, kind, logprob, rank, alts].
+ * One token: [id, text, kind, logprob, rank, alts, after_stop?].
  * - id: the token id
  * - text: kind "text": the token decoded on its own (may hold spaces, "\n", "\t");
  *   kind "special": a special token shown as itself (e.g. "<|im_end|>"); kind "bytes": a
@@ -140,8 +140,10 @@
  * - alts: null unless show_alternatives is on and the run captured a trace; else the top k
  *   as [id, text, kind, logprob, cut], best first; cut is true when the run's sampling
  *   settings (temperature / top-k / top-p, or greedy) gave that candidate no chance
+ * - after_stop (only when the run ended at a stop string): true for a token that made the
+ *   stop string or came after it (generated, not part of the answer)
  * @typedef {[number, string, "text" | "special" | "bytes", number | null, number | null,
- *            Array<[number, string, string, number | null, boolean]> | null]} Token
+ *            Array<[number, string, string, number | null, boolean]> | null, boolean?]} Token
  */
 
 /**
