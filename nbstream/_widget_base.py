@@ -25,69 +25,24 @@ import traitlets
 from . import _cells as cells
 from ._display import FallbackDisplay
 from ._feed import RunFeed
+from ._panel import (
+    PANEL_SETTINGS,
+    TRAIT_OF_SETTING,
+    model_defaults,
+    panel_schema,
+    run_settings,
+    setting_error,
+    setting_trait,
+)
 from .generation import TERMINAL, Generation
-from .settings import DEFAULT_MAX_NEW_TOKENS, settings_schema, validate_settings
+from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
 
 # How long wait() gives the view thread to publish a finished run's end state.
 _JOIN_S = 5.0
-# How many candidates a run captures when a view shows probabilities or alternatives and
-# the widget's ``alternatives`` setting asks for none.
-VIEW_ALTERNATIVES = 5
 #: The teaching views' toggles (traits; also keywords of the widgets).
 VIEW_TOGGLES = ("show_tokens", "show_probabilities", "show_alternatives")
-
-#: The settings the panel shows, each a synced trait of the widgets (in the panel's order):
-#: trait name -> setting name. ``stop`` is the trait ``stop_sequences``, since ``stop()``
-#: stops the run.
-PANEL_SETTINGS = {
-    "max_new_tokens": "max_new_tokens",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "repetition_penalty": "repetition_penalty",
-    "do_sample": "do_sample",
-    "seed": "seed",
-    "stop_sequences": "stop",
-    "alternatives": "alternatives",
-}
-TRAIT_OF_SETTING = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
-
-
-def panel_schema() -> dict[str, dict[str, Any]]:
-    """The panel's settings' types and ranges (``settings_schema()``), keyed by trait."""
-    schema = settings_schema()
-    return {trait: {**schema[name], "setting": name} for trait, name in PANEL_SETTINGS.items()}
-
-
-def _setting_trait() -> Any:
-    # Any value is taken in, then checked by validate_settings (the one place that knows
-    # what is allowed): a bad value from the page or from code is shown next to its field
-    # (settings_errors) and refused when a run starts, never raised inside a comm handler.
-    return traitlets.Any(None, allow_none=True).tag(sync=True)
-
-
-def model_defaults(model: Any) -> dict[str, Any]:
-    """What the panel's settings default to for ``model`` (its ``generation_config``).
-
-    Cheap: read from the config, nothing run. ``{}`` for a model without one (an endpoint).
-    """
-    config = getattr(model, "generation_config", None)
-    if config is None:
-        return {}
-    from .backends.local import config_value
-
-    defaults: dict[str, Any] = {
-        "max_new_tokens": getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS,
-        "do_sample": bool(getattr(config, "do_sample", False)),
-    }
-    for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
-        value = config_value(config, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            defaults[name] = value
-    defaults["alternatives"] = 0
-    return defaults
 
 
 class _RunInProgress(RuntimeError):
@@ -129,15 +84,15 @@ class RunWidget(anywidget.AnyWidget):
     # -- generation settings (synced both ways: the settings panel edits them) -------------
     # The next run uses them, merged under the settings given to generate() / send().
     # None means the model's default (settings_defaults).
-    max_new_tokens = _setting_trait()
-    temperature = _setting_trait()
-    top_p = _setting_trait()
-    top_k = _setting_trait()
-    repetition_penalty = _setting_trait()
-    do_sample = _setting_trait()
-    seed = _setting_trait()
+    max_new_tokens = setting_trait()
+    temperature = setting_trait()
+    top_p = setting_trait()
+    top_k = setting_trait()
+    repetition_penalty = setting_trait()
+    do_sample = setting_trait()
+    seed = setting_trait()
     #: The ``stop`` setting: a list of strings.
-    stop_sequences = _setting_trait()
+    stop_sequences = setting_trait()
     #: ``{name: message}`` for every setting whose value is not allowed (from
     #: validate_settings); while one is there, no run starts.
     settings_errors = traitlets.Dict().tag(sync=True)
@@ -148,7 +103,7 @@ class RunWidget(anywidget.AnyWidget):
     settings_schema = traitlets.Dict(panel_schema(), read_only=True).tag(sync=True)
     #: How many top candidates per token a run captures (``run.trace``); None or 0: none,
     #: unless a view shows probabilities or alternatives (then ``VIEW_ALTERNATIVES``).
-    alternatives = _setting_trait()
+    alternatives = setting_trait()
 
     # -- teaching views (synced both ways: toggles in the views) ---------------------------
     # Any of them on: the views show the answer as its tokens, and the kernel sends them
@@ -308,11 +263,7 @@ class RunWidget(anywidget.AnyWidget):
 
     def _setting_error(self, name: str, value: Any) -> str | None:
         """Why ``value`` is not allowed for the setting trait ``name``, or None."""
-        try:
-            validate_settings({PANEL_SETTINGS[name]: value})
-        except (TypeError, ValueError) as exc:
-            return str(exc)
-        return None
+        return setting_error(name, value)
 
     def _check_setting(self, name: str) -> None:
         """Put the setting's problem, if any, in ``settings_errors`` (shown next to its field)."""
@@ -331,32 +282,14 @@ class RunWidget(anywidget.AnyWidget):
         Raises ``ValueError`` (nothing started) while a setting of the widget that the call
         does not override is invalid, with the message shown next to its field.
         """
-        call = validate_settings(per_call)
-        bad = [
-            message
-            for name, message in self.settings_errors.items()
-            if PANEL_SETTINGS.get(name, name) not in call
-        ]
-        if bad:
-            raise ValueError(
-                "fix the settings first (nothing was started): " + "; ".join(map(str, bad))
-            )
-        panel = validate_settings(
-            {
-                setting: getattr(self, trait)
-                for trait, setting in PANEL_SETTINGS.items()
-                if setting not in call
-            }
+        return run_settings(
+            fixed=self._settings,
+            panel={trait: getattr(self, trait) for trait in PANEL_SETTINGS},
+            errors=self.settings_errors,
+            call=per_call,
+            views_need_trace=(self.show_probabilities or self.show_alternatives)
+            and self.can_trace,
         )
-        merged = {**self._settings, **panel, **call}
-        if (
-            merged.get("alternatives") is None  # unset: an explicit 0 means no capture
-            and (self.show_probabilities or self.show_alternatives)
-            and self.can_trace
-        ):
-            # The views need the model's probabilities: capture them for this run.
-            merged["alternatives"] = VIEW_ALTERNATIVES
-        return merged
 
     # -- for subclasses -----------------------------------------------------------------------
     #: The method that starts a run, named in errors.

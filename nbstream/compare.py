@@ -23,7 +23,8 @@ import ipywidgets
 import traitlets
 
 from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
-from ._widget_base import PANEL_SETTINGS, TRAIT_OF_SETTING, VIEW_TOGGLES, error_summary
+from ._panel import PANEL_SETTINGS, TRAIT_OF_SETTING
+from ._widget_base import VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import samples, validate_settings
 from .widget import StreamWidget

@@ -27,7 +27,8 @@ import anywidget
 import pytest
 
 from nbstream._feed import RunFeed
-from nbstream._widget_base import PANEL_SETTINGS, RunWidget, panel_schema
+from nbstream._panel import PANEL_SETTINGS, panel_schema
+from nbstream._widget_base import RunWidget
 from nbstream.chat import ChatWidget
 from nbstream.compare import CompareWidget, _Header
 from nbstream.settings import SETTINGS, settings_schema, validate_settings
@@ -445,7 +446,7 @@ def test_the_panel_shows_every_setting_and_agrees_with_the_kernel_at_every_bound
     check(
         mismatch(
             "the settings panel's fields",
-            ("PANEL_SETTINGS (nbstream/_widget_base.py)", set(PANEL_SETTINGS)),
+            ("PANEL_SETTINGS (nbstream/_panel.py)", set(PANEL_SETTINGS)),
             ("FIELDS (js/src/settings.js)", set(out["fields"])),
         )
     )

@@ -1,0 +1,110 @@
+"""The settings panel's kernel side: which settings it shows, their traits and defaults,
+checking a value, and merging the panel's values with a call's into a run's settings.
+
+The rules themselves live in :mod:`nbstream.settings` (``validate_settings``, one place);
+this module maps them onto the widgets' traits (see ``PROTOCOL.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import traitlets
+
+from .settings import DEFAULT_MAX_NEW_TOKENS, settings_schema, validate_settings
+
+#: How many candidates a run captures when a view shows probabilities or alternatives and
+#: the widget's ``alternatives`` setting asks for none.
+VIEW_ALTERNATIVES = 5
+#: The settings the panel shows, each a synced trait of the widgets (in the panel's order):
+#: trait name -> setting name. ``stop`` is the trait ``stop_sequences``, since ``stop()``
+#: stops the run.
+PANEL_SETTINGS = {
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "repetition_penalty": "repetition_penalty",
+    "do_sample": "do_sample",
+    "seed": "seed",
+    "stop_sequences": "stop",
+    "alternatives": "alternatives",
+}
+TRAIT_OF_SETTING = {setting: trait for trait, setting in PANEL_SETTINGS.items()}
+
+
+def panel_schema() -> dict[str, dict[str, Any]]:
+    """The panel's settings' types and ranges (``settings_schema()``), keyed by trait."""
+    schema = settings_schema()
+    return {trait: {**schema[name], "setting": name} for trait, name in PANEL_SETTINGS.items()}
+
+
+def setting_trait() -> Any:
+    """A synced trait for one panel setting: any value, checked by validate_settings."""
+    # Any value is taken in, then checked by validate_settings (the one place that knows
+    # what is allowed): a bad value from the page or from code is shown next to its field
+    # (settings_errors) and refused when a run starts, never raised inside a comm handler.
+    return traitlets.Any(None, allow_none=True).tag(sync=True)
+
+
+def model_defaults(model: Any) -> dict[str, Any]:
+    """What the panel's settings default to for ``model`` (its ``generation_config``).
+
+    Cheap: read from the config, nothing run. ``{}`` for a model without one (an endpoint).
+    """
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return {}
+    from .backends.local import config_value
+
+    defaults: dict[str, Any] = {
+        "max_new_tokens": getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS,
+        "do_sample": bool(getattr(config, "do_sample", False)),
+    }
+    for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+        value = config_value(config, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            defaults[name] = value
+    defaults["alternatives"] = 0
+    return defaults
+
+
+def setting_error(trait: str, value: Any) -> str | None:
+    """Why ``value`` is not allowed for the panel setting ``trait``, or None."""
+    try:
+        validate_settings({PANEL_SETTINGS[trait]: value})
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def run_settings(
+    *,
+    fixed: Mapping[str, Any],
+    panel: Mapping[str, Any],
+    errors: Mapping[str, Any],
+    call: Mapping[str, Any],
+    views_need_trace: bool,
+) -> dict[str, Any]:
+    """A run's settings: the widget's ``fixed`` ones (budget_s, expect, ...), its ``panel``
+    values (by trait), then the ``call``'s, which win.
+
+    Raises ``ValueError`` (nothing started) while a panel setting the call does not
+    override is in ``errors`` (its message is shown next to its field). While a teaching
+    view needs probabilities, a run given no ``alternatives`` captures ``VIEW_ALTERNATIVES``.
+    """
+    given = validate_settings(dict(call))
+    bad = [msg for name, msg in errors.items() if PANEL_SETTINGS.get(name, name) not in given]
+    if bad:
+        raise ValueError(
+            "fix the settings first (nothing was started): " + "; ".join(map(str, bad))
+        )
+    values = validate_settings(
+        {setting: panel[trait] for trait, setting in PANEL_SETTINGS.items() if setting not in given}
+    )
+    merged = {**fixed, **values, **given}
+    if merged.get("alternatives") is None and views_need_trace:
+        # Unset (an explicit 0 means no capture): the views need the model's probabilities.
+        merged["alternatives"] = VIEW_ALTERNATIVES
+    return merged
