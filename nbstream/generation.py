@@ -358,6 +358,10 @@ class Generation:
         with self._lock:
             if not self._generating or self._status in TERMINAL:
                 return  # the job already returned: the worker decides, as usual
+            if self._control.cancel_event.is_set():
+                # Stopped before the deadline: it ends cancelled, and says so only once
+                # generation has halted (at the end of the step it is in).
+                return
             self._abandoned = True
             self._control.timed_out = True
             self._finish(

@@ -234,6 +234,20 @@ def test_budget_ends_the_run_while_a_step_hangs(tiny_line, probe, where):
     assert run.partial_text == text and run.status == "failed"
 
 
+def test_a_run_stopped_during_a_hung_step_ends_cancelled_not_timed_out(tiny_line, probe):
+    model, tokenizer = tiny_line
+    p = probe(model)
+    p.on_call = lambda calls: p.hold() if calls == 3 else None
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=0.3)
+    assert p.held.wait(30)
+    assert run.stop() is True
+    time.sleep(0.6)  # the budget passes while the step still hangs
+    assert not run.done  # it has not halted yet: it does not claim to be cancelled
+    p.release()
+    with pytest.raises(nbstream.GenerationCancelled):
+        run.wait(30)
+
+
 def test_budget_of_a_run_that_ends_in_time_changes_nothing(tiny):
     model, tokenizer = tiny
     run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=3, budget_s=30)
