@@ -2,7 +2,7 @@
 // what the browser refuses to send. Run with `node --test` (make check).
 //
 // settings-schema.json is the `settings_schema` trait a kernel sends (panel_schema() in
-// nbstream/_widget_base.py); tests/test_protocol.py fails when it is out of date.
+// nbstream/_panel.py); tests/test_protocol.py fails when it is out of date.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
