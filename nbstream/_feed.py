@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._tokens import TokenPieces, token_entries
-from .generation import Generation
+from .generation import TERMINAL, Generation
 from .streaming import DECODE_OPTIONS
 
 logger = logging.getLogger(__name__)
@@ -41,9 +41,9 @@ def view_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(VIEW_THREAD_PREFIX)]
 
 
-#: Called with the lock held: ``(run, run_id)`` changed state before its end (queued to
-#: running); the widget sets its traits.
-StateHook = Callable[[Generation, int], None]
+#: Called with the lock held: ``(run, run_id, status)`` changed state before its end
+#: (queued to running); the widget sets its traits.
+StateHook = Callable[[Generation, int, str], None]
 #: Called with the lock held once the current run ``(run, run_id)`` has ended.
 EndHook = Callable[[Generation, int], None]
 #: Called without the lock after any followed run has ended (``on_complete`` callbacks).
@@ -92,14 +92,18 @@ class RunFeed:
         self._answer_counts: dict[int, tuple[Generation, int]] = {}
 
     # -- what the widget calls ---------------------------------------------------------------
-    def follow(self, run: Generation, run_id: int) -> None:
-        """Make ``run`` the current run and stream it (call with the lock held)."""
+    def follow(self, run: Generation, run_id: int, status: str) -> None:
+        """Make ``run`` the current run and stream it (call with the lock held).
+
+        ``status`` is the state the widget published as the run started: a change from it
+        (queued to running) is published even if it happened before the thread ran.
+        """
         self._run, self._run_id = run, run_id
         self._sent = 0
         self._tokens_sent = 0
         self._thread = threading.Thread(
             target=self._follow,
-            args=(run, run_id),
+            args=(run, run_id, status),
             name=f"{VIEW_THREAD_PREFIX}{run_id}",
             daemon=True,
         )
@@ -112,11 +116,10 @@ class RunFeed:
             self._sent = 0
             self._tokens_sent = 0
 
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the view thread to publish the current run's end (not from itself)."""
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The view thread of the current run (read it with the lock held)."""
+        return self._thread
 
     def reset(self, view: Any) -> None:
         """Answer a view's ``sync``: the text sent so far, then every shown run's tokens."""
@@ -142,19 +145,21 @@ class RunFeed:
                     self._tokens_sent = sent
 
     # -- the view thread ---------------------------------------------------------------------
-    def _follow(self, run: Generation, run_id: int) -> None:
+    def _follow(self, run: Generation, run_id: int, status: str) -> None:
         """Send the run's text to the views as coalesced deltas, then its end state."""
         sent = 0
         last_frame = 0.0
-        status = run.status
         try:
             while True:
                 finished = run.done
-                if run.status != status and not finished:
-                    status = run.status
+                now = run.status
+                # Only the states before the end: the end state is published by _on_end,
+                # once the run is done (its result and last text exist), never before.
+                if now != status and now not in TERMINAL and not finished:
+                    status = now
                     with self._lock:
                         if run_id == self._run_id:
-                            self._on_state(run, run_id)
+                            self._on_state(run, run_id, status)
                 # Read before the text: whatever the model makes after it wakes the wait.
                 progress = run.progress
                 text = run.partial_text
@@ -190,7 +195,10 @@ class RunFeed:
                         self._mark_stop_tokens(run, run_id)
                     except Exception:  # never at the cost of the end state below
                         logger.exception("nbstream: marking the stop string's tokens failed")
-                    self._on_end(run, run_id)
+                    try:
+                        self._on_end(run, run_id)
+                    except Exception:  # never at the cost of on_complete below
+                        logger.exception("nbstream: publishing the run's end failed")
         self._after_end(run)
 
     def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:

@@ -191,17 +191,19 @@ class RunWidget(anywidget.AnyWidget):
     # -- Python API ---------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> str:
         """As :meth:`Generation.wait` for the current run."""
-        run = self._run
+        with self._lock:  # this run and its own view thread, taken together
+            run, follower = self._run, self._feed.thread
         if run is None:
             raise RuntimeError(f"nothing to wait for: call {self._start_name}() first")
         try:
             return run.wait(timeout)
         finally:
-            # Once the run is over, let the view thread publish the end state, so that
-            # status, metrics and the views agree when wait() returns (the feed does not
-            # join from the view thread itself: an on_complete callback calling wait()).
-            if run.done:
-                self._feed.join(_JOIN_S)
+            # Once the run is over, let its view thread publish the end state, so that
+            # status, metrics and the views agree when wait() returns. Never the view thread
+            # itself (an on_complete callback calling wait()), nor a later run's (one an
+            # on_complete callback started meanwhile).
+            if run.done and follower is not None and follower is not threading.current_thread():
+                follower.join(_JOIN_S)
 
     def stop(self) -> bool:
         """Stop the current run; True if there was one to stop."""
@@ -322,7 +324,10 @@ class RunWidget(anywidget.AnyWidget):
                 self.prompt_text = run.prompt_text
                 self.prompt_tokens = run.prompt_tokens
                 self.run_id += 1
-                self.status = run.status
+                # A run quick enough to have ended already shows "running" here: its end
+                # state is published by the view thread once the run is done, never before.
+                status = run.status if run.status not in TERMINAL else "running"
+                self.status = status
                 self._on_start(run, self.run_id)
             run_id = self.run_id
             # A saved output must not go on claiming the previous run's end state while
@@ -330,7 +335,7 @@ class RunWidget(anywidget.AnyWidget):
             # update always comes after this one.
             if self._output.published_status in TERMINAL:
                 self._publish_fallback()
-            self._feed.follow(run, run_id)
+            self._feed.follow(run, run_id, status)
         return run
 
     def _on_start(self, run: Generation, run_id: int) -> None:
@@ -360,8 +365,8 @@ class RunWidget(anywidget.AnyWidget):
             self.input_error = str(exc)
 
     # -- what the feed reports (see _feed.RunFeed) -------------------------------------------
-    def _run_state_changed(self, run: Generation, run_id: int) -> None:
-        self._set_if_current(run_id, status=run.status, metrics=run.metrics)
+    def _run_state_changed(self, run: Generation, run_id: int, status: str) -> None:
+        self._set_if_current(run_id, status=status, metrics=run.metrics)
 
     def _run_ended(self, run: Generation, run_id: int) -> None:
         self._set_if_current(run_id, **self._end_traits(run))
@@ -463,6 +468,8 @@ class RunWidget(anywidget.AnyWidget):
 
     # -- display ------------------------------------------------------------------------------
     def _bundle(self) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+        if self.comm is None:  # closed: anywidget's bundle would need the comm's id
+            return None
         bundle = super()._repr_mimebundle_()
         if bundle is None:
             return None

@@ -234,18 +234,60 @@ def test_budget_ends_the_run_while_a_step_hangs(tiny_line, probe, where):
     assert run.partial_text == text and run.status == "failed"
 
 
-def test_a_run_stopped_during_a_hung_step_ends_cancelled_not_timed_out(tiny_line, probe):
+def test_a_run_stopped_during_a_hung_step_ends_cancelled_at_its_deadline(tiny_line, probe):
+    """Stop cannot halt a step that hangs; the budget still bounds the wait, and the run
+    ends as the user asked (cancelled), not timed out."""
     model, tokenizer = tiny_line
     p = probe(model)
     p.on_call = lambda calls: p.hold() if calls == 3 else None
     run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=0.3)
     assert p.held.wait(30)
     assert run.stop() is True
-    time.sleep(0.6)  # the budget passes while the step still hangs
-    assert not run.done  # it has not halted yet: it does not claim to be cancelled
-    p.release()
     with pytest.raises(nbstream.GenerationCancelled):
-        run.wait(30)
+        run.wait()  # no timeout: the budget is what bounds it
+    assert p.held.is_set() and not p.gate.is_set()  # the step still hangs
+    assert run.metrics["finish_reason"] == "cancelled"
+    p.release()
+    assert run.join(30)
+
+
+def test_a_stop_string_found_before_a_hung_step_completes_the_run(probe, monkeypatch):
+    """A reader found the stop string (one the generating thread's watch missed, as across
+    a special token), then the next step hangs past the budget: the answer was over."""
+    from nbstream.backends import local
+    from nbstream.testing import forced_model
+
+    monkeypatch.setattr(local._StopStringWatch, "hit", lambda self, input_ids: False)
+    answer = "An answer. END"
+    model, tokenizer = forced_model(answer + " and then the model goes on and on" * 4)
+    p = probe(model)
+    # Step n + 1 hangs: the n tokens up to the end of "END" have been handed on.
+    n = len(tokenizer.encode(answer, add_special_tokens=False))
+    p.on_call = lambda calls: p.hold() if calls == n + 1 else None
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=200, stop=["END"], budget_s=0.5)
+    assert p.held.wait(30)
+    # A reader sees the stop string in what was generated before the step hung.
+    wait_until(lambda: run.partial_text == "An answer. " or run.done, what="the answer read")
+    assert run.wait() == "An answer. "
+    assert run.metrics["finish_reason"] == "stop"
+    p.release()
+    assert run.join(30)
+
+
+def test_a_run_ended_at_its_deadline_keeps_its_figures(tiny_line, probe):
+    """Tokens put by the step that ended after the deadline are not the run's."""
+    model, tokenizer = tiny_line
+    p = probe(model)
+    p.on_call = lambda calls: p.hold() if calls == 5 else None
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=0.3)
+    with pytest.raises(nbstream.GenerationFailed):
+        run.wait()
+    before = (run.metrics["tokens"], len(run.token_ids), run.record["metrics"]["tokens"])
+    p.release()
+    assert run.join(30)
+    after = (run.metrics["tokens"], len(run.token_ids), run.record["metrics"]["tokens"])
+    assert before == after
+    assert before[0] == before[1]
 
 
 def test_budget_of_a_run_that_ends_in_time_changes_nothing(tiny):

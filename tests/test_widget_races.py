@@ -234,3 +234,76 @@ def test_a_display_racing_the_end_never_leaves_a_stale_saved_state(line, monkeyp
     settle(w)
     assert published and published[-1].startswith("nbstream · complete")
     w.close()
+
+
+def test_wait_joins_its_own_runs_view_thread_not_a_later_one(line, probe, monkeypatch):
+    """An on_complete callback starts the next run before wait() gets to join: wait() must
+    not block on the new run's view thread (which lives as long as that run)."""
+    from nbstream import _widget_base
+
+    monkeypatch.setattr(_widget_base, "_JOIN_S", 600.0)  # a wrong join would block for good
+    model, tokenizer = line
+    p = probe(model)
+    w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3)
+    later: list[Any] = []
+
+    def again(text: str) -> None:
+        if not later:
+            p.hold()  # the next run stays running until released
+            later.append(w.generate("Again", max_new_tokens=40))
+
+    w.on_complete(again)
+    run_wait = nbstream.Generation.wait
+
+    def slow_wait(self: Any, timeout: Any = None) -> str:
+        text = run_wait(self, timeout)
+        time.sleep(0.5)  # a thread switch here: on_complete starts the next run meanwhile
+        return text
+
+    monkeypatch.setattr(nbstream.Generation, "wait", slow_wait)
+    first = w.generate("Hello")
+    returned = threading.Event()
+    waiter = threading.Thread(target=lambda: (w.wait(60), returned.set()))
+    waiter.start()
+    assert returned.wait(30), "wait() blocked on the next run's view thread"
+    assert first.status == "complete" and later and not later[0].done
+    p.release()
+    later[0].wait(60)
+    settle(w)
+    waiter.join(30)
+    w.close()
+
+
+def test_a_closed_widget_displays_its_fallback(line, monkeypatch):
+    import IPython.display
+
+    shown: list[Any] = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **k: shown.append(data))
+    w = nbstream.StreamWidget(*line, max_new_tokens=3)
+    w.generate("Hello")
+    w.wait(60)
+    w.close()
+    w._ipython_display_()
+    assert shown[0]["text/plain"].startswith("nbstream · complete")
+
+
+def test_the_state_published_at_launch_is_never_an_end(line, monkeypatch):
+    """A run that ended before the widget published its start: the traits say "running"
+    until the end is published with the result in place."""
+    w = nbstream.StreamWidget(*line, max_new_tokens=2)
+    seen: list[tuple[str, bool]] = []
+    w.observe(lambda change: seen.append((change["new"], w.run.done)), names="status")
+    stream = nbstream.widget.stream
+
+    def finished_stream(*args: Any, **kwargs: Any) -> Any:
+        run = stream(*args, **kwargs)
+        run.wait_done(60)  # ended before _launch reads its status
+        return run
+
+    monkeypatch.setattr(nbstream.widget, "stream", finished_stream)
+    w.generate("Hello")
+    settle(w)
+    ends = [(s, done) for s, done in seen if s in ("complete", "failed", "cancelled")]
+    assert ends == [("complete", True)]
+    assert seen[0] == ("running", True)
+    w.close()
