@@ -82,7 +82,7 @@ class RunWidget(anywidget.AnyWidget):
     prompt_tokens = traitlets.Int(None, allow_none=True).tag(sync=True)
 
     # -- generation settings (synced both ways: the settings panel edits them) -------------
-    # The next run uses them, merged under the settings given to generate() / send().
+    # The next run uses them, merged under the settings given to generate().
     # None means the model's default (settings_defaults).
     max_new_tokens = setting_trait()
     temperature = setting_trait()
@@ -194,7 +194,7 @@ class RunWidget(anywidget.AnyWidget):
         with self._lock:  # this run and its own view thread, taken together
             run, follower = self._run, self._feed.thread
         if run is None:
-            raise RuntimeError(f"nothing to wait for: call {self._start_name}() first")
+            raise RuntimeError("nothing to wait for: call generate() first")
         try:
             return run.wait(timeout)
         finally:
@@ -294,8 +294,18 @@ class RunWidget(anywidget.AnyWidget):
         )
 
     # -- for subclasses -----------------------------------------------------------------------
-    #: The method that starts a run, named in errors.
-    _start_name = "generate"
+    def _forget_run(self) -> None:
+        """Back to no run (a cleared chat): idle traits, and a new run id, so the views drop
+        the text they were showing (lock held, inside ``hold_sync``)."""
+        self._run = None
+        self.status = "idle"
+        self.metrics = {}
+        self.error_info = None  # type: ignore[assignment]
+        self.input_error = ""
+        self.prompt_text = None
+        self.prompt_tokens = None
+        self.run_id += 1
+        self._feed.forget(self.run_id)
 
     def _busy(self) -> bool:
         return self._run is not None and self._run.status not in TERMINAL
@@ -412,7 +422,8 @@ class RunWidget(anywidget.AnyWidget):
             logger.exception("nbstream: sending the tokens to the views failed")
 
     def _send_msg(self, content: dict[str, Any]) -> None:
-        """A custom message to every view (ipywidgets' ``send``; ChatWidget.send is a turn)."""
+        """A custom message to every view (ipywidgets' ``send``): the one place the feed and
+        the widgets send through, so a test or a wrapper can watch every message."""
         self.send(content)
 
     def _set_if_current(self, run_id: int, **traits: Any) -> None:

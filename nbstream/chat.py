@@ -374,17 +374,9 @@ class ChatWidget(RunWidget):
     def _reset_turns(self, turns: list[_Turn]) -> None:
         with self._lock:
             self._turns = turns
-            self._run = None
             with self.hold_sync():
+                self._forget_run()
                 self._messages = self._message_list()
-                self.status = "idle"
-                self.metrics = {}
-                self.error_info = None  # type: ignore[assignment]
-                self.input_error = ""
-                self.prompt_text = None
-                self.prompt_tokens = None
-                self.run_id += 1  # the views drop the text of the run they were showing
-            self._feed.forget(self.run_id)
             self._publish_fallback()
 
     def _message_list(self) -> list[dict[str, Any]]:

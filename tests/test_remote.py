@@ -590,8 +590,8 @@ def test_missing_extra_names_it(monkeypatch):
 
 def test_chat_widget_on_an_endpoint_sends_the_conversation(fake, no_leftover_runs):
     chat = nbstream.ChatWidget(nbstream.Endpoint(fake.url("ok"), "fake-model"), system="Be brief.")
-    assert chat.send("Hi").wait(60) == "".join(PIECES)
-    assert chat.send("More?").wait(60) == "".join(PIECES)
+    assert chat.generate("Hi").wait(60) == "".join(PIECES)
+    assert chat.generate("More?").wait(60) == "".join(PIECES)
     _, _, body = fake.requests[-1]
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},
