@@ -345,7 +345,14 @@ class RunWidget(anywidget.AnyWidget):
             # update always comes after this one.
             if self._output.published_status in TERMINAL:
                 self._publish_fallback()
-            self._feed.follow(run, run_id, status)
+            try:
+                self._feed.follow(run, run_id, status)
+            except BaseException:
+                # No view thread (the process is out of threads): the run must not stream on
+                # unseen, and the views must still get its end, from the run's own thread.
+                run.stop()
+                run.add_done_callback(lambda ended: self._run_ended(ended, run_id))
+                raise
         return run
 
     def _on_start(self, run: Generation, run_id: int) -> None:

@@ -307,3 +307,28 @@ def test_the_state_published_at_launch_is_never_an_end(line, monkeypatch):
     assert ends == [("complete", True)]
     assert seen[0] == ("running", True)
     w.close()
+
+
+def test_a_view_thread_that_cannot_start_leaves_no_run_streaming_unseen(line, monkeypatch):
+    from nbstream import _feed
+
+    w = nbstream.StreamWidget(*line, max_new_tokens=4000)
+    start = threading.Thread.start
+
+    def no_view_thread(self: threading.Thread) -> None:
+        if self.name.startswith(_feed.VIEW_THREAD_PREFIX):
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", no_view_thread)
+    with pytest.raises(RuntimeError, match="new thread"):
+        w.generate("Hello")
+    monkeypatch.setattr(threading.Thread, "start", start)
+    run = w.run
+    assert run is not None and run.wait_done(60)
+    assert run.status == "cancelled"
+    deadline = time.monotonic() + 30
+    while w.status != "cancelled":  # published from the run's own thread
+        assert time.monotonic() < deadline, f"the widget stayed {w.status}"
+        time.sleep(0.01)
+    w.close()
