@@ -480,3 +480,28 @@ def test_the_stop_watch_and_the_stream_decode_alike():
     assert run.wait(0) == "Well"
     # Halted by the watch within a step of the stop string, not by a reader much later.
     assert run.metrics["tokens"] <= len(tokenizer.encode("Well , here", add_special_tokens=False))
+
+
+def test_the_whole_text_is_not_rebuilt_per_chunk(monkeypatch, probe):
+    """A long answer costs O(n): the joined text is built when read, not once per chunk
+    (appending to one growing string copies the whole answer each time)."""
+    from nbstream.testing import forced_model
+
+    model, tokenizer = forced_model("word " * 100)
+    p = probe(model)
+    p.on_call = lambda calls: time.sleep(0.025)  # slower than the iterator's wake interval
+    builds = {"n": 0}
+    setattr_ = nbstream.Generation.__setattr__
+
+    def counting(self: Any, name: str, value: Any) -> None:
+        if name in ("_text", "_joined"):
+            builds["n"] += 1
+        setattr_(self, name, value)
+
+    monkeypatch.setattr(nbstream.Generation, "__setattr__", counting)
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=400)
+    chunks = list(run)  # follows the run chunk by chunk, never reading the whole text
+    assert len(chunks) > 20  # many chunks (about one per token)
+    assert run.wait(0).count("word") == 100
+    # Built once per read of the whole text (the final decode, wait()), never per chunk.
+    assert builds["n"] <= 5
