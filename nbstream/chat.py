@@ -397,6 +397,10 @@ class ChatWidget(RunWidget):
                     "run_id": t.run_id,
                     "kept": t.kept,
                     "error": error_summary(t.run.error) if t.run is not None and ended else None,
+                    # Why the answer ended ("length" on a complete one: cut at max_new_tokens).
+                    "finish_reason": (
+                        t.run.metrics["finish_reason"] if t.run is not None and ended else None
+                    ),
                 }
             )
         return out

@@ -31,6 +31,9 @@
  * @property {number | null} [run_id] assistant: the run that produced it (null: seeded from Python)
  * @property {boolean} [kept]         assistant: a partial answer the user kept in the history
  * @property {{type: string, message: string} | null} [error] assistant: why it failed
+ * @property {string | null} [finish_reason] assistant: why its run ended ("eos", "length",
+ *   "stop", "cancelled", "error", "timeout"; null while it runs and when seeded from Python);
+ *   "length" on a complete answer: cut off at max_new_tokens
  */
 
 /**
@@ -73,8 +76,10 @@ import {
   h,
   iconButton,
   inputErrorView,
+  isCut,
   logFrame,
   makeBadge,
+  markCut,
   markOutput,
   modelStatus,
   newViewId,
@@ -101,12 +106,15 @@ import { makeNote, tokenViews } from "./tokens.js";
  * @property {string} key
  * @property {Message} msg
  * @property {HTMLElement} el
+ * @property {HTMLElement} who              "You" / "Assistant"
+ * @property {HTMLElement | null} text       user: the message's text
  * @property {HTMLElement | null} output   assistant: the output area
  * @property {TextRenderer | null} renderer
  * @property {string} shown                text in the renderer
  * @property {boolean} shownActive         rendered as streaming
  * @property {HTMLElement} partialLabel
  * @property {HTMLElement} errorEl
+ * @property {HTMLElement} cutEl           assistant: "stopped at max_new_tokens"
  * @property {HTMLElement} actions
  * @property {HTMLElement} note             assistant: "made without probabilities"
  */
@@ -248,31 +256,36 @@ function render({ model, el }) {
   }
 
   // ---- messages ------------------------------------------------------------
+  // An element is made once per key (turn, role, run) and reused while its message stays;
+  // everything it shows from the message (text, role, state, marks) is written by
+  // updateEntry at every change of `_messages`: an edited last message, or a history set
+  // from code, keeps the keys of the messages it replaces.
   /** @param {Message} m @returns {Entry} */
   function makeEntry(m) {
     const key = keyOf(m);
-    const elm = h("div", "nbstream-message", { "data-role": m.role });
+    const elm = h("div", "nbstream-message");
     const who = h("div", "nbstream-message-role");
-    who.textContent = m.role === "user" ? "You" : "Assistant";
     elm.append(who);
     /** @type {Entry} */
     const e = {
       key,
       msg: m,
       el: elm,
+      who,
+      text: null,
       output: null,
       renderer: null,
       shown: "",
       shownActive: false,
       partialLabel: h("div", "nbstream-partial-label"),
       errorEl: h("div", "nbstream-error", { role: "alert" }),
+      cutEl: h("div", "nbstream-cut"),
       actions: h("div", "nbstream-message-actions"),
       note: makeNote("capture"),
     };
     if (m.role === "user") {
-      const text = h("div", "nbstream-message-text");
-      text.textContent = String(m.content ?? "");
-      elm.append(text);
+      e.text = h("div", "nbstream-message-text");
+      elm.append(e.text);
     } else {
       const output = outputArea("Answer");
       const rendered = h("div", "nbstream-rendered");
@@ -373,10 +386,15 @@ function render({ model, el }) {
    */
   function updateEntry(e, i, active) {
     const m = e.msg;
+    if (e.el.getAttribute("data-role") !== m.role) e.el.setAttribute("data-role", m.role);
+    const who = m.role === "user" ? "You" : "Assistant";
+    if (e.who.textContent !== who) e.who.textContent = who;
     e.el.setAttribute("data-in-history", String(!!m.in_history));
     const buttons = [];
     const lastTurn = entries.length ? entries[entries.length - 1].msg.turn : -1;
     if (m.role === "user") {
+      const content = String(m.content ?? "");
+      if (e.text && e.text.textContent !== content) e.text.textContent = content;
       if (m.turn === lastTurn && !active) buttons.push(["Edit", "edit", "Edit this message and send it again"]);
     } else {
       const s = statusOf(e, i);
@@ -386,6 +404,8 @@ function render({ model, el }) {
       const error = () => (isLive(e, i) ? model.get("error_info") : m.error);
       const kept = m.kept ? " (kept in the conversation)" : "";
       markOutput({ output, partialLabel: e.partialLabel, errorEl: e.errorEl }, s, text.length > 0, error, kept);
+      // A complete answer that reached max_new_tokens: a normal end, said in words.
+      markCut(output, e.cutEl, isCut(s, m));
       if (!active && text && (s === "cancelled" || s === "failed") && !m.kept) {
         buttons.push(["Keep partial", "keep", "Keep this partial answer in the conversation"]);
       }
@@ -442,7 +462,8 @@ function render({ model, el }) {
   function updateChrome() {
     const s = status();
     root.setAttribute("data-status", s);
-    setBadge(badge, s);
+    // The badge is the current run's (the newest answer's): its metrics say why it ended.
+    setBadge(badge, s, isCut(s, model.get("metrics")));
     const active = ACTIVE.has(s);
     sendBtn.disabled = active;
     stopBtn.disabled = !active;
@@ -488,7 +509,10 @@ function render({ model, el }) {
     updateChrome();
     schedule();
   });
-  onModel("change:metrics", updateMetrics);
+  onModel("change:metrics", () => {
+    setBadge(badge, status(), isCut(status(), model.get("metrics")));
+    updateMetrics();
+  });
   onModel("change:error_info", updateChrome);
   onModel("change:input_error", () => {
     if (model.get("input_error")) pending = null;

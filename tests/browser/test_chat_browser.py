@@ -9,6 +9,8 @@ read through `nb.kernel_eval` (a subshell: it answers while an answer streams).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
@@ -206,4 +208,169 @@ def test_reload_mid_stream_recovers_the_transcript(lab):
     wait_raw(msgs.nth(3), result)
     expect(msgs.nth(3).locator(".nbstream-output")).to_have_attribute("data-partial", "false")
     assert nb.cell(1).locator(".nbstream-chat").count() == 1
+    assert nb.console_errors() == []
+
+
+# ----- the page shows what the kernel holds ------------------------------------------------
+
+# Every message as the page shows it: role, text (a user's bubble; an answer's raw text),
+# and an answer's end state and in-history mark.
+_READ_MESSAGES = """(root) => [...root.querySelectorAll('.nbstream-message')].map((m) => {
+  const user = m.dataset.role === 'user';
+  const text = user ? m.querySelector('.nbstream-message-text') : m.querySelector('.nbstream-raw');
+  const out = {role: m.dataset.role, content: text ? text.textContent : null,
+               in_history: m.dataset.inHistory === 'true'};
+  if (!user) out.status = m.dataset.status;
+  return out;
+})"""
+
+# The same fields of the kernel's transcript.
+_KERNEL_MESSAGES = (
+    "[{k: m[k] for k in ('role', 'content', 'in_history', 'status') if k in m}"
+    " for m in chat.transcript]"
+)
+
+
+def wait_page_matches_kernel(nb, v, timeout: float = 15.0) -> list[dict]:
+    """Wait until every message the page shows is the kernel's `chat.transcript` entry."""
+    seen: dict[str, object] = {}
+
+    def agree() -> bool:
+        seen["page"] = v.evaluate(_READ_MESSAGES)
+        seen["kernel"] = kval(nb, _KERNEL_MESSAGES)
+        return seen["page"] == seen["kernel"]
+
+    try:
+        wait_until(agree, timeout, what="the page shows chat.transcript")
+    except AssertionError:
+        raise AssertionError(f"page {seen['page']!r}\n!= kernel {seen['kernel']!r}") from None
+    return seen["kernel"]  # type: ignore[return-value]
+
+
+def test_edit_after_a_kept_partial_shows_the_new_question(lab):
+    """Three turns, the third stopped and kept, then Edit + Resend from the page: every
+    bubble shows the kernel's transcript, the edited question too (issue 19, item 1)."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            CHAT.format(max_new_tokens=8),
+            "chat.generate('First question').wait()\n"
+            "chat.generate('Second question').wait()\n"
+            "gate = Gate(model, 6)\n"
+            "third = chat.generate('Third question', max_new_tokens=300)",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    show_raw(v)
+    nb.run_cell(2)
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="step 6")
+    msgs = messages(v)
+    expect(msgs).to_have_count(6)
+    v.get_by_role("button", name="Stop", exact=True).click()
+    wait_until(lambda: kval(nb, "third._control.cancel_event.is_set()"), 30, what="Stop reached")
+    nb.kernel_eval("gate.opened.set()")
+    wait_message_status(msgs.nth(5), "cancelled")
+    msgs.nth(5).get_by_role("button", name="Keep partial", exact=True).click()
+    expect(msgs.nth(5)).to_have_attribute("data-in-history", "true")
+    assert kval(nb, "chat.transcript[-1]['kept']") is True
+    wait_page_matches_kernel(nb, v)
+
+    msgs.nth(4).get_by_role("button", name="Edit", exact=True).click()
+    box = v.get_by_role("textbox", name="Message", exact=True)
+    expect(box).to_have_value("Third question")
+    box.fill("A new question")
+    resend = v.locator(".nbstream-send")
+    expect(resend).to_contain_text("Resend")
+    resend.click()
+    wait_until(lambda: kval(nb, "chat.status") == "complete", STREAM_TIMEOUT, what="new answer")
+    kernel = wait_page_matches_kernel(nb, v)
+    assert kval(nb, "chat.history")[-2] == {"role": "user", "content": "A new question"}
+    assert kernel[4]["content"] == "A new question"
+    expect(msgs.nth(4).locator(".nbstream-message-text")).to_have_text("A new question")
+    assert nb.console_errors() == []
+
+
+def test_setting_history_shows_the_new_messages(lab):
+    """`chat.history = ...` from code, after a turn from a run and after another history:
+    the page shows the new transcript, never a question of the one before (issue 19, 1)."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            CHAT.format(max_new_tokens=8),
+            "chat.generate('Hello there').wait()",
+            "chat.history = [{'role': 'user', 'content': 'Name two colors.'},\n"
+            "                {'role': 'assistant', 'content': 'Red and blue.'}]",
+            "chat.history = [{'role': 'user', 'content': 'Who was Ada Lovelace?'},\n"
+            "                {'role': 'assistant', 'content': 'A mathematician.'},\n"
+            "                {'role': 'user', 'content': 'Born when?'},\n"
+            "                {'role': 'assistant', 'content': 'In 1815.'}]",
+            "chat.history = [{'role': 'user', 'content': 'Name two colors.'},\n"
+            "                {'role': 'assistant', 'content': 'Red and blue.'}]",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    show_raw(v)
+    nb.run_cell(2)
+    wait_page_matches_kernel(nb, v)
+    for cell, first in ((3, "Name two colors."), (4, "Who was Ada Lovelace?"),
+                        (5, "Name two colors.")):  # fmt: skip
+        nb.run_cell(cell)
+        kernel = wait_page_matches_kernel(nb, v)
+        assert kernel[0]["content"] == first
+        expect(messages(v).nth(0).locator(".nbstream-message-text")).to_have_text(first)
+    assert nb.console_errors() == []
+
+
+def test_an_answer_cut_at_max_new_tokens_is_marked(lab):
+    """An answer that reached max_new_tokens is complete but marked "stopped at
+    max_new_tokens" (the badge and a mark under the answer); one that ended on its own is not
+    (issue 19, item 5)."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = forced_model('Red and blue, then green and yellow.')\n"
+            "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=50)\n"
+            "chat",
+            "chat.generate('Name two colors.').wait()",
+            "chat.generate('And two more?', max_new_tokens=3).wait()",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    show_raw(v)
+    badge = v.locator(".nbstream-bar .nbstream-badge")
+    cut = "stopped at max_new_tokens"
+    nb.run_cell(2)
+    wait_page_matches_kernel(nb, v)
+    assert kval(nb, "chat.metrics['finish_reason']") == "eos"
+    msgs = messages(v)
+    expect(badge).to_have_attribute("data-status", "complete")
+    expect(badge).not_to_contain_text(cut)
+    expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
+    expect(msgs.nth(1).locator(".nbstream-cut")).to_have_count(0)
+    expect(msgs.nth(1)).not_to_contain_text(cut)
+
+    nb.run_cell(3)
+    kernel = wait_page_matches_kernel(nb, v)
+    assert kernel[3]["status"] == "complete"
+    assert kval(nb, "chat.metrics['finish_reason']") == "length"
+    assert kval(nb, "[m.get('finish_reason') for m in chat._messages]") == [
+        None, "eos", None, "length"
+    ]  # fmt: skip
+    expect(badge).to_have_attribute("data-status", "complete")
+    expect(badge.locator(".nbstream-badge-text")).to_have_text(f"complete · {cut}")
+    expect(badge).to_have_class(re.compile(r"\bnbstream-cut\b"))
+    expect(msgs.nth(3).locator(".nbstream-cut")).to_be_visible()
+    expect(msgs.nth(3).locator(".nbstream-cut")).to_contain_text(cut)
+    output = msgs.nth(3).locator(".nbstream-output")
+    expect(output).to_have_attribute("data-cut", "true")
+    expect(output).to_have_attribute("data-partial", "false")
+    # The first answer ended on its own: still unmarked.
+    expect(msgs.nth(1).locator(".nbstream-cut")).to_have_count(0)
+    expect(msgs.nth(1).locator(".nbstream-output")).to_have_attribute("data-cut", "false")
     assert nb.console_errors() == []

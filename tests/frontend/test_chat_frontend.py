@@ -302,3 +302,61 @@ def test_clear_and_cleanup(chat_page: Page) -> None:
     page.get_by_role("button", name="Send", exact=True).click()
     assert len(sent(page)) == n
     expect(messages(page)).to_have_count(0)
+
+
+def test_every_message_follows_the_transcript(chat_page: Page) -> None:
+    """An edited last message and a history set from code keep the keys (turn, role) of the
+    messages they replace: the elements show the new text and marks all the same."""
+    page = chat_page
+    stopped = [*FIRST, user(1, "A story", False), answer(1, "Once upon", "cancelled", 2)]
+    mount(page, _messages=stopped, status="cancelled", run_id=2)
+    msgs = messages(page)
+    expect(msgs.nth(2)).to_have_attribute("data-in-history", "false")
+    # Edit + Resend: the last turn replaced (same turn number, a new run).
+    edited = [*FIRST, user(1, "A poem"), answer(1, "Roses", "complete", 3)]
+    change(page, _messages=edited, status="complete", run_id=3)
+    expect(msgs.nth(2).locator(".nbstream-message-text")).to_have_text("A poem")
+    expect(msgs.nth(2)).to_have_attribute("data-in-history", "true")
+    expect(msgs.nth(3)).to_have_attribute("data-status", "complete")
+    # A history set from code: seeded answers (no run), then another history.
+    seeded = [user(0, "Who was Ada Lovelace?"), answer(0, "A mathematician.", "complete", None)]
+    change(page, _messages=seeded, status="idle", run_id=4)
+    expect(msgs).to_have_count(2)
+    expect(msgs.nth(0).locator(".nbstream-message-text")).to_have_text("Who was Ada Lovelace?")
+    again = [user(0, "Name two colors."), answer(0, "Red and blue.", "complete", None)]
+    change(page, _messages=again, run_id=5)
+    frame(page)
+    expect(msgs.nth(0).locator(".nbstream-message-text")).to_have_text("Name two colors.")
+    expect(msgs.nth(1).locator(".nbstream-output")).to_have_text("Red and blue.")
+    for k, role in enumerate(["user", "assistant"]):
+        expect(msgs.nth(k)).to_have_attribute("data-role", role)
+    expect(msgs.nth(0).locator(".nbstream-message-role")).to_have_text("You")
+
+
+def test_an_answer_cut_at_max_new_tokens_is_marked(chat_page: Page) -> None:
+    page = chat_page
+    cut = "stopped at max_new_tokens"
+    done = [user(0, "Hi"), answer(0, "Hello.", "complete", 1, finish_reason="eos")]
+    mount(page, _messages=done, status="complete", run_id=1,
+          metrics={"finish_reason": "eos"})  # fmt: skip
+    badge = root(page).locator(".nbstream-bar .nbstream-badge")
+    expect(badge.locator(".nbstream-badge-text")).to_have_text("complete")
+    expect(messages(page).nth(1).locator(".nbstream-cut")).to_have_count(0)
+    second = [*done, user(1, "More"), answer(1, "", "running", 2)]
+    change(page, _messages=second, status="running", run_id=2, metrics={})
+    stream(page, "Once upon a", run_id=2)
+    expect(messages(page).nth(3).locator(".nbstream-cut")).to_have_count(0)
+    last = answer(1, "Once upon a", "complete", 2, finish_reason="length")
+    ended = [*done, user(1, "More"), last]
+    change(page, _messages=ended, status="complete", metrics={"finish_reason": "length"})
+    newest = messages(page).nth(3)
+    expect(newest.locator(".nbstream-cut")).to_contain_text(cut)
+    expect(newest.locator(".nbstream-output")).to_have_attribute("data-cut", "true")
+    expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "false")
+    expect(badge.locator(".nbstream-badge-text")).to_have_text(f"complete · {cut}")
+    expect(badge).to_have_class(re.compile(r"\bnbstream-cut\b"))
+    expect(messages(page).nth(1).locator(".nbstream-cut")).to_have_count(0)
+    # The chat is cleared: no mark left on the badge.
+    change(page, _messages=[], status="idle", run_id=3, metrics={})
+    expect(badge.locator(".nbstream-badge-text")).to_have_text("idle")
+    expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
