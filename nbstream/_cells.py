@@ -17,6 +17,12 @@ logger = logging.getLogger(__name__)
 _by_cell: dict[str, list[tuple[str | None, weakref.ref[Any]]]] = {}
 _lock = threading.Lock()
 
+# Why a widget's run was stopped when the widget closed (words after "cancelled because",
+# see Generation.stop): by close(), its output cleared or its cell deleted, its cell re-run.
+CLOSED = "the widget was closed (close() was called)"
+CLOSED_BY_CLEARING = "the widget was closed (its output was cleared)"
+CLOSED_BY_RERUN = "the widget was closed (its cell was run again)"
+
 
 def cell_context() -> tuple[str | None, str | None]:
     """(cell id, execution id) of the cell being executed, when run in a Jupyter kernel."""
@@ -48,6 +54,7 @@ def register(widget: Any) -> None:
     for old in stale:
         if old is not None and old is not widget:
             logger.debug("closing a widget made by an earlier run of this cell")
+            old.stop(CLOSED_BY_RERUN)  # the first stop's reason is the one kept
             old.close()
 
 

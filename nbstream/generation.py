@@ -239,6 +239,8 @@ class Generation:
         self._abandoned = False
         # stop() was called (cancel_event is also set by a failing decoder and the watchdog).
         self._stopped_by_user = False
+        # Why, when the caller said (stop(reason=...)): kept for the message and the record.
+        self._cancel_reason: str | None = None
         self._watchdog: threading.Timer | None = None
         self._queue = _queue_for(backend.queue_key())
         if self._queue.try_acquire(self):
@@ -450,6 +452,12 @@ class Generation:
         return self._error
 
     @property
+    def cancel_reason(self) -> str | None:
+        """Why the run was stopped, as given to :meth:`stop` (``None`` if no reason was
+        given, or the run was not stopped). Also in :attr:`record` (``cancel_reason``)."""
+        return self._cancel_reason if self._status == CANCELLED else None
+
+    @property
     def value(self) -> Any:
         """The parsed JSON of a complete run with ``expect="json"``; ``None`` otherwise."""
         if self._status != COMPLETE or not self._done.is_set():
@@ -463,7 +471,8 @@ class Generation:
         A JSON-serializable dict: ``model``, ``prompt``, ``prompt_tokens``, ``settings``
         (every setting in effect), ``seed`` (the one sampling used, drawn if none was
         given), ``status``, ``metrics``, ``versions`` and more; see :mod:`nbstream.record`.
-        :func:`nbstream.rerun` starts the same run again from it.
+        ``cancel_reason`` is :attr:`cancel_reason` (``None`` unless a cancelled run's
+        stop gave one). :func:`nbstream.rerun` starts the same run again from it.
 
         Example::
 
@@ -484,6 +493,7 @@ class Generation:
                 error=self._error,
                 created_at=self._created_at,
             )
+            self._record["cancel_reason"] = self.cancel_reason
         return copy.deepcopy(self._record)  # each caller may edit its own copy
 
     @property
@@ -677,7 +687,9 @@ class Generation:
 
     def _raise_for_end(self) -> None:
         if self._status == CANCELLED:
-            raise GenerationCancelled("the run was cancelled", self)
+            reason = self._cancel_reason
+            why = f" because {reason}" if reason else ""
+            raise GenerationCancelled(f"the run was cancelled{why}", self)
         if self._status == FAILED:
             error = self._error
             detail = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
@@ -790,17 +802,21 @@ class Generation:
                 self._remove_done_callback(wake)
         return self.wait(0)
 
-    def stop(self) -> bool:
+    def stop(self, reason: str | None = None) -> bool:
         """Stop the run cooperatively; generation halts within one decode step.
 
         Returns True if the run was queued or running (it will end ``cancelled``), False
-        if it had already ended.
+        if it had already ended or was already stopped. ``reason`` says why, in words that
+        follow "cancelled because" (e.g. ``"the widget was closed"``): it becomes
+        :attr:`cancel_reason` and the message of the ``GenerationCancelled`` that
+        :meth:`wait` raises. The first stop's reason stays.
         """
         with self._lock:
             if self._status in TERMINAL or self._control.cancel_event.is_set():
                 return False
             self._control.cancel_event.set()
             self._stopped_by_user = True
+            self._cancel_reason = reason
             queued = self._status == QUEUED
         if queued and self._queue.withdraw(self):
             self._turn.set()  # wake the worker so it ends cancelled without the model

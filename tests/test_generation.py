@@ -368,6 +368,35 @@ def test_stop_twice(tiny_line, probe):
     assert run.metrics["tokens"] <= 1
 
 
+def test_stop_reason_is_in_the_exception_the_property_and_the_record(tiny_line, probe):
+    model, tokenizer = tiny_line
+    p = probe(model)
+    p.hold()
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG)
+    assert run.stop(reason="the widget was closed") is True
+    assert run.stop(reason="another reason") is False  # the first stop's reason stays
+    p.release()
+    with pytest.raises(nbstream.GenerationCancelled) as info:
+        run.wait()
+    assert str(info.value) == "the run was cancelled because the widget was closed"
+    assert run.cancel_reason == "the widget was closed"
+    assert run.record["cancel_reason"] == "the widget was closed"
+    assert run.record["status"] == "cancelled" and run.error is None
+
+
+def test_stop_without_a_reason_keeps_the_plain_message(tiny_line):
+    model, tokenizer = tiny_line
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG)
+    run.stop()
+    with pytest.raises(nbstream.GenerationCancelled, match=r"^the run was cancelled$"):
+        run.wait()
+    assert run.cancel_reason is None and run.record["cancel_reason"] is None
+    done = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=3)
+    done.wait()
+    assert done.stop(reason="too late") is False and done.cancel_reason is None
+    assert done.record["cancel_reason"] is None
+
+
 # -- async -----------------------------------------------------------------------------------------
 
 
