@@ -20,6 +20,9 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 # What a saved output says about a run that had not ended when the output was last written.
 _UNFINISHED = "not finished when this output was saved; the text is incomplete"
+#: What marks a complete answer cut off by max_new_tokens (finish_reason "length"): a normal
+#: end, but not the model's own. The views say the same (js/src/common.js, CUT).
+CUT = "stopped at max_new_tokens"
 
 
 def _figures(metrics: dict[str, Any]) -> list[str]:
@@ -33,10 +36,13 @@ def _figures(metrics: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _state(status: str, error_info: dict[str, str] | None) -> tuple[str, str | None]:
-    """(state words, the note that marks the text partial or None when it is the answer)."""
+def _state(
+    status: str, error_info: dict[str, str] | None, finish_reason: Any = None
+) -> tuple[str, str | None]:
+    """(state words, the note that marks the text partial or cut, or None when it is the
+    whole answer)."""
     if status == COMPLETE:
-        return "complete", None
+        return "complete", CUT if finish_reason == "length" else None
     if status == "failed":
         detail = ""
         if error_info:
@@ -64,7 +70,7 @@ def fallback_bundle(
     if status == "idle":
         line = "nbstream · idle · no run yet"
         return {"text/plain": line, "text/markdown": "**nbstream** · idle · *no run yet*"}
-    state, note = _state(status, error_info)
+    state, note = _state(status, error_info, (metrics or {}).get("finish_reason"))
     figures = _figures(metrics or {})
     plain_head = " · ".join(["nbstream", state, *([note] if note else []), *figures])
     md_head = " · ".join(
@@ -81,12 +87,15 @@ def chat_fallback_bundle(
     """The fallbacks of a chat: the state of its newest answer, then every message.
 
     Each answer that is not a complete one says so (and whether the model will see it),
-    so a stopped answer is never read as a finished one.
+    so a stopped answer is never read as a finished one; an answer (message) with
+    ``finish_reason == "length"`` says it stopped at max_new_tokens.
     """
     if not transcript:
         line = "nbstream chat · no messages yet"
         return {"text/plain": line, "text/markdown": "**nbstream chat** · *no messages yet*"}
-    state, _note = _state(status, error_info)
+    state, cut = _state(status, error_info, transcript[-1].get("finish_reason"))
+    if cut == CUT:
+        state = f"{state} · {CUT}"
     turns = sum(1 for m in transcript if m["role"] == "user")
     count = f"{turns} turn" + ("" if turns == 1 else "s")
     plain = [f"nbstream chat · {state} · {count}"]
@@ -97,8 +106,10 @@ def chat_fallback_bundle(
             plain.append(f"You: {text}")
             markdown.append(f"**You:** {text}")
             continue
-        _, note = _state(message["status"], None)
-        if note is not None:
+        _, note = _state(message["status"], None, message.get("finish_reason"))
+        if note == CUT:
+            note = f"{message['status']} · {CUT}"
+        elif note is not None:
             note = f"{message['status']}, {note}"
             if not message["in_history"]:
                 note += ", not in the conversation"
@@ -197,7 +208,7 @@ def compare_fallback_bundle(
         if status == "idle":
             state, note, figures = "idle", "no run yet", []
         else:
-            state, note = _state(status, error_info)
+            state, note = _state(status, error_info, (metrics or {}).get("finish_reason"))
             figures = _figures(metrics or {})
         plain.append(" · ".join([f"[{i}] {label}", state, *([note] if note else []), *figures]))
         md_state = " · ".join([f"**{state}**", *([f"*{note}*"] if note else []), *figures])

@@ -472,7 +472,8 @@ def test_fallback_lists_each_columns_label_state_and_text(line):
     )
     assert blocks[2] == runs[0].partial_text
     assert blocks[3].startswith(
-        "[2] temperature 0.7 · max new tokens 20 · seed 5 · complete · 20 tokens · "
+        "[2] temperature 0.7 · max new tokens 20 · seed 5 · complete · stopped at max_new_tokens · "
+        "20 tokens · "
     )
     assert "partial" not in blocks[3]
     assert blocks[4] == runs[1].result

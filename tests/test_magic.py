@@ -354,7 +354,7 @@ def exported(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactor
 def test_markdown_export_shows_the_final_answer_and_state(exported):
     markdown = exported["markdown"]
     assert exported["done"] and exported["stopped"]
-    assert "**nbstream** · **complete** · 15 tokens" in markdown
+    assert "**nbstream** · **complete** · *stopped at max_new_tokens* · 15 tokens" in markdown
     assert exported["done"] in markdown
     assert "**cancelled** · *partial answer: the run was stopped" in markdown
     assert exported["stopped"] in markdown

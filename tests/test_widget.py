@@ -178,6 +178,13 @@ def test_removing_a_pages_last_view_closes_the_widget_and_stops_its_run(long_tin
     assert run.status == "cancelled" and run.metrics["tokens"] < 8000
     assert w.comm is None and w.result is None
     assert run.join(30)
+    # The closed widget's traits still tell the truth, and the run says why it ended.
+    with pytest.raises(nbstream.GenerationCancelled) as info:
+        w.wait(30)
+    message = "the run was cancelled because the widget was closed (its output was cleared)"
+    assert str(info.value) == message
+    assert w.status == "cancelled" and w.metrics["finish_reason"] == "cancelled"
+    assert w.error_info is None and run.cancel_reason.endswith("(its output was cleared)")
 
 
 def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
@@ -284,6 +291,14 @@ def test_close_stops_the_run(long_tiny):
     assert run.join(10)
     assert run.status == "cancelled"
     wait_followers()
+    assert run.cancel_reason == "the widget was closed (close() was called)"
+    # The traits follow the run after the comm is gone (they stayed "running" before).
+    assert w.status == "cancelled" and w.metrics == run.metrics
+    # A run started from code on the closed widget: its end shows too.
+    again = w.generate("Hello", max_new_tokens=3)
+    assert w.wait(30) == again.result
+    assert w.status == "complete" and w.metrics["tokens"] == again.metrics["tokens"]
+    wait_followers()
 
 
 def test_rerunning_a_cell_closes_its_earlier_widget(long_tiny, monkeypatch):
@@ -296,6 +311,8 @@ def test_rerunning_a_cell_closes_its_earlier_widget(long_tiny, monkeypatch):
     nbstream.StreamWidget(*long_tiny)
     assert run.join(10) and run.status == "cancelled"
     assert first.comm is None and sibling.comm is None
+    assert run.cancel_reason == "the widget was closed (its cell was run again)"
+    wait_status(first, {"cancelled"})
     context["value"] = ("cell-2", "exec-3")
     other = nbstream.StreamWidget(*long_tiny)
     assert other.comm is not None
@@ -335,18 +352,54 @@ def test_display_bundle_keeps_the_view_and_says_idle(tiny):
 
 
 def test_display_fallback_of_a_complete_run_holds_the_answer(long_tiny):
+    # The one-line model never ends on its own: its answer is cut at max_new_tokens, a
+    # normal end that the state line says plainly.
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=20)
     w.generate("Hello")
     text = w.wait()
+    assert w.metrics["finish_reason"] == "length"
     data = bundle(w)
-    assert (
-        data["text/plain"]
-        == f"nbstream · complete · 20 tokens · {w.metrics['elapsed_s']:.1f} s\n\n{text}"
+    elapsed = f"{w.metrics['elapsed_s']:.1f} s"
+    assert data["text/plain"] == (
+        f"nbstream · complete · stopped at max_new_tokens · 20 tokens · {elapsed}\n\n{text}"
     )
-    assert data["text/markdown"].startswith("**nbstream** · **complete** · 20 tokens")
+    assert data["text/markdown"].startswith(
+        "**nbstream** · **complete** · *stopped at max_new_tokens* · 20 tokens"
+    )
     assert data["text/markdown"].endswith(text)
     assert "partial" not in data["text/plain"]
     wait_followers()
+
+
+def test_fallbacks_mark_an_answer_cut_at_max_new_tokens_and_only_that():
+    from nbstream._display import chat_fallback_bundle, compare_fallback_bundle, fallback_bundle
+
+    ended = {"tokens": 5, "elapsed_s": 1.0, "finish_reason": "eos"}
+    cut = {**ended, "finish_reason": "length"}
+    assert fallback_bundle("complete", "Hi", ended)["text/plain"] == (
+        "nbstream · complete · 5 tokens · 1.0 s\n\nHi"
+    )
+    assert fallback_bundle("complete", "Hi", cut)["text/plain"] == (
+        "nbstream · complete · stopped at max_new_tokens · 5 tokens · 1.0 s\n\nHi"
+    )
+    # Only a complete run is "cut": a stopped one keeps its own words.
+    stopped = fallback_bundle("cancelled", "Hi", {**cut, "finish_reason": "cancelled"})
+    assert "max_new_tokens" not in stopped["text/plain"]
+    both = compare_fallback_bundle(
+        "Q", [("a", "complete", "one", ended, None), ("b", "complete", "two", cut, None)]
+    )
+    assert "[1] a · complete · 5 tokens" in both["text/plain"]
+    assert "[2] b · complete · stopped at max_new_tokens · 5 tokens" in both["text/plain"]
+    assert "**2. b** · **complete** · *stopped at max_new_tokens*" in both["text/markdown"]
+    user = {"role": "user", "content": "Q", "in_history": True}
+    answer = {"role": "assistant", "content": "A", "status": "complete", "kept": False}
+    chat = chat_fallback_bundle(
+        "complete", [user, {**answer, "in_history": True, "finish_reason": "length"}]
+    )
+    assert chat["text/plain"].startswith("nbstream chat · complete · stopped at max_new_tokens")
+    assert "Assistant (complete · stopped at max_new_tokens): A" in chat["text/plain"]
+    plain = chat_fallback_bundle("complete", [user, {**answer, "in_history": True}])
+    assert "max_new_tokens" not in plain["text/plain"]
 
 
 def test_display_fallback_marks_a_stopped_answer_partial(long_tiny):
@@ -427,7 +480,7 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
     ]
     assert {display_id for _, display_id, _ in published} == {f"nbstream-{w.model_id}"}
     assert views == [w.model_id]  # the live view: shown once, never rewritten
-    assert published[-1][2].startswith("nbstream · complete · 5 tokens")
+    assert published[-1][2].startswith("nbstream · complete · stopped at max_new_tokens · 5 tokens")
 
 
 def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monkeypatch):

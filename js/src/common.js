@@ -16,7 +16,14 @@ const BADGE = {
   complete: ["complete", "✓"],
   failed: ["failed", "✕"],
   cancelled: ["cancelled", "■"],
+  // Not a run's state: the view lost its kernel (see watchConnection).
+  disconnected: ["disconnected", "⚠"],
 };
+/** A complete run that ended at max_new_tokens (finish_reason "length"): a normal end, but
+ * not the model's own; nbstream/_display.py's CUT says the same in saved outputs. */
+const CUT = "stopped at max_new_tokens";
+/** What a view shows once its kernel has gone (see watchConnection). */
+const DISCONNECTED = "the kernel restarted: run the cell again";
 /** nbstream's version, put in by js/build.mjs from nbstream/_version.py. */
 // eslint-disable-next-line no-undef
 const VERSION = typeof __NBSTREAM_VERSION__ === "string" ? __NBSTREAM_VERSION__ : "unknown";
@@ -517,10 +524,23 @@ function makeBadge() {
   return badge;
 }
 
-/** @param {HTMLElement} badge @param {string} s */
-function setBadge(badge, s) {
+/**
+ * Whether a run in state `s` with these metrics was cut off at max_new_tokens.
+ * @param {string} s @param {any} metrics
+ */
+function isCut(s, metrics) {
+  return s === "complete" && !!metrics && metrics.finish_reason === "length";
+}
+
+/**
+ * @param {HTMLElement} badge @param {string} s
+ * @param {boolean} [cut] a complete run cut off at max_new_tokens (see isCut): said in words
+ */
+function setBadge(badge, s, cut = false) {
   badge.setAttribute("data-status", s);
-  const [word, glyph] = BADGE[s];
+  badge.classList.toggle("nbstream-cut", cut);
+  const [state, glyph] = BADGE[s];
+  const word = cut ? `${state} · ${CUT}` : state;
   const badgeText = /** @type {HTMLElement} */ (badge.firstChild);
   const badgeIcon = /** @type {HTMLElement} */ (badge.lastChild);
   if (badgeText.textContent !== word) badgeText.textContent = word;
@@ -676,6 +696,95 @@ class LiveText {
   }
 }
 
+/**
+ * The mark under an output whose answer was cut off at max_new_tokens (see isCut): the
+ * element `cutEl` (class nbstream-cut) after `output` while `cut`, and data-cut on it.
+ * @param {HTMLElement} output @param {HTMLElement} cutEl @param {boolean} cut
+ */
+function markCut(output, cutEl, cut) {
+  output.setAttribute("data-cut", String(cut));
+  if (cut) {
+    const words = `Answer ${CUT}: it may end mid-sentence (raise max_new_tokens for more)`;
+    if (cutEl.textContent !== words) cutEl.textContent = words;
+    if (!cutEl.isConnected) output.after(cutEl);
+  } else if (cutEl.isConnected) {
+    cutEl.remove();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// A view whose kernel is gone
+// ---------------------------------------------------------------------------
+
+/**
+ * Show the view as disconnected once its kernel is gone, and never let a message to a gone
+ * kernel throw. Two signs, as @jupyter-widgets/base and JupyterLab's widget manager give
+ * them: the manager sets every model's `comm_live` to false when the kernel restarts (the
+ * setter triggers `comm_live_update`; after a view exists nothing sets it back to true),
+ * and `model.send` on a comm whose kernel was restarted throws "Cannot send"
+ * (@jupyterlab/services' Comm.send). Wraps `model.send` of this view's model (anywidget
+ * gives each view its own model object), so every send of the view goes through the check,
+ * also those made after the view is gone (its `removed`). Then: the root gets
+ * data-connection="lost", the badge says "disconnected", a notice says DISCONNECTED, and
+ * every control but the Raw text toggle and the output's Copy buttons is disabled.
+ * @param {ViewScope} scope @param {any} model @param {HTMLElement} root the view's root
+ * @returns {{lost: boolean}} whether the kernel is gone
+ */
+function watchConnection(scope, model, root) {
+  const state = { lost: false };
+  const notice = h("div", "nbstream-disconnected", { role: "alert" });
+  notice.textContent = `Disconnected: ${DISCONNECTED}`;
+  // Idempotent (it writes only what differs): it runs again on its own mutations.
+  const apply = () => {
+    if (root.getAttribute("data-connection") !== "lost") root.setAttribute("data-connection", "lost");
+    const badge = root.querySelector(".nbstream-badge");
+    if (badge instanceof HTMLElement && badge.getAttribute("data-status") !== "disconnected") {
+      setBadge(badge, "disconnected");
+    }
+    for (const busy of root.querySelectorAll("[aria-busy=true]")) busy.setAttribute("aria-busy", "false");
+    for (const c of root.querySelectorAll("button, input, textarea, select")) {
+      if (c.closest(".nbstream-output") || c.classList.contains("nbstream-raw-toggle")) continue;
+      const control = /** @type {HTMLButtonElement} */ (c);
+      if (!control.disabled) control.disabled = true;
+    }
+    if (!notice.isConnected) root.prepend(notice);
+  };
+  const lose = () => {
+    if (state.lost) return;
+    state.lost = true;
+    if (scope.disposed) return;
+    apply();
+    // Whatever the view redraws later (its chrome after a change made in the page) is put
+    // back to disconnected.
+    const watch = new MutationObserver(apply);
+    watch.observe(root, {
+      subtree: true,
+      childList: true,
+      attributes: true,
+      attributeFilter: ["disabled", "data-status", "aria-busy"],
+    });
+    scope.defer(() => watch.disconnect());
+  };
+  scope.onModel("comm_live_update", lose);
+  const send = model.send;
+  if (typeof send === "function") {
+    try {
+      model.send = (/** @type {any[]} */ ...args) => {
+        if (state.lost) return;
+        try {
+          send.apply(model, args);
+        } catch (err) {
+          console.warn("nbstream: the kernel is gone; the view is disconnected", err);
+          lose();
+        }
+      };
+    } catch {
+      // a model object that cannot take it: the comm_live_update sign still works
+    }
+  }
+  return state;
+}
+
 // ---------------------------------------------------------------------------
 // A view removed from a notebook that stays open
 // ---------------------------------------------------------------------------
@@ -735,6 +844,8 @@ function watchRemoval(el, send, viewId) {
 export {
   ACTIVE,
   BADGE,
+  CUT,
+  DISCONNECTED,
   LiveText,
   STATUSES,
   VERSION,
@@ -744,9 +855,11 @@ export {
   h,
   iconButton,
   inputErrorView,
+  isCut,
   isNum,
   logFrame,
   makeBadge,
+  markCut,
   markOutput,
   modelStatus,
   newViewId,
@@ -759,5 +872,6 @@ export {
   showMetrics,
   syncedText,
   viewScope,
+  watchConnection,
   watchRemoval,
 };

@@ -30,7 +30,16 @@
  * @typedef {{type: "run", prompt: string, same_seed: boolean} | {type: "stop"}} OutgoingMessage
  */
 
-import { ACTIVE, VERSION, h, iconButton, promptBox, syncedText, viewScope } from "./common.js";
+import {
+  ACTIVE,
+  VERSION,
+  h,
+  iconButton,
+  promptBox,
+  syncedText,
+  viewScope,
+  watchConnection,
+} from "./common.js";
 
 /**
  * @param {{model: any, el: HTMLElement}} ctx
@@ -74,6 +83,7 @@ function render({ model, el }) {
   const errorEl = h("div", "nbstream-compare-error", { role: "alert", id: errorId });
   root.append(promptRow, bar, errorEl);
   el.append(root);
+  watchConnection(scope, model, root);
 
   // ---- state -------------------------------------------------------------
   /** @returns {Status[]} */

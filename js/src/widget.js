@@ -166,8 +166,10 @@ import {
   h,
   iconButton,
   inputErrorView,
+  isCut,
   logFrame,
   makeBadge,
+  markCut,
   markOutput,
   modelStatus,
   newViewId,
@@ -180,6 +182,7 @@ import {
   showMetrics,
   syncedText,
   viewScope,
+  watchConnection,
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
@@ -252,9 +255,12 @@ function render({ model, el }) {
   const rawPre = h("pre", "nbstream-raw");
   output.append(rendered);
   const errorEl = h("div", "nbstream-error", { role: "alert" });
+  const cutEl = h("div", "nbstream-cut");
 
   root.append(promptRow, bar, settings.panel, templated.view, tv.head, output);
   el.append(root);
+  // Before the first message (the sync below): a kernel already gone shows at once.
+  watchConnection(scope, model, root);
 
   // ---- view state ----------------------------------------------------------
   const follow = follower(scope, output);
@@ -288,7 +294,8 @@ function render({ model, el }) {
   function updateChrome() {
     const s = status();
     root.setAttribute("data-status", s);
-    setBadge(badge, s);
+    const cut = isCut(s, model.get("metrics"));
+    setBadge(badge, s, cut);
 
     const active = ACTIVE.has(s);
     runBtn.disabled = active;
@@ -296,6 +303,7 @@ function render({ model, el }) {
     settings.update();
 
     markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
+    markCut(output, cutEl, cut);
     updateInputError();
     updateMetrics();
   }
@@ -338,7 +346,7 @@ function render({ model, el }) {
     updateChrome();
     schedule();
   });
-  onModel("change:metrics", updateMetrics);
+  onModel("change:metrics", updateChrome); // the badge says whether the answer was cut
   onModel("change:error_info", updateChrome);
   onModel("change:input_error", updateChrome);
 

@@ -65,6 +65,75 @@ def test_clearing_the_output_mid_stream_closes_the_widget_and_stops_its_run(lab)
     assert kval(nb, "run.metrics['tokens'] < 8000")
     assert kval(nb, "w.comm is None")  # closed
     wait_until(lambda: kval(nb, "eval(RUN_THREADS)") == [], "no run thread left")
+    # The closed widget agrees with its run (it said "running" for good), and says why.
+    wait_until(lambda: kval(nb, "w.status") == "cancelled", "w.status to follow the run")
+    assert kval(nb, "w.metrics['finish_reason']") == "cancelled"
+    assert kval(nb, "w.metrics == run.metrics")
+    nb.kernel_eval(
+        "exec('try:\\n    run.wait()\\nexcept nbstream.GenerationCancelled as e:\\n"
+        "    message = str(e)')"
+    )
+    assert kval(nb, "message") == (
+        "the run was cancelled because the widget was closed (its output was cleared)"
+    )
+    assert kval(nb, "run.record['cancel_reason']") == (
+        "the widget was closed (its output was cleared)"
+    )
+    # A run started on it from code later: its end shows in the traits too.
+    nb.kernel_eval("w.generate('again', max_new_tokens=3)")
+    wait_until(lambda: kval(nb, "w.status") == "complete", "the later run's end in w.status")
+    assert nb.console_errors() == []
+
+
+def test_after_a_kernel_restart_the_old_view_shows_disconnected(lab):
+    """The kernel restarts: the widget's view stays on the page, but nothing answers it any
+    more. It says so, its controls are disabled, and a click throws nothing."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=8000)\nw",
+            "run = w.generate('hello')",
+        ]
+    )
+    for i in range(3):
+        nb.run_cell(i)
+    v = nb.cell(1).locator(".nbstream")
+    out = v.locator(".nbstream-output")
+    wait_until(lambda: out.inner_text().strip() != "", "text in the view")
+    run_btn = v.get_by_role("button", name="Run", exact=True)
+    expect(v.get_by_role("button", name="Stop", exact=True)).to_be_enabled()
+
+    # As the toolbar's Restart does once confirmed (without the dialog).
+    nb.page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()"
+    )
+    nb.wait_kernel_idle()
+    expect(v).to_have_attribute("data-connection", "lost", timeout=30_000)
+    expect(v.locator(".nbstream-disconnected")).to_have_text(
+        "Disconnected: the kernel restarted: run the cell again"
+    )
+    expect(v.locator(".nbstream-badge")).to_contain_text("disconnected")
+    for control in (
+        run_btn,
+        v.get_by_role("button", name="Stop", exact=True),
+        v.get_by_role("textbox", name="Prompt", exact=True),
+    ):
+        expect(control).to_be_disabled()
+    # A click that reaches Run anyway sends nothing and throws nothing.
+    run_btn.dispatch_event("click")
+    nb.page.wait_for_timeout(500)
+    assert nb.console_errors() == []
+    # Running the cells again in the new kernel gives a live widget (the old view is
+    # disposed: its "removed" goes nowhere, and throws nothing). The execution counts start
+    # again from 1, so run_cell's wait (a new count) cannot tell when each has finished.
+    nb.run_cell(0, wait=False)
+    wait_until(lambda: kval(nb, "'RUN_THREADS' in globals()"), "the setup cell again")
+    nb.run_cell(1, wait=False)
+    wait_until(lambda: kval(nb, "'w' in globals()"), "the widget cell again")
+    fresh = nb.cell(1).locator(".nbstream")
+    expect(fresh).to_have_count(1)
+    expect(fresh).not_to_have_attribute("data-connection", "lost")
+    expect(fresh.get_by_role("button", name="Run", exact=True)).to_be_enabled()
     assert nb.console_errors() == []
 
 

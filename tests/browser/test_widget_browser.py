@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import itertools
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -554,6 +555,9 @@ def test_rerunning_the_cell_stops_the_old_run(lab):
     assert kval(nb, "len(widgets)") == 2
     assert kval(nb, "widgets[0].run.status") == "cancelled"
     assert kval(nb, "widgets[0].comm is None")  # closed
+    reason = "the widget was closed (its cell was run again)"
+    assert kval(nb, "widgets[0].run.cancel_reason") == reason
+    wait_until(lambda: kval(nb, "widgets[0].status") == "cancelled", 30, what="old status")
     # The new run held the queue until the old one ended; its view thread publishes the
     # queued -> running change on its next wake (a token, or its poll).
     wait_until(lambda: kval(nb, "widgets[1].status") == "running", 30, what="new run running")
@@ -568,6 +572,32 @@ def test_rerunning_the_cell_stops_the_old_run(lab):
 
     nb.kernel_eval("widgets[1].stop()")
     wait_status(view(nb, 1), "cancelled")
+    no_console_errors(nb)
+
+
+def test_an_answer_cut_at_max_new_tokens_is_marked(lab):
+    """A run that reaches max_new_tokens ends complete, and the badge and the output say
+    it stopped there; the saved fallback says so too."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=12)\n"
+            "w.generate('hello')\n"
+            "w",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    wait_status(v, "complete")
+    assert kval(nb, "w.metrics['finish_reason']") == "length"
+    badge = v.locator(".nbstream-badge")
+    expect(badge).to_contain_text("complete · stopped at max_new_tokens")
+    expect(badge).to_have_class(re.compile(r"\bnbstream-cut\b"))
+    expect(v.locator(":scope > .nbstream-cut")).to_contain_text("stopped at max_new_tokens")
+    saved = kval(nb, "w._fallback()[1]['text/plain']")
+    assert saved.startswith("nbstream · complete · stopped at max_new_tokens · 12 tokens")
     no_console_errors(nb)
 
 

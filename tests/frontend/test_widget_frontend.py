@@ -609,6 +609,89 @@ def test_partial_marking(fe_page: Page, status: str, partial: str, label: str | 
     expect(out).to_have_text("Some partial answer")
 
 
+@pytest.mark.parametrize("reason", ["length", "eos", "stop"])
+def test_an_answer_cut_at_max_new_tokens_says_so(fe_page: Page, reason: str) -> None:
+    """A length stop is a normal end (complete), but the badge and the output say it
+    stopped at max_new_tokens; an answer that ended on its own says nothing more."""
+    page = fe_page
+    mount(page, status="running", run_id=1)
+    emit(page, delta(1, 0, "The answer was cut mid"))
+    page.evaluate(
+        "([r]) => window.views[0].model.changeMany("
+        "{status: 'complete', metrics: {tokens: 6, finish_reason: r}})",
+        [reason],
+    )
+    frame(page)
+    root = view(page)
+    badge = root.locator(".nbstream-badge")
+    expect(root).to_have_attribute("data-status", "complete")
+    mark = root.locator(":scope > .nbstream-cut")
+    if reason == "length":
+        expect(badge).to_have_text(re.compile(r"^complete · stopped at max_new_tokens"))
+        expect(badge).to_have_class(re.compile(r"\bnbstream-cut\b"))
+        expect(mark).to_be_visible()
+        expect(mark).to_contain_text("stopped at max_new_tokens")
+        expect(root.locator(".nbstream-output")).to_have_attribute("data-cut", "true")
+    else:
+        expect(badge).to_have_text(re.compile(r"^complete\s*✓$"))
+        expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
+        expect(mark).to_have_count(0)
+    # A new run clears the mark.
+    page.evaluate(
+        "() => window.views[0].model.changeMany({run_id: 2, status: 'running', metrics: {}})"
+    )
+    expect(root.locator(":scope > .nbstream-cut")).to_have_count(0)
+    expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
+
+
+def assert_disconnected(page: Page, i: int = 0) -> None:
+    root = view(page, i)
+    expect(root).to_have_attribute("data-connection", "lost")
+    expect(root.locator(".nbstream-disconnected")).to_have_text(
+        "Disconnected: the kernel restarted: run the cell again"
+    )
+    expect(root.locator(".nbstream-badge")).to_have_text(re.compile(r"^disconnected"))
+    for name in ("Run", "Stop"):
+        expect(root.get_by_role("button", name=name, exact=True)).to_be_disabled()
+    expect(root.get_by_role("textbox", name="Prompt", exact=True)).to_be_disabled()
+    expect(root.get_by_role("button", name="Raw text", exact=True)).to_be_enabled()
+
+
+def test_a_view_whose_kernel_restarted_shows_disconnected(fe_page: Page) -> None:
+    """JupyterLab's widget manager sets comm_live false on a kernel restart (the model
+    triggers comm_live_update): the view says so and its controls are disabled."""
+    page = fe_page
+    mount(page, status="running", run_id=1, prompt="Hello")
+    emit(page, delta(1, 0, "Half an answer"))
+    page.evaluate("() => window.views[0].model.fire('comm_live_update')")
+    assert_disconnected(page)
+    expect(view(page).locator(".nbstream-output")).to_have_attribute("aria-busy", "false")
+    before = len(sent(page))
+    page.evaluate("() => window.views[0].model.change('status', 'running')")  # a redraw
+    assert_disconnected(page)
+    page.locator(".nbstream-prompt").press("Shift+Enter")
+    assert len(sent(page)) == before  # nothing is sent to a kernel that is gone
+
+
+def test_a_send_that_throws_cannot_send_disconnects_without_an_uncaught_error(
+    fe_page: Page,
+) -> None:
+    """@jupyterlab/services' Comm.send throws "Cannot send" once the kernel restarted: the
+    view's first message (its sync) fails, and it shows disconnected; nothing is uncaught
+    (the fixture fails the test on any page error)."""
+    page = fe_page
+    mount(page)
+    # Every send of a model made from now on throws, as a comm of a restarted kernel does.
+    page.evaluate(
+        "() => { Object.getPrototypeOf(window.views[0].model).send = () => {"
+        " throw new Error('Cannot send'); }; }"
+    )
+    mount(page)
+    assert_disconnected(page, 1)
+    view(page, 1).get_by_role("button", name="Raw text", exact=True).click()  # still works
+    expect(view(page, 0)).not_to_have_attribute("data-connection", "lost")
+
+
 def test_empty_cancelled_run_is_not_partial(fe_page: Page) -> None:
     page = fe_page
     mount(page, status="cancelled", run_id=1)
