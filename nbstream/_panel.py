@@ -12,7 +12,7 @@ from typing import Any
 
 import traitlets
 
-from .settings import DEFAULT_MAX_NEW_TOKENS, settings_schema, validate_settings
+from .settings import DEFAULT_MAX_NEW_TOKENS, samples, settings_schema, validate_settings
 
 #: How many candidates a run captures when a view shows probabilities or alternatives and
 #: the widget's ``alternatives`` setting asks for none.
@@ -68,6 +68,23 @@ def model_defaults(model: Any) -> dict[str, Any]:
             defaults[name] = value
     defaults["alternatives"] = 0
     return defaults
+
+
+def next_run_samples(panel: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool | None:
+    """Whether the next run with the panel's values (by trait) samples, by the one rule
+    (:func:`nbstream.settings.samples`) and the model's default (``settings_defaults``).
+
+    None when it cannot be said: the endpoint decides, or ``temperature`` / ``do_sample``
+    is invalid or the two contradict (the run is refused).
+    """
+    default = defaults.get("do_sample")
+    try:
+        values = validate_settings(
+            {"temperature": panel.get("temperature"), "do_sample": panel.get("do_sample")}
+        )
+        return samples(values, default if isinstance(default, bool) else None)
+    except (TypeError, ValueError):
+        return None
 
 
 def setting_error(trait: str, value: Any) -> str | None:

@@ -9,16 +9,28 @@
 //                              kernel's own messages (JS reads; set once by Python)
 //   settings_errors            {trait: message} from Python's validate_settings (JS reads)
 //   settings_defaults          {setting: the model's default} for placeholders (JS reads)
+//   next_run_samples           whether the next run samples (true), is greedy (false) or
+//                              cannot be said (null), by Python's one rule (JS reads)
 //   prompt_text, prompt_tokens what the model got for the current / last run (JS reads)
 //
 // The browser checks a field as it is typed in, against the types and ranges the kernel
-// sent (settings_schema, from nbstream/settings.py's settings_schema()), and never sends a
-// value it rejects; Python checks every value again, whoever set it, and its message shows
-// next to the field too. Nothing here repeats a range: only labels and words.
+// sent (settings_schema, from nbstream/settings.py's settings_schema()): an instant hint.
+// Whatever was typed is sent all the same (a number even when out of range, the text when
+// it is not a number), so that the kernel holds what the field shows: Python checks it
+// again, and once its word (settings_errors) arrives, that is what the field shows. Nothing
+// here repeats a range: only labels and words.
 
 import { h } from "./common.js";
 
 const SAVE_DEBOUNCE_MS = 300;
+/** The settings a greedy run does not use. */
+const SAMPLING_PARAMETERS = ["temperature", "top_p", "top_k"];
+/** What the Sampling field says of the next run (next_run_samples). @type {Record<string, string>} */
+const SAMPLING_NOTE = {
+  true: "the next run samples",
+  false: "the next run is greedy: temperature, top-p and top-k are not used",
+  null: "",
+};
 const INT_RE = /^[+-]?\d+$/;
 const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 
@@ -156,11 +168,41 @@ function unescapeLine(line) {
 }
 
 /**
+ * A string as Python's repr writes it (the kernel's messages quote a value that way).
+ * @param {string} s
+ */
+function pyRepr(s) {
+  const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
+  return quote + s.replaceAll("\\", "\\\\").replaceAll(quote, `\\${quote}`) + quote;
+}
+
+/**
  * The field's text as a trait value: {value} or {error}. An empty field is null (unset).
  * @param {FieldSpec} spec @param {string} text
  * @returns {{value: any} | {error: string}}
  */
 function parseField(spec, text) {
+  const parsed = parse(spec, text);
+  return "error" in parsed ? { error: parsed.error } : parsed;
+}
+
+/**
+ * What a field sends to the kernel: its value, or for text the browser refuses, the number
+ * when the text is one of the field's kind (even out of range), else the text itself. The
+ * kernel checks it and reports it in `settings_errors`: both sides hold what the field shows.
+ * @param {FieldSpec} spec @param {string} text
+ */
+function sentValue(spec, text) {
+  const parsed = parse(spec, text);
+  return "error" in parsed ? parsed.sent : parsed.value;
+}
+
+/**
+ * parseField, with what is sent for a refused text.
+ * @param {FieldSpec} spec @param {string} text
+ * @returns {{value: any} | {error: string, sent: any}}
+ */
+function parse(spec, text) {
   if (spec.kind === "bool") {
     return { value: text === "" ? null : text === "true" };
   }
@@ -171,19 +213,21 @@ function parseField(spec, text) {
   }
   const s = text.trim();
   if (s === "") return { value: null };
+  // Not a number of the field's kind: the text itself is sent (the kernel says the same).
   if (spec.kind === "int" && !INT_RE.test(s)) {
-    return { error: `${spec.name} must be a whole number, got ${JSON.stringify(s)}` };
+    return { error: `${spec.name} must be an int, got ${pyRepr(s)}`, sent: s };
   }
   if (spec.kind === "float" && !NUM_RE.test(s)) {
-    return { error: `${spec.name} must be a number, got ${JSON.stringify(s)}` };
+    return { error: `${spec.name} must be a number, got ${pyRepr(s)}`, sent: s };
   }
   const v = Number(s);
-  if (!Number.isFinite(v)) return { error: `${spec.name} must be a finite number, got ${s}` };
+  // JSON has no Infinity, and a whole number past 2**53 would arrive changed: the text.
+  if (!Number.isFinite(v)) return { error: `${spec.name} must be a finite number, got ${s}`, sent: s };
   if (spec.kind === "int" && !Number.isSafeInteger(v)) {
-    return { error: `${spec.name} is too large, got ${s}` };
+    return { error: `${spec.name} is too large, got ${s}`, sent: s };
   }
   const problem = spec.check ? spec.check(v) : null;
-  return problem ? { error: problem } : { value: v };
+  return problem ? { error: problem, sent: v } : { value: v };
 }
 
 /** A trait value as the field's text. @param {FieldSpec} spec @param {any} value */
@@ -235,9 +279,11 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * @property {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement} input
    * @property {HTMLElement} errorEl
    * @property {string} hintId        the id of its hint, or ""
+   * @property {HTMLElement | null} hintEl  its hint
    * @property {string | null} local   the browser's problem with what was typed
    * @property {boolean} dirty         typed in, not saved yet
    * @property {boolean} edited        saved since Python last reported on it
+   * @property {boolean} saving        inside its own model.set (not a change from elsewhere)
    * @property {any} timer
    */
   /** @type {Field[]} */
@@ -287,16 +333,22 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     const head = h("div", "nbstream-field-head");
     head.append(label);
     let hintId = "";
-    if (spec.hint) {
+    /** @type {HTMLElement | null} */
+    let hintEl = null;
+    // The Sampling field's hint says what the next run does (the kernel's next_run_samples).
+    if (spec.hint || spec.kind === "bool") {
       hintId = `${id}-hint`;
-      const hint = h("span", "nbstream-field-hint", { id: hintId });
-      hint.textContent = spec.hint;
+      const hint = h("span", `nbstream-field-hint${spec.kind === "bool" ? " nbstream-sampling-note" : ""}`, {
+        id: hintId,
+      });
+      hint.textContent = spec.hint ?? "";
+      hintEl = hint;
       head.append(hint);
       input.setAttribute("aria-describedby", hintId);
     }
     wrap.append(head, input, errorEl);
     grid.append(wrap);
-    return { spec, input, errorEl, hintId, local: null, dirty: false, edited: false, timer: null };
+    return { spec, input, errorEl, hintId, hintEl, local: null, dirty: false, edited: false, saving: false, timer: null };
   });
   const reset = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
   reset.textContent = "Model defaults";
@@ -310,10 +362,14 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     return e && typeof e === "object" ? e : {};
   }
 
-  /** The message next to a field: what the browser rejected, else what Python did. @param {Field} f */
+  /**
+   * The message next to a field: while what was typed has not been reported on by Python
+   * (typed, or sent and Python's word still coming), the browser's own check, an instant
+   * hint; after that, Python's (the kernel holds the value and decides).
+   * @param {Field} f
+   */
   function errorOf(f) {
-    if (f.local) return f.local;
-    if (f.edited) return null; // saved a valid value; Python's word on it is coming
+    if (f.dirty || f.edited) return f.local;
     const msg = pythonErrors()[f.spec.name];
     return msg ? String(msg) : null;
   }
@@ -335,8 +391,15 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     if (f.spec.name === "system") f.input.disabled = active();
   }
 
+  /** What the next run does, as the kernel says: true samples, false greedy, null unknown. */
+  function nextRunSamples() {
+    const v = model.get("next_run_samples");
+    return typeof v === "boolean" ? v : null;
+  }
+
   function placeholders() {
     const d = model.get("settings_defaults") || {};
+    const samples = nextRunSamples();
     for (const f of fields) {
       const key = settingOf(schema, f.spec.name);
       const v = d[key];
@@ -344,11 +407,19 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
       if (f.spec.name === "alternatives") {
         // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
         /** @type {HTMLInputElement} */ (f.input).placeholder = "auto (5 with a token view)";
+      } else if (samples === false && SAMPLING_PARAMETERS.includes(f.spec.name)) {
+        /** @type {HTMLInputElement} */ (f.input).placeholder = "not used (greedy)";
       } else if (f.spec.kind === "int" || f.spec.kind === "float") {
         /** @type {HTMLInputElement} */ (f.input).placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
       } else if (f.spec.kind === "bool") {
+        // Unset, the run's sampling follows the temperature, then the model's default: say
+        // what the next run does, never the model's default alone.
         const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
-        opt.textContent = typeof v === "boolean" ? `Model default (${v ? "on" : "off"})` : "Model default";
+        opt.textContent = samples === null ? "Auto (model default)" : `Auto: ${samples ? "samples" : "greedy"}`;
+        if (f.hintEl) {
+          f.hintEl.textContent = SAMPLING_NOTE[String(samples)];
+          f.hintEl.setAttribute("data-samples", String(samples));
+        }
       }
     }
   }
@@ -364,7 +435,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
 
   /** Put the trait's value in the field (unless the user is typing in it). @param {Field} f */
   function fromModel(f) {
-    if (f.dirty) return;
+    if (f.dirty || f.saving) return; // its own save: the text stays as typed
     const text = formatField(f.spec, model.get(f.spec.name));
     if (f.input.value !== text) f.input.value = text;
     f.local = null;
@@ -380,12 +451,17 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     }
     if (!f.dirty) return;
     f.dirty = false;
-    const parsed = parseField(f.spec, f.input.value);
-    if ("error" in parsed) return; // never sent: the message is next to the field
+    // A refused value is sent too: the kernel holds what the field shows and reports it.
+    const value = sentValue(f.spec, f.input.value);
     const current = model.get(f.spec.name);
-    if (JSON.stringify(current ?? null) === JSON.stringify(parsed.value)) return;
+    if (JSON.stringify(current ?? null) === JSON.stringify(value)) return;
     f.edited = true;
-    model.set(f.spec.name, parsed.value);
+    f.saving = true;
+    try {
+      model.set(f.spec.name, value);
+    } finally {
+      f.saving = false;
+    }
     model.save_changes();
   }
 
@@ -419,10 +495,19 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     onModel(`change:${f.spec.name}`, () => fromModel(f));
   }
   onModel("change:settings_errors", () => {
-    for (const f of fields) if (!f.dirty) f.edited = false;
+    const errors = pythonErrors();
+    for (const f of fields) {
+      if (f.dirty) continue;
+      // A report the kernel made before this field's value reached it (after another
+      // field's) can still hold the old verdict; the browser's check and the kernel's agree
+      // on what is valid (one schema), so wait for a report that agrees, then show it.
+      if (f.edited && Boolean(errors[f.spec.name]) !== Boolean(f.local)) continue;
+      f.edited = false;
+    }
     update();
   });
   onModel("change:settings_defaults", placeholders);
+  onModel("change:next_run_samples", placeholders);
 
   on(reset, "click", () => {
     for (const f of fields) {
@@ -536,4 +621,4 @@ function promptView({ model, viewId, on, onModel }) {
   return { toggle, view };
 }
 
-export { FIELDS, fieldSpecs, formatField, parseField, promptView, settingsPanel };
+export { FIELDS, fieldSpecs, formatField, parseField, promptView, sentValue, settingsPanel };

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { FIELDS, fieldSpecs, formatField, parseField } from "../src/settings.js";
+import { FIELDS, fieldSpecs, formatField, parseField, sentValue } from "../src/settings.js";
 
 const SCHEMA = JSON.parse(readFileSync(new URL("./settings-schema.json", import.meta.url), "utf8"));
 const SPECS = fieldSpecs(SCHEMA);
@@ -67,8 +67,9 @@ test("whole numbers", () => {
   assert.deepEqual(parseField(k, "40"), { value: 40 });
   assert.deepEqual(parseField(k, " +7 "), { value: 7 });
   assert.deepEqual(parseField(k, "0"), { value: 0 });
-  assert.match(parseField(k, "1.5").error, /top_k must be a whole number, got "1.5"/);
-  assert.match(parseField(k, "1e3").error, /whole number/);
+  // Worded as the kernel words it (validate_settings), the text quoted as Python does.
+  assert.equal(parseField(k, "1.5").error, "top_k must be an int, got '1.5'");
+  assert.match(parseField(k, "1e3").error, /must be an int/);
   assert.match(parseField(k, "-1").error, /top_k must be >= 0, got -1/);
   assert.match(parseField(field("seed"), "9007199254740993").error, /seed is too large/);
 });
@@ -79,7 +80,8 @@ test("numbers", () => {
   assert.deepEqual(parseField(t, ".5"), { value: 0.5 });
   assert.deepEqual(parseField(t, "1e-1"), { value: 0.1 });
   assert.deepEqual(parseField(t, "0"), { value: 0 });
-  assert.match(parseField(t, "abc").error, /temperature must be a number, got "abc"/);
+  assert.equal(parseField(t, "abc").error, "temperature must be a number, got 'abc'");
+  assert.equal(parseField(t, "it's").error, `temperature must be a number, got "it's"`);
   assert.match(parseField(t, "0x10").error, /must be a number/);
   assert.match(parseField(t, "Infinity").error, /must be a number/);
   assert.match(parseField(t, "1e400").error, /temperature must be a finite number, got 1e400/);
@@ -139,4 +141,26 @@ test("a free text field (the chat's system prompt) is taken as typed", () => {
   const system = { name: "system", label: "System prompt", kind: /** @type {const} */ ("text") };
   assert.deepEqual(parseField(system, "  Be brief.\n"), { value: "  Be brief.\n" });
   assert.deepEqual(parseField(system, ""), { value: null });
+});
+
+test("what a field sends: a refused value too, so the kernel holds what the field shows", () => {
+  const t = field("temperature");
+  const k = field("top_k");
+  assert.equal(sentValue(t, "0.7"), 0.7);
+  assert.equal(sentValue(t, ""), null);
+  // Out of range: the number (the kernel reports it).
+  assert.equal(sentValue(t, "-1"), -1);
+  assert.equal(sentValue(field("top_p"), " 1.5 "), 1.5);
+  assert.equal(sentValue(field("max_new_tokens"), "0"), 0);
+  // Not a number of the field's kind: the text.
+  assert.equal(sentValue(t, " warm "), "warm");
+  assert.equal(sentValue(k, "1.5"), "1.5");
+  assert.equal(sentValue(k, "1e3"), "1e3");
+  // A number JSON cannot carry exactly: the text.
+  assert.equal(sentValue(t, "1e400"), "1e400");
+  assert.equal(sentValue(field("seed"), "9007199254740993"), "9007199254740993");
+  // Valid values are sent as parsed.
+  assert.equal(sentValue(k, "+7"), 7);
+  assert.deepEqual(sentValue(field("stop_sequences"), "END\nEND"), ["END"]);
+  assert.equal(sentValue(field("do_sample"), "false"), false);
 });

@@ -56,7 +56,8 @@ def test_settings_panel_rejects_a_bad_value_and_the_next_run_uses_a_good_one(lab
     open_settings(v)
     expect(field(v, "Max new tokens")).to_have_value("5")  # the constructor's setting
 
-    # The browser rejects a bad value: a message next to the field, Run starts nothing.
+    # A bad value: a message next to the field, and the kernel holds it too (one state),
+    # so Run starts nothing.
     temperature = field(v, "Temperature")
     temperature.fill("-1")
     expect_invalid(temperature, "temperature must be >= 0 (0 means greedy), got -1")
@@ -65,15 +66,17 @@ def test_settings_panel_rejects_a_bad_value_and_the_next_run_uses_a_good_one(lab
     expect(temperature).to_be_focused()
     # Let any message the click might have sent reach the kernel, then look there.
     wait_until(lambda: kval(nb, "w.prompt") == "Hello", 15, what="the prompt box synced")
-    assert kval(nb, "(w.run is None, w.run_id, w.status, w.temperature)") == (True, 0, "idle", None)
+    assert kval(nb, "(w.run is None, w.run_id, w.status, w.temperature)") == (True, 0, "idle", -1)
     expect(v).to_have_attribute("data-status", "idle")
+    # Once the kernel has reported on it, its message is the one shown.
+    expect_invalid(temperature, kval(nb, "w.settings_errors")["temperature"])
 
     # A bad value set from code: Python's message next to the field, and nothing starts.
     nb.kernel_eval("setattr(w, 'top_k', 2.5)")
     top_k = field(v, "Top-k")
     expect(top_k).to_have_value("2.5")
     expect_invalid(top_k, "top_k must be an int, got 2.5")
-    assert kval(nb, "w.settings_errors") == {"top_k": "top_k must be an int, got 2.5"}
+    assert kval(nb, "w.settings_errors")["top_k"] == "top_k must be an int, got 2.5"
 
     # Fixed in the page: the traits follow, and the next Run uses them.
     temperature.fill("")
@@ -165,4 +168,130 @@ def test_chat_prompt_view_shows_the_whole_conversation_templated(lab):
     )
     tokens = kval(nb, "chat.run.prompt_tokens")
     expect(v.locator(".nbstream-prompt-tokens")).to_have_text(f"{tokens} prompt tokens")
+    assert nb.console_errors() == []
+
+
+def test_a_bad_value_typed_in_the_panel_is_the_kernels_state_too(lab):
+    """Issue 19 item 2: what the panel marks red, the kernel holds and refuses to run."""
+    nb = lab.open_notebook([SETUP, WIDGET])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    open_settings(v)
+    temperature = field(v, "Temperature")
+
+    # Out of range: the number typed reaches the kernel, which reports it.
+    temperature.fill("-1")
+    temperature.press("Enter")
+    wait_until(lambda: kval(nb, "w.temperature") == -1, 15, what="the kernel got -1")
+    errors = kval(nb, "w.settings_errors")
+    assert list(errors) == ["temperature"]
+    expect_invalid(temperature, errors["temperature"])
+    expect(v.get_by_role("button", name="Settings", exact=True)).to_have_attribute(
+        "data-invalid", "true"
+    )
+    # generate() from code refuses to start, with the message the field shows.
+    nb.kernel_eval(
+        'exec(\'try:\\n    w.generate("Hi")\\n    refused = None\\n'
+        "except ValueError as e:\\n    refused = str(e)')"
+    )
+    refused = kval(nb, "refused")
+    assert refused and errors["temperature"] in refused and "nothing was started" in refused
+    assert kval(nb, "(w.run is None, w.run_id)") == (True, 0)
+
+    # Not a number at all: the text typed reaches the kernel; the kernel's message is shown.
+    temperature.fill("warm")
+    temperature.press("Enter")
+    wait_until(lambda: kval(nb, "w.temperature") == "warm", 15, what="the kernel got the text")
+    message = kval(nb, "w.settings_errors")["temperature"]
+    assert message == "temperature must be a number, got 'warm'"
+    expect_invalid(temperature, message)
+
+    # Fixed in the page: both sides clear, and a run from code starts with the value.
+    temperature.fill("0.5")
+    temperature.press("Enter")
+    wait_until(lambda: kval(nb, "w.settings_errors") == {}, 15, what="the kernel cleared it")
+    expect(temperature).not_to_have_attribute("aria-invalid", "true")
+    expect(error_next_to(temperature)).to_have_text("")
+    expect(v.get_by_role("button", name="Settings", exact=True)).to_have_attribute(
+        "data-invalid", "false"
+    )
+    assert kval(nb, "w.temperature") == 0.5
+    nb.kernel_eval("w.generate('Hi')")
+    wait_status(v, "complete")
+    assert kval(nb, "w.record['settings']['temperature']") == 0.5
+    assert nb.console_errors() == []
+
+
+def sampling_shown(v) -> dict:
+    """What the panel says the next run will do: the Sampling field's default option, its
+    note, and the unset sampling parameters' placeholders."""
+    return v.evaluate(
+        """(root) => {
+          const select = root.querySelector('select[data-field="do_sample"]');
+          const note = root.querySelector('.nbstream-sampling-note');
+          const ph = (n) => root.querySelector(`input[data-field="${n}"]`).placeholder;
+          return {auto: select.options[0].textContent, note: note ? note.textContent : null,
+                  samples: note ? note.dataset.samples : null,
+                  temperature: ph('temperature'), top_p: ph('top_p'), top_k: ph('top_k')};
+        }"""
+    )
+
+
+def run_from_panel(nb, v, runs: int) -> None:
+    v.get_by_role("button", name="Run", exact=True).click()
+    wait_until(lambda: kval(nb, "w.run_id") == runs, 15, what=f"run {runs} started")
+    wait_status(v, "complete")
+
+
+def test_sampling_labels_say_what_the_run_does(lab):
+    """Issue 19 item 7: the panel says greedy or samples exactly when the run does."""
+    nb = lab.open_notebook([SETUP, WIDGET])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    open_settings(v)
+    v.get_by_role("textbox", name="Prompt", exact=True).fill("Hi")
+    temperature = field(v, "Temperature")
+    sampling = v.get_by_role("combobox", name="Sampling", exact=True)
+
+    # Nothing set: the tiny model's default is greedy, so its temperature is not used.
+    assert kval(nb, "w.next_run_samples") is False
+    shown = sampling_shown(v)
+    assert shown["samples"] == "false" and "greedy" in shown["auto"].lower()
+    assert "temperature, top-p and top-k are not used" in shown["note"]
+    for name in ("temperature", "top_p", "top_k"):
+        assert "not used" in shown[name] and "model default" not in shown[name], shown
+    run_from_panel(nb, v, 1)
+    assert kval(nb, "w.record['settings']['do_sample']") is False
+
+    # A temperature set: the run samples, and the panel says so.
+    temperature.fill("0.7")
+    temperature.press("Enter")
+    wait_until(lambda: kval(nb, "w.next_run_samples") is True, 15, what="kernel: samples")
+    expect(v.locator(".nbstream-sampling-note")).to_have_attribute("data-samples", "true")
+    shown = sampling_shown(v)
+    assert "sampl" in shown["auto"].lower() and "off" not in shown["auto"].lower(), shown
+    assert "not used" not in shown["note"] and "samples" in shown["note"]
+    assert shown["top_k"] == "50 (model default)" and shown["top_p"] == "1 (model default)"
+    run_from_panel(nb, v, 2)
+    assert kval(nb, "w.record['settings']['do_sample']") is True
+
+    # Temperature 0 is greedy whatever the model says.
+    temperature.fill("0")
+    temperature.press("Enter")
+    wait_until(lambda: kval(nb, "w.next_run_samples") is False, 15, what="kernel: greedy")
+    expect(v.locator(".nbstream-sampling-note")).to_have_attribute("data-samples", "false")
+    run_from_panel(nb, v, 3)
+    assert kval(nb, "w.record['settings']['do_sample']") is False
+
+    # Sampling switched on, temperature unset: samples at the model's temperature.
+    temperature.fill("")
+    sampling.select_option("true")
+    wait_until(lambda: kval(nb, "(w.do_sample, w.temperature)") == (True, None), 15)
+    expect(v.locator(".nbstream-sampling-note")).to_have_attribute("data-samples", "true")
+    assert sampling_shown(v)["temperature"] == "1 (model default)"
+    run_from_panel(nb, v, 4)
+    assert kval(nb, "w.record['settings']['do_sample']") is True
+    assert kval(nb, "w.next_run_samples") is True
     assert nb.console_errors() == []

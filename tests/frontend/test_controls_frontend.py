@@ -63,6 +63,7 @@ def test_panel_is_closed_by_default_and_fields_reflect_the_traits(fe_page: Page)
         do_sample=True,
         stop_sequences=["END", "\n\n"],
         settings_defaults={"max_new_tokens": 256, "top_k": 50, "do_sample": False},
+        next_run_samples=True,
     )
     root = view(page)
     open_settings(root)
@@ -74,7 +75,8 @@ def test_panel_is_closed_by_default_and_fields_reflect_the_traits(fe_page: Page)
     expect(field(root, "Stop sequences")).to_have_value("END\n\\n\\n")
     sampling = root.get_by_role("combobox", name="Sampling", exact=True)
     expect(sampling).to_have_value("true")
-    expect(sampling.locator("option").first).to_have_text("Model default (off)")
+    # What the run does (the kernel's next_run_samples), not the model's default alone.
+    expect(sampling.locator("option").first).to_have_text("Auto: samples")
     # Code changes a trait: the panel follows.
     change(page, "temperature", 0.2)
     change(page, "do_sample", None)
@@ -116,9 +118,10 @@ def test_a_bad_value_gets_a_message_next_to_its_field_and_blocks_run(fe_page: Pa
     field(root, "Top-p").fill("1.5")
     expect_field_error(root, "Top-p", "top_p must be in (0, 1], got 1.5")
     field(root, "Max new tokens").fill("ten")
-    expect_field_error(root, "Max new tokens", 'max_new_tokens must be a whole number, got "ten"')
+    expect_field_error(root, "Max new tokens", "max_new_tokens must be an int, got 'ten'")
     field(root, "Prompt").click()
-    assert not any(name in ("top_p", "max_new_tokens") for name, _ in sets(page))  # never sent
+    # Sent all the same (the kernel holds what the field shows): the number, or the text.
+    assert ["top_p", 1.5] in sets(page) and ["max_new_tokens", "ten"] in sets(page)
     root.get_by_role("button", name="Settings", exact=True).click()  # close the panel
     expect(root.locator(".nbstream-settings")).to_be_hidden()
     root.get_by_role("button", name="Run", exact=True).click()
@@ -223,3 +226,58 @@ def test_chat_prompt_view_shows_the_whole_conversation(chat: Page) -> None:
     pre = root.locator(".nbstream-templated")
     assert pre.evaluate("(e) => e.textContent") == PROMPT * 2
     expect(root.locator(".nbstream-prompt-tokens")).to_have_text("54 prompt tokens")
+
+
+def test_the_kernels_message_replaces_the_hint_once_it_arrives(fe_page: Page) -> None:
+    page = fe_page
+    mount(page)
+    root = view(page)
+    open_settings(root)
+    field(root, "Temperature").fill("-1")
+    field(root, "Top-k").fill("7")  # blur: temperature saved
+    page.wait_for_function("window.views[0].model.state.temperature === -1")
+    expect_field_error(root, "Temperature", "temperature must be >= 0 (0 means greedy), got -1")
+    page.wait_for_function("window.views[0].model.state.top_k === 7")
+    # A report made before top_k=7 reached the kernel still holds its old verdict: the
+    # field keeps the browser's (valid) hint until a report agrees.
+    change(page, "settings_errors", {"temperature": "kernel: -1.0", "top_k": "kernel: stale"})
+    expect_field_error(root, "Temperature", "kernel: -1.0")
+    expect(field(root, "Top-k")).not_to_have_attribute("aria-invalid", "true")
+    change(page, "settings_errors", {"temperature": "kernel: -1.0"})
+    expect(field(root, "Top-k")).not_to_have_attribute("aria-invalid", "true")
+    # Fixed: the hint clears at once, the kernel's report agrees.
+    field(root, "Temperature").fill("0.5")
+    expect(field(root, "Temperature")).not_to_have_attribute("aria-invalid", "true")
+    field(root, "Top-k").focus()
+    page.wait_for_function("window.views[0].model.state.temperature === 0.5")
+    change(page, "settings_errors", {})
+    expect(root.get_by_role("button", name="Settings", exact=True)).to_have_attribute(
+        "data-invalid", "false"
+    )
+
+
+def test_sampling_field_and_placeholders_say_what_the_next_run_does(fe_page: Page) -> None:
+    page = fe_page
+    mount(
+        page,
+        settings_defaults={"temperature": 1.0, "top_p": 0.9, "top_k": 50},
+        next_run_samples=False,
+    )
+    root = view(page)
+    open_settings(root)
+    sampling = root.get_by_role("combobox", name="Sampling", exact=True)
+    note = root.locator(".nbstream-sampling-note")
+    expect(sampling.locator("option").first).to_have_text("Auto: greedy")
+    expect(note).to_have_text("the next run is greedy: temperature, top-p and top-k are not used")
+    expect(note).to_have_attribute("data-samples", "false")
+    for name in ("Temperature", "Top-p", "Top-k"):
+        expect(field(root, name)).to_have_attribute("placeholder", "not used (greedy)")
+    assert note.get_attribute("id") in (sampling.get_attribute("aria-describedby") or "").split()
+    change(page, "next_run_samples", True)
+    expect(sampling.locator("option").first).to_have_text("Auto: samples")
+    expect(note).to_have_text("the next run samples")
+    expect(field(root, "Temperature")).to_have_attribute("placeholder", "1 (model default)")
+    expect(field(root, "Top-p")).to_have_attribute("placeholder", "0.9 (model default)")
+    change(page, "next_run_samples", None)
+    expect(sampling.locator("option").first).to_have_text("Auto (model default)")
+    expect(note).to_have_attribute("data-samples", "null")
