@@ -29,6 +29,7 @@ from ._panel import (
     PANEL_SETTINGS,
     TRAIT_OF_SETTING,
     model_defaults,
+    next_run_samples,
     panel_schema,
     run_settings,
     setting_error,
@@ -101,6 +102,9 @@ class RunWidget(anywidget.AnyWidget):
     #: Kernel to page, never changes: each panel setting's type, range and messages
     #: (panel_schema), from which the page checks a value as it is typed.
     settings_schema = traitlets.Dict(panel_schema(), read_only=True).tag(sync=True)
+    #: Kernel to page: whether the next run from the panel samples (True) or is greedy
+    #: (False), from the panel's values and the model's default; None when unknown.
+    next_run_samples = traitlets.Bool(None, allow_none=True).tag(sync=True)
     #: How many top candidates per token a run captures (``run.trace``); None or 0: none,
     #: unless a view shows probabilities or alternatives (then ``VIEW_ALTERNATIVES``).
     alternatives = setting_trait()
@@ -204,12 +208,18 @@ class RunWidget(anywidget.AnyWidget):
             # on_complete callback started meanwhile).
             if run.done and follower is not None and follower is not threading.current_thread():
                 follower.join(_JOIN_S)
+                # Again from this thread: the view thread's rewrite of the saved output
+                # carries the parent of the cell that started the run, and a headless
+                # runner (nbclient, nbconvert) that has moved on to a later cell drops it.
+                # Sent from here it belongs to the cell that waits, and is kept.
+                self._publish_fallback()
 
-    def stop(self) -> bool:
-        """Stop the current run; True if there was one to stop."""
+    def stop(self, reason: str | None = None) -> bool:
+        """Stop the current run; True if there was one to stop (``reason``: as
+        :meth:`Generation.stop`)."""
         # getattr: close() runs from __del__ even when __init__ failed part-way.
         run = getattr(self, "_run", None)
-        return run.stop() if run is not None else False
+        return run.stop(reason) if run is not None else False
 
     def on_complete(self, callback: Callable[[str], Any]) -> None:
         """Call ``callback(text)`` after each run that completes (never after others)."""
@@ -254,14 +264,24 @@ class RunWidget(anywidget.AnyWidget):
         return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
     def close(self) -> None:
-        """Stop any run and close the widget (and its views)."""
-        self.stop()
+        """Stop any run and close the widget (and its views).
+
+        The run ends ``cancelled`` "because the widget was closed"; ``status``, ``metrics``
+        and ``error_info`` still follow it to its end (nothing shows them any more, but
+        code reads them).
+        """
+        self.stop(cells.CLOSED)
         super().close()
 
     # -- settings -----------------------------------------------------------------------------
     @traitlets.observe(*PANEL_SETTINGS)
     def _setting_changed(self, change: dict[str, Any]) -> None:
         self._check_setting(change["name"])
+
+    @traitlets.observe("temperature", "do_sample", "settings_defaults")
+    def _sampling_changed(self, _change: dict[str, Any]) -> None:
+        panel = {"temperature": self.temperature, "do_sample": self.do_sample}
+        self.next_run_samples = next_run_samples(panel, self.settings_defaults)
 
     def _setting_error(self, name: str, value: Any) -> str | None:
         """Why ``value`` is not allowed for the setting trait ``name``, or None."""
@@ -437,7 +457,8 @@ class RunWidget(anywidget.AnyWidget):
         # Checked and written under the lock: a newer run launched in between must never
         # get an older run's state.
         with self._lock:
-            if run_id != self.run_id or self.comm is None:
+            # A closed widget's traits still follow its run (nothing is sent: no comm).
+            if run_id != self.run_id:
                 return
             with self.hold_sync():
                 for name, value in traits.items():
@@ -482,6 +503,7 @@ class RunWidget(anywidget.AnyWidget):
         views.discard(view)
         if not views:
             logger.info("nbstream: the widget's output was removed; closing it")
+            self.stop(cells.CLOSED_BY_CLEARING)
             self.close()
 
     # -- display ------------------------------------------------------------------------------

@@ -429,7 +429,16 @@ class ChatWidget(RunWidget):
 
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> tuple[str, dict[str, str]]:
-        transcript = self.transcript
+        with self._lock:  # the transcript and its turns, read together
+            transcript = self.transcript
+            turns = list(self._turns)
+        # The saved output marks an answer cut off at max_new_tokens (not a transcript key:
+        # the transcript's shape is public and stays as it is).
+        for message, turn in zip(transcript[1::2], turns, strict=True):
+            run = turn.run
+            message["finish_reason"] = (
+                run.metrics["finish_reason"] if run is not None and run.done else None
+            )
         status = "idle"
         if transcript:
             status = transcript[-1]["status"]

@@ -435,7 +435,8 @@ def test_saved_output_shows_every_turn_and_marks_partial_answers(chat):
     data, _ = chat._repr_mimebundle_()
     plain = data["text/plain"]
     assert plain.startswith("nbstream chat · cancelled · 2 turns")
-    assert f"You: Hello\n\nAssistant: {answer}" in plain
+    # The one-line model always runs to max_new_tokens: a complete answer, marked as cut.
+    assert f"You: Hello\n\nAssistant (complete · stopped at max_new_tokens): {answer}" in plain
     assert (
         "Assistant (cancelled, partial answer: the run was stopped, not in the conversation): "
         + run.partial_text

@@ -262,7 +262,8 @@ def test_each_chat_cell_shows_the_shared_chat(session):
     views = [live_view(session[key])[WIDGET_VIEW]["model_id"] for key in ("chat1", "chat2")]
     assert views[0] == views[1]  # the same widget, shown again
     saved = widget_output(session["chat2"])["text/plain"]
-    assert saved.startswith("nbstream chat · complete · 2 turns")
+    # Both answers ran to max_new_tokens: complete, and marked as cut off.
+    assert saved.startswith("nbstream chat · complete · stopped at max_new_tokens · 2 turns")
     assert "You: Name two colors." in saved and "You: And two more?" in saved
 
 

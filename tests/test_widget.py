@@ -470,12 +470,15 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
     w.wait()
     wait_followers()
     kinds = [(kind, first.split(" · ")[1]) for kind, _, first in published]
-    # Shown idle; complete at the end of run 1; the second run first replaces the first
-    # run's "complete" (which would otherwise stand for it), then its own end.
+    # Shown idle; complete at the end of run 1 (from the view thread, then again from
+    # wait(), under the waiting cell); the second run first replaces the first run's
+    # "complete" (which would otherwise stand for it), then its own end, twice likewise.
     assert kinds == [
         ("display", "idle"),
         ("update", "complete"),
+        ("update", "complete"),
         ("update", "running"),
+        ("update", "complete"),
         ("update", "complete"),
     ]
     assert {display_id for _, display_id, _ in published} == {f"nbstream-{w.model_id}"}

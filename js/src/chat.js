@@ -91,6 +91,7 @@ import {
   setBadge,
   showMetrics,
   viewScope,
+  watchConnection,
   watchRemoval,
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
@@ -202,6 +203,8 @@ function render({ model, el }) {
 
   root.append(bar, settings.panel, templated.view, tv.head, list, promptRow);
   el.append(root);
+  // A restarted kernel: show the chat disconnected, its controls off (common.js).
+  watchConnection(scope, model, root);
 
   // ---- view state ----------------------------------------------------------
   /** @type {Entry[]} */

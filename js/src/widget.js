@@ -65,6 +65,8 @@
  * @property {Record<string, any>} settings_defaults    the model's defaults, for placeholders
  * @property {Record<string, SettingSchema>} settings_schema  each setting's type, range and
  *   messages, from which the panel checks what is typed (Python → JS, set once)
+ * @property {boolean | null} next_run_samples  whether the next run samples (true) or is
+ *   greedy (false); null: unknown (Python → JS)
  * @property {boolean} show_tokens         Tokens view: the answer as its real tokens (two-way)
  * @property {boolean} show_probabilities  each token shaded by the model's probability, a
  *   legend, the rank of sampled picks (two-way)
