@@ -696,6 +696,19 @@ class Generation:
             raise GenerationFailed(f"the run failed: {detail}", self) from error
 
     # -- reading -----------------------------------------------------------------------------
+    def _ready(self, index: int) -> tuple[list[str], int, bool]:
+        """For an iterator at chunk ``index``: the chunks ready from there, how many items
+        they cover (wait for more than that), and whether the run had ended before they were
+        read (then they are the last)."""
+        # Seen before the read: once done is set, the text is final and the state, result
+        # and record are published (see _publish_end).
+        ended = self._done.is_set()
+        self._pump()
+        # Everything up to `seen` is decoded and its chunks are in the list, whoever decoded
+        # them (another reader may have: then the iterator does not sleep on them).
+        seen = self._decoded
+        return self._chunks[index:], seen, ended
+
     def __iter__(self) -> Iterator[str]:
         """Yield text chunks: replays from the first chunk, then follows the run live.
 
@@ -706,16 +719,9 @@ class Generation:
         last_wake = 0.0
         try:
             while True:
-                # Seen before the last read: once done is set, the text is final and the
-                # state, result and record are published (see _publish_end).
-                ended = self._done.is_set()
-                self._pump()
-                # Everything up to `seen` is decoded and its chunks are in the list, whoever
-                # decoded them (another reader may have: then we do not sleep on them).
-                seen = self._decoded
-                while index < len(self._chunks):
-                    yield self._chunks[index]
-                    index += 1
+                chunks, seen, ended = self._ready(index)
+                yield from chunks
+                index += len(chunks)
                 if ended:
                     break
                 pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
@@ -735,12 +741,10 @@ class Generation:
         index = 0
         try:
             while True:
-                ended = self._done.is_set()  # as in __iter__
-                self._pump()
-                seen = self._decoded
-                while index < len(self._chunks):
-                    yield self._chunks[index]
-                    index += 1
+                chunks, seen, ended = self._ready(index)
+                for chunk in chunks:
+                    yield chunk
+                index += len(chunks)
                 if ended:
                     break
                 await self._buffer.wait_for_more_async(seen)

@@ -65,6 +65,17 @@ def _switch_interval() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
+@pytest.fixture
+def shaken() -> Iterator[None]:
+    """Switch threads about every bytecode for the duration of one test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def run_threads() -> set[threading.Thread]:
     """The engine's worker threads that are alive now."""
     return {t for t in threading.enumerate() if t.name.startswith(RUN_THREAD_PREFIX)}

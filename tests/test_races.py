@@ -16,7 +16,6 @@ import contextlib
 import copy
 import os
 import random
-import sys
 import threading
 import time
 from typing import Any
@@ -40,15 +39,6 @@ def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -
         time.sleep(0.005)
 
 
-@pytest.fixture
-def shaken() -> Any:
-    """Switch threads about every bytecode for the duration of a test."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 # -- the shaker ---------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import sys
 import threading
 import time
 from typing import Any
@@ -29,14 +28,6 @@ def line() -> tuple[Any, Any]:
     return tiny_model(one_line=True)
 
 
-@pytest.fixture
-def shaken() -> Any:
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 class Page:
