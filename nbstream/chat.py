@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
@@ -22,109 +20,12 @@ import traitlets
 
 from ._display import chat_fallback_bundle
 from ._widget_base import RunWidget, error_summary
-from .backends.local import ContextLengthError, check_encodable
-from .generation import CANCELLED, COMPLETE, FAILED, TERMINAL, Generation, stream
+from .conversation import Conversation, check_system, check_text
+from .generation import TERMINAL, Generation
 
 logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent / "static"
-_HISTORY_ROLES = ("system", "user", "assistant")
-
-
-@dataclass
-class _Turn:
-    """A user message and its answer: a run, or (seeded from Python) a given text."""
-
-    user: str
-    run: Generation | None = None
-    answer: str = ""
-    kept: bool = False
-    run_id: int | None = None
-
-    @property
-    def status(self) -> str:
-        return self.run.status if self.run is not None else COMPLETE
-
-    @property
-    def text(self) -> str:
-        return self.run.partial_text if self.run is not None else self.answer
-
-    @property
-    def in_history(self) -> bool:
-        if self.run is None:
-            return True
-        if not self.run.done:
-            return False
-        return self.run.status == COMPLETE or self.kept
-
-
-def _check_text(text: Any, what: str = "the message") -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be a str, got {type(text).__name__}")
-    if not text.strip():
-        raise ValueError(f"{what} is empty; type some text")
-    check_encodable(text, what)
-    return text
-
-
-def _check_system(system: Any) -> str | None:
-    if system is None:
-        return None
-    return _check_text(system, "the system message")
-
-
-def _parse_history(messages: Any) -> tuple[str | None, list[tuple[str, str]]]:
-    """(system message, [(user, answer), ...]) of a history; raises saying what is wrong."""
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TypeError(
-            "history must be a list of {'role': ..., 'content': ...} messages, "
-            f"got {type(messages).__name__}"
-        )
-    system: str | None = None
-    pairs: list[tuple[str, str]] = []
-    pending: str | None = None
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or set(message) != {"role", "content"}:
-            raise ValueError(
-                f"history[{i}] must be a dict with exactly the keys 'role' and 'content', "
-                f"got {message!r:.80}"
-            )
-        role, content = message["role"], message["content"]
-        if role not in _HISTORY_ROLES:
-            raise ValueError(
-                f"history[{i}] has role {role!r}; a chat history holds 'system' (first only), "
-                "'user' and 'assistant' messages"
-            )
-        if not isinstance(content, str):
-            raise TypeError(f"history[{i}]['content'] must be a str, got {type(content).__name__}")
-        if role == "system":
-            if i != 0:
-                raise ValueError(
-                    f"history[{i}] is a system message; only the first message may be one"
-                )
-            system = _check_text(content, f"history[{i}] (the system message)")
-        elif role == "user":
-            if pending is not None:
-                raise ValueError(
-                    f"history[{i}] is a user message, but history[{i - 1}] (user) has no "
-                    "answer: user and assistant messages alternate"
-                )
-            pending = _check_text(content, f"history[{i}] (a user message)")
-        else:
-            if pending is None:
-                raise ValueError(
-                    f"history[{i}] is an assistant message that answers no user message: "
-                    "user and assistant messages alternate, starting with a user message"
-                )
-            check_encodable(content, f"history[{i}] (an assistant message)")  # may be empty
-            pairs.append((pending, content))
-            pending = None
-    if pending is not None:
-        raise ValueError(
-            "the history ends with a user message that has no answer; end it with the "
-            "assistant's answer (chat.generate(text) adds the next user message)"
-        )
-    return system, pairs
 
 
 class ChatWidget(RunWidget):
@@ -155,7 +56,9 @@ class ChatWidget(RunWidget):
 
     # -- internal synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
     #: The transcript as the views show it, set when a turn starts or ends (never per
-    #: frame): the answer being generated has content "" and streams as deltas.
+    #: frame): the answer being generated has content "" and streams as deltas. Its
+    #: ``in_history`` is false only for a turn that ended out of the conversation (stopped
+    #: or failed, not kept): the view marks those "not in the conversation".
     _messages: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
 
     # -- public synced state ------------------------------------------------------------------
@@ -168,10 +71,10 @@ class ChatWidget(RunWidget):
     def __init__(
         self, model: Any = None, tokenizer: Any = None, system: str | None = None, **settings: Any
     ) -> None:
-        system = _check_system(system)
-        self._turns: list[_Turn] = []
+        # The turns and the rules of what the model gets, shared with the terminal chat.
+        self._conversation = Conversation(system)
         super().__init__(model, tokenizer, **settings)
-        self.system = system
+        self.system = self._conversation.system
 
     # -- Python API ---------------------------------------------------------------------------
     def generate(self, text: str, **settings: Any) -> Generation:
@@ -213,9 +116,9 @@ class ChatWidget(RunWidget):
     def regenerate(self, **settings: Any) -> Generation:
         """Answer the last user message again; the new answer replaces the old one."""
         with self._lock:
-            if not self._turns:
+            if not self._conversation.turns:
                 raise ValueError("there is no answer to regenerate yet; send a message first")
-            text = self._turns[-1].user
+            text = self._conversation.turns[-1].user
         return self._send_turn(text, settings, replace_last=True)
 
     def keep_partial(self, turn: int = -1) -> None:
@@ -224,23 +127,8 @@ class ChatWidget(RunWidget):
         The turn's user message and partial answer then reach the model with the next
         message, as if the answer had completed.
         """
-        if not isinstance(turn, int) or isinstance(turn, bool):
-            raise TypeError(f"turn must be an int, got {type(turn).__name__}")
         with self._lock:
-            try:
-                t = self._turns[turn]
-            except IndexError:
-                raise ValueError(
-                    f"there is no turn {turn}; the chat has {len(self._turns)}"
-                ) from None
-            if t.run is None or not t.run.done or t.run.status not in (CANCELLED, FAILED):
-                raise ValueError(
-                    f"the answer of turn {turn} is {t.status}; only a cancelled or failed "
-                    "answer can be kept as partial"
-                )
-            if not t.run.partial_text:
-                raise ValueError(f"the answer of turn {turn} is empty: there is nothing to keep")
-            t.kept = True
+            self._conversation.keep_partial(turn)
             with self.hold_sync():
                 self.input_error = ""
                 self._messages = self._message_list()
@@ -249,7 +137,9 @@ class ChatWidget(RunWidget):
     def clear(self) -> None:
         """Stop any answer and empty the conversation (the system message stays)."""
         self.stop()
-        self._reset_turns([])
+        with self._lock:
+            self._conversation.clear()
+            self._reset_turns()
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -260,18 +150,18 @@ class ChatWidget(RunWidget):
         Settable, to seed a conversation: the transcript becomes these turns.
         """
         with self._lock:
-            return self._history_of(self._turns)
+            return self._conversation.history
 
     @history.setter
     def history(self, messages: Any) -> None:
-        system, pairs = _parse_history(messages)
         with self._lock:
             if self._busy():
                 raise RuntimeError(
                     "the chat is answering; call stop() or wait() before setting its history"
                 )
-            self.system = system
-        self._reset_turns([_Turn(user, answer=answer) for user, answer in pairs])
+            self._conversation.seed(messages)  # checked first: a bad one changes nothing
+            self.system = self._conversation.system
+            self._reset_turns()
 
     @property
     def transcript(self) -> list[dict[str, Any]]:
@@ -282,21 +172,7 @@ class ChatWidget(RunWidget):
         ``"kept"``. ``in_history`` says whether the next :meth:`generate` gives it to the model.
         """
         with self._lock:
-            turns = list(self._turns)
-        out: list[dict[str, Any]] = []
-        for t in turns:
-            status, text, used = t.status, t.text, t.in_history
-            out.append({"role": "user", "content": t.user, "in_history": used})
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": text,
-                    "status": status,
-                    "kept": t.kept,
-                    "in_history": used,
-                }
-            )
-        return out
+            return self._conversation.transcript
 
     # -- internals ------------------------------------------------------------------------------
     @traitlets.validate("system")
@@ -308,72 +184,58 @@ class ChatWidget(RunWidget):
         return value
 
     @traitlets.observe("system")
-    def _system_changed(self, _change: dict[str, Any]) -> None:
+    def _system_changed(self, change: dict[str, Any]) -> None:
+        # Kept as given, like every setting: a bad one is reported and refused at the next
+        # answer (settings_errors), never silently dropped from what the model gets.
+        self._conversation.system = change["new"]
         self._check_setting("system")
 
     def _setting_error(self, name: str, value: Any) -> str | None:
         if name != "system":
             return super()._setting_error(name, value)
         try:
-            _check_system(value)
+            check_system(value)
         except (TypeError, ValueError) as exc:
             return str(exc)
         return None
 
-    def _history_of(self, turns: list[_Turn]) -> list[dict[str, str]]:
-        system = self.system
-        history = [] if system is None else [{"role": "system", "content": system}]
-        for t in turns:
-            if t.in_history:
-                history.append({"role": "user", "content": t.user})
-                history.append({"role": "assistant", "content": t.text})
-        return history
-
     def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
-        text = _check_text(text)
+        text = check_text(text)
         merged = self._run_settings(settings)
 
         def make_run() -> Generation:  # with the lock held, and no run in progress
-            turns = self._turns
-            if replace_last:
-                if not turns:
-                    raise ValueError("there is no message to edit yet; use generate(text)")
-                turns = turns[:-1]
-            messages = [*self._history_of(turns), {"role": "user", "content": text}]
-            try:
-                run = stream(self._model, self._tokenizer, messages, **merged)
-            except ContextLengthError as exc:
-                raise ContextLengthError(
-                    f"the conversation is too long for the model: with this message it is "
-                    f"{exc.prompt_tokens} tokens, plus max_new_tokens ({exc.max_new_tokens}) "
-                    f"for the answer, over the model's context of {exc.context} tokens. "
-                    "Clear the chat, seed a shorter one (chat.history = chat.history[-4:]), "
-                    "or lower max_new_tokens; nothing was started",
-                    exc.prompt_tokens,
-                    exc.max_new_tokens,
-                    exc.context,
-                ) from None
-            self._turns = [*turns, _Turn(text, run)]
-            return run
+            if replace_last and not self._conversation.turns:
+                raise ValueError("there is no message to edit yet; use generate(text)")
+            return self._conversation.start(
+                self._model,
+                self._tokenizer,
+                text,
+                merged,
+                replace_last=replace_last,
+                advice="clear the chat, seed a shorter one (chat.history = chat.history[-4:]), "
+                "or lower max_new_tokens",
+            )
 
         return self._launch(make_run)
 
     def _on_start(self, run: Generation, run_id: int) -> None:
-        self._turns[-1].run_id = run_id
+        self._conversation.turns[-1].run_id = run_id
         self._messages = self._message_list()
 
     def _token_runs(self) -> list[tuple[int, Generation]]:
         # Every answer shown that came from a run (seeded history turns have no tokens).
         return [
-            (t.run_id, t.run) for t in self._turns if t.run is not None and t.run_id is not None
+            (t.run_id, t.run)
+            for t in self._conversation.turns
+            if t.run is not None and t.run_id is not None
         ]
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         return {**super()._end_traits(run), "_messages": self._message_list()}
 
-    def _reset_turns(self, turns: list[_Turn]) -> None:
+    def _reset_turns(self) -> None:
+        """Show the conversation's new turns from scratch (a clear, a history set)."""
         with self._lock:
-            self._turns = turns
             with self.hold_sync():
                 self._forget_run()
                 self._messages = self._message_list()
@@ -382,10 +244,12 @@ class ChatWidget(RunWidget):
     def _message_list(self) -> list[dict[str, Any]]:
         """The transcript for the views (called with the lock held)."""
         out: list[dict[str, Any]] = []
-        for i, t in enumerate(self._turns):
-            used = t.in_history
+        for i, t in enumerate(self._conversation.turns):
+            # "Not in the conversation" is for an answer that ended out of it (stopped or
+            # failed, not kept); one being generated is not out: it joins if it completes.
+            used = not t.left_out
             out.append({"role": "user", "content": t.user, "turn": i, "in_history": used})
-            ended = t.run is None or t.run.done
+            ended = t.ended
             out.append(
                 {
                     "role": "assistant",
@@ -431,14 +295,18 @@ class ChatWidget(RunWidget):
     def _fallback(self) -> tuple[str, dict[str, str]]:
         with self._lock:  # the transcript and its turns, read together
             transcript = self.transcript
-            turns = list(self._turns)
+            turns = list(self._conversation.turns)
         # The saved output marks an answer cut off at max_new_tokens (not a transcript key:
         # the transcript's shape is public and stays as it is).
-        for message, turn in zip(transcript[1::2], turns, strict=True):
+        for i, turn in enumerate(turns):
+            question, message = transcript[2 * i], transcript[2 * i + 1]
             run = turn.run
             message["finish_reason"] = (
                 run.metrics["finish_reason"] if run is not None and run.done else None
             )
+            # As in the views: an answer being generated is not "not in the conversation".
+            pending = message["status"] not in TERMINAL
+            question["in_history"] = message["in_history"] = message["in_history"] or pending
         status = "idle"
         if transcript:
             status = transcript[-1]["status"]
@@ -447,4 +315,4 @@ class ChatWidget(RunWidget):
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (the whole transcript); this one stays cheap.
-        return f"<ChatWidget status={self.status!r} turns={len(self._turns)}>"
+        return f"<ChatWidget status={self.status!r} turns={len(self._conversation.turns)}>"

@@ -384,6 +384,25 @@ def test_answer_in_progress_is_never_in_the_transcript_trait(tiny_line, no_lefto
     chat.close()
 
 
+def test_an_answer_being_generated_is_not_marked_out_of_the_conversation(chat):
+    """Issue 19, item 13: both bubbles of a first message were labelled "not in the
+    conversation" while it streamed. Only a turn that ended out of it is (stopped, failed)."""
+    run = chat.generate("Tell me a long story", max_new_tokens=8000)
+    while not run.partial_text:
+        time.sleep(0.01)
+    assert [m["in_history"] for m in chat._messages] == [True, True]  # what the views label
+    data, _ = chat._repr_mimebundle_()
+    assert "not in the conversation" not in data["text/plain"]  # the saved output agrees
+    # Not in the history yet either: the model gets it only if it completes.
+    assert chat.history == [{"role": "system", "content": "Be brief."}]
+    chat.stop()
+    assert run.join(10) and run.status == "cancelled"
+    wait_threads()
+    assert [m["in_history"] for m in chat._messages] == [False, False]
+    data, _ = chat._repr_mimebundle_()
+    assert "not in the conversation" in data["text/plain"]
+
+
 def test_view_requests_drive_the_chat(chat):
     chat._handle_message(chat, {"type": "send", "text": "   "}, [])
     assert "empty" in chat.input_error and chat.run is None
