@@ -22,7 +22,7 @@ from .generation import (
     rerun,
     stream,
 )
-from .models import default_model_dir, load_model
+from .models import ModelNotFoundError, default_model_dir, load_model
 from .widget import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -44,6 +44,7 @@ __all__ = [
     "GenerationCancelled",
     "GenerationError",
     "GenerationFailed",
+    "ModelNotFoundError",
     "StreamWidget",
     "__version__",
     "default_model_dir",

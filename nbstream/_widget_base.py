@@ -132,10 +132,9 @@ class RunWidget(anywidget.AnyWidget):
         # The panel's settings live in traits; the others (budget_s, expect, ...) here.
         self._settings = {k: v for k, v in clean.items() if k not in TRAIT_OF_SETTING}
         panel = {TRAIT_OF_SETTING[k]: v for k, v in clean.items() if k in TRAIT_OF_SETTING}
-        if model is None:
-            from .models import load_model
+        from .models import model_and_tokenizer
 
-            model, tokenizer = load_model()
+        model, tokenizer = model_and_tokenizer(model, tokenizer)
         self._model = model
         self._tokenizer = tokenizer
         self._run: Generation | None = None
@@ -309,8 +308,7 @@ class RunWidget(anywidget.AnyWidget):
             panel={trait: getattr(self, trait) for trait in PANEL_SETTINGS},
             errors=self.settings_errors,
             call=per_call,
-            views_need_trace=(self.show_probabilities or self.show_alternatives)
-            and self.can_trace,
+            views_need_trace=(self.show_probabilities or self.show_alternatives) and self.can_trace,
         )
 
     # -- for subclasses -----------------------------------------------------------------------

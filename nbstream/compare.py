@@ -23,6 +23,7 @@ import ipywidgets
 import traitlets
 
 from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
+from ._errors import input_checked
 from ._panel import PANEL_SETTINGS, TRAIT_OF_SETTING
 from ._widget_base import VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
@@ -291,10 +292,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 f"seed={seed} is the seed shared by same_seed=True; pass same_seed=True too, "
                 "or give a column its own seed in its settings dict"
             )
-        if model is None:
-            from .models import load_model
+        from .models import model_and_tokenizer
 
-            model, tokenizer = load_model()
+        model, tokenizer = model_and_tokenizer(model, tokenizer)
 
         self._seed = seed
         self._shared_seed: int | None = seed
@@ -412,6 +412,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """Each column's record (None for a column whose run has not ended)."""
         return [column.record for column in self._columns]
 
+    @input_checked
     def generate(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
         """Start every column on the prompt (default: the prompt box); return their runs.
 
@@ -590,6 +591,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             same_seed = content.get("same_seed")
             if isinstance(same_seed, bool) and same_seed != self.same_seed:
                 self.same_seed = same_seed
+            if isinstance(prompt, str) and not prompt.strip():
+                # The API's words ("pass some text") are for code; here nothing was typed.
+                self._header.input_error = "Type a prompt first, then Run all."
+                return
             try:
                 self.generate(prompt if isinstance(prompt, str) else None)
             except (TypeError, ValueError, RuntimeError) as exc:

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
+from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .record import build_record, replay_arguments, warn_if_different
@@ -850,6 +851,7 @@ class Generation:
         return f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
 
 
+@input_checked
 def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
     """Start generating ``prompt`` on a background thread and return the run at once.
 

@@ -171,9 +171,13 @@ def _check_name(name: str | None) -> None:
 
 
 def _load(model: str | None) -> tuple[Any, Any]:
-    from .models import load_model
+    from .models import ModelNotFoundError, load_model
 
-    return load_model(model)
+    try:
+        return load_model(model)
+    except ModelNotFoundError as exc:
+        # Its one line, shown as IPython shows a usage error: no traceback at all.
+        raise UsageError(f"%%nbstream --model: {exc}") from None
 
 
 def _run_line(run: Generation) -> str:

@@ -64,6 +64,16 @@ class DefaultModelMissing(ImportError):
     """The package that ships the embedded default model is not installed."""
 
 
+class ModelNotFoundError(OSError):
+    """:func:`load_model` found no model by that name: one line says what was looked for,
+    where, and what to do. transformers' own error (a page-long traceback about a hub
+    connection) is kept as ``original``, not chained, so a notebook shows the one line."""
+
+    def __init__(self, message: str, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
     """A model that :func:`load_model` holds in this process (see :func:`loaded_models`)."""
@@ -486,6 +496,22 @@ def load_model(
         return model, tokenizer
 
 
+def model_and_tokenizer(model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """What a widget was given as its model, made a (model, tokenizer) pair.
+
+    ``None`` is the embedded default model; a hub id or a folder (a string or a path) is
+    loaded with :func:`load_model`; anything else is taken as given.
+    """
+    if model is None or isinstance(model, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise TypeError(
+                "a tokenizer goes with a loaded model; given a name or a folder, nbstream "
+                "loads both (drop the tokenizer, or pass the model object)"
+            )
+        return load_model(model)
+    return model, tokenizer
+
+
 def _describe(
     source: str,
     adapter: str | os.PathLike[str] | None,
@@ -527,7 +553,17 @@ def _load(
         options["dtype"] = dtype
     hub = {k: v for k, v in kwargs.items() if k in _HUB_OPTIONS}
     logger.info("Loading %s", source)
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **hub)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, trust_remote_code=trust_remote_code, **hub
+        )
+    except OSError as exc:
+        message = _not_found_message(source, exc, hub)
+        if message is None:
+            raise
+        # Not chained: the chain is transformers' hub traceback, the page-long noise this
+        # error replaces; it stays reachable as .original.
+        raise ModelNotFoundError(message, exc) from None
     model: Any  # a PreTrainedModel, or a PeftModel wrapping one
     with _quiet_progress():
         model = AutoModelForCausalLM.from_pretrained(source, **options)
@@ -541,6 +577,71 @@ def _load(
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
     return model, tokenizer
+
+
+def _looks_like_a_path(source: str) -> bool:
+    """A hub id is ``name`` or ``owner/name``; anything else was meant as a folder."""
+    return (
+        source.startswith(("/", ".", "~"))
+        or source.count("/") > 1
+        or (os.sep != "/" and os.sep in source)
+    )
+
+
+def _not_found_message(source: str, error: OSError, hub: dict[str, Any]) -> str | None:
+    """One line for "there is no such model here", or None for any other failure (a folder
+    without a tokenizer, a broken file: transformers' own words are then the right ones)."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    kinds = {type(link) for link in chain}
+    default_hint = "nbstream.load_model() with no name loads the embedded default model"
+    if _looks_like_a_path(source):
+        if not os.path.exists(os.path.expanduser(source)):
+            return (
+                f"no model folder at {os.path.abspath(os.path.expanduser(source))}: pass the "
+                f"folder that holds the model's config.json, or a hub id like "
+                f"'HuggingFaceTB/SmolLM2-135M-Instruct'; {default_hint}"
+            )
+        return None
+    if any(issubclass(kind, GatedRepoError) for kind in kinds):
+        return (
+            f"{source!r} is a gated model on the Hugging Face Hub: accept its terms on its "
+            f"page, then pass token=... (or log in with `hf auth login`)"
+        )
+    if any(issubclass(kind, RevisionNotFoundError) for kind in kinds):
+        return f"{source!r} has no revision {hub.get('revision')!r} on the Hugging Face Hub"
+    if any(issubclass(kind, RepositoryNotFoundError) for kind in kinds):
+        return (
+            f"no model {source!r} on the Hugging Face Hub (check the spelling; a private "
+            f"model needs token=...), and no folder of that name here; {default_hint}"
+        )
+    if any(issubclass(kind, LocalEntryNotFoundError) for kind in kinds):
+        cache = hub.get("cache_dir") or constants.HF_HUB_CACHE
+        offline = constants.HF_HUB_OFFLINE or hub.get("local_files_only")
+        why = (
+            "downloads are off (HF_HUB_OFFLINE=1)"
+            if constants.HF_HUB_OFFLINE
+            else "downloads are off (local_files_only=True)"
+            if offline
+            else "the Hugging Face Hub could not be reached"
+        )
+        return (
+            f"model {source!r} is not in the local Hugging Face cache ({cache}) and {why}: "
+            f"download it once where there is a connection (`hf download {source}`), or pass "
+            f"a local folder; {default_hint}"
+        )
+    return None
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from typing import Any
 import traitlets
 
 from ._display import fallback_bundle
+from ._errors import input_checked
 from ._feed import FRAME_RATE, VIEW_THREAD_PREFIX
 from ._widget_base import RunWidget, error_summary
 from .generation import Generation, stream
@@ -34,7 +35,10 @@ class StreamWidget(RunWidget):
 
     ``StreamWidget()`` uses the embedded default model, shared by every widget in the
     process; ``StreamWidget(model, tokenizer, **settings)`` any loaded causal LM (settings
-    as in :func:`nbstream.stream`). Runs of widgets sharing a model queue, never interleave.
+    as in :func:`nbstream.stream`); ``StreamWidget("owner/name")`` or a folder loads one
+    with :func:`nbstream.load_model` (a missing one raises
+    :class:`~nbstream.ModelNotFoundError`, saying where it was looked for). Runs of widgets
+    sharing a model queue, never interleave.
 
     Example::
 
@@ -62,6 +66,7 @@ class StreamWidget(RunWidget):
     show_prompt = traitlets.Bool(True).tag(sync=True)
 
     # -- Python API ---------------------------------------------------------------------------
+    @input_checked
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
         """Start a run and return the engine's :class:`~nbstream.Generation` at once.
 
@@ -88,6 +93,10 @@ class StreamWidget(RunWidget):
             return
         if isinstance(prompt, str):
             self.prompt = prompt
+        if not self.prompt.strip():
+            # The API's words ("pass some text") are for code; here the user typed nothing.
+            self.input_error = "Type a prompt first, then Run."
+            return
         self._report_input_error(lambda: self.generate(self.prompt))
 
     # -- display ------------------------------------------------------------------------------

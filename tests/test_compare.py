@@ -282,7 +282,8 @@ def test_wait_after_one_column_ran_alone(line):
 def test_run_all_from_the_header(line):
     cw = nbstream.CompareWidget(*line, settings=THREE[:2], max_new_tokens=5)
     send(cw, {"type": "run", "prompt": "   "})
-    assert cw._header.input_error.startswith("the prompt is empty")
+    # The user typed nothing: the page's words, not the API's.
+    assert cw._header.input_error == "Type a prompt first, then Run all."
     assert cw.statuses == ["idle", "idle"]
     send(cw, {"type": "run", "prompt": "Hello"})
     assert cw.prompt == "Hello" and cw._header.input_error == ""

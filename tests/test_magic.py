@@ -111,6 +111,7 @@ def session(model_dirs: dict[str, str], tmp_path_factory: pytest.TempPathFactory
         "bad_expect": "%%nbstream --expect yaml\nHi",
         "missing_name": "%%nbstream --max-new-tokens 5\nTell me about {nope}.",
         "unknown_command": "%nbstream go",
+        "missing_model": "%%nbstream --model no-such-owner/no-such-model\nHi",
         "after_errors": "status = %nbstream status\n"
         + REPORT.format('{"active": len(active_runs()), "status": repr(status)}'),
         # A short run that completes.
@@ -182,6 +183,17 @@ def test_bad_options_are_usage_errors_naming_the_option(session, key, named):
     message = error_text(cell)
     assert "UsageError" in message and named in message, message
     assert not displays(cell), "a widget was shown for a cell that started nothing"
+
+
+def test_a_missing_model_is_one_line_saying_where_it_looked(session):
+    """It used to print transformers' 325-line traceback about a hub connection."""
+    cell = session["missing_model"]
+    message = error_text(cell)
+    assert "UsageError" in message and "'no-such-owner/no-such-model'" in message, message
+    assert "local Hugging Face cache" in message and "HF_HUB_OFFLINE=1" in message
+    assert "Traceback" not in message and len(message.strip().splitlines()) <= 2, message
+    assert not [o for o in cell.outputs if o.output_type == "error" and o.traceback[1:]]
+    assert not displays(cell)
 
 
 def test_unknown_option_shows_the_usage(session):

@@ -286,3 +286,46 @@ def test_budget_is_kept_in_the_runs_settings(tiny_line):
     run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=2, budget_s=60)
     run.wait()
     assert run.settings["budget_s"] == 60.0
+
+
+# -- what the panel says the next run will do (the next_run_samples trait) -----------------
+@pytest.mark.parametrize(
+    ("panel", "defaults", "expected"),
+    [
+        ({"temperature": None, "do_sample": None}, {"do_sample": False}, False),  # greedy model
+        ({"temperature": None, "do_sample": None}, {"do_sample": True}, True),
+        ({"temperature": 0.7, "do_sample": None}, {"do_sample": False}, True),  # the issue's case
+        ({"temperature": 0.0, "do_sample": None}, {"do_sample": True}, False),
+        ({"temperature": 0.7, "do_sample": False}, {"do_sample": True}, False),
+        ({"temperature": None, "do_sample": True}, {"do_sample": False}, True),
+        ({"temperature": None, "do_sample": None}, {}, None),  # an endpoint decides
+        ({"temperature": 0.0, "do_sample": True}, {"do_sample": False}, None),  # refused
+        ({"temperature": -1.0, "do_sample": None}, {"do_sample": False}, None),  # invalid
+    ],
+)
+def test_next_run_samples_says_what_the_run_will_do(panel, defaults, expected):
+    from nbstream._panel import next_run_samples
+
+    assert next_run_samples(panel, defaults) is expected
+
+
+def test_next_run_samples_matches_what_the_local_backend_passes_to_generate(tiny):
+    """The panel's label and the run agree: the same rule, read from the generate kwargs."""
+    from nbstream._panel import model_defaults, next_run_samples
+
+    model, tokenizer = tiny
+    defaults = model_defaults(model)
+    for temperature in (None, 0.0, 0.5):
+        for do_sample in (None, False, True):
+            if temperature == 0.0 and do_sample:
+                continue  # refused before anything starts (tested above)
+            settings = {
+                k: v
+                for k, v in {"temperature": temperature, "do_sample": do_sample}.items()
+                if v is not None
+            }
+            run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=1, **settings)
+            run.wait(60)
+            said = next_run_samples({"temperature": temperature, "do_sample": do_sample}, defaults)
+            # A local run has a seed exactly when it samples (one is drawn if none was given).
+            assert said is (run.seed is not None), (settings, said)

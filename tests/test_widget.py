@@ -205,7 +205,8 @@ def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
 def test_bad_prompt_from_the_view_is_reported_and_starts_nothing(tiny):
     w = nbstream.StreamWidget(*tiny)
     w._handle_message(w, {"type": "run", "prompt": "   "}, [])
-    assert "empty" in w.input_error
+    # The user typed nothing: the page says what to do in the page's words, not the API's.
+    assert w.input_error == "Type a prompt first, then Run."
     assert w.status == "idle" and w.run_id == 0
     assert not [t for t in threading.enumerate() if t.name.startswith("nbstream-run-")]
     w._handle_message(w, {"type": "run", "prompt": "Hi"}, [])
@@ -574,3 +575,46 @@ def test_prompt_traits_hold_the_templated_prompt_of_the_run(tiny):
     assert w.prompt_text == run.prompt_text and w.prompt_tokens == run.prompt_tokens
     assert "<|im_start|>user\nHello <b>there</b><|im_end|>" in w.prompt_text
     assert w.prompt_tokens > 5
+
+
+def test_bad_input_from_code_points_at_the_callers_line(tiny):
+    """``w.generate("")`` used to raise through six nbstream frames; the one line that says
+    what to do now comes straight after the caller's own frame."""
+    import traceback
+
+    w = nbstream.StreamWidget(*tiny)
+    for call in (lambda: w.generate(""), lambda: nbstream.stream(*tiny, "")):
+        with pytest.raises(ValueError, match="prompt is empty") as caught:
+            call()
+        frames = traceback.extract_tb(caught.value.__traceback__)
+        inside = [f for f in frames if "/nbstream/" in f.filename.replace("\\", "/")]
+        assert len(inside) == 1, [f"{f.filename}:{f.name}" for f in frames]
+    assert w.status == "idle" and w.run is None
+
+
+def test_a_model_name_is_loaded_and_a_missing_one_says_where_it_looked(tmp_path, monkeypatch):
+    from nbstream.models import ModelNotFoundError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelNotFoundError) as caught:
+        nbstream.StreamWidget("no-such-owner/no-such-model")
+    message = str(caught.value)
+    assert "'no-such-owner/no-such-model'" in message and "local Hugging Face cache" in message
+    assert "HF_HUB_OFFLINE=1" in message and "\n" not in message
+    # One line, not transformers' page-long hub traceback as its chained cause.
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert isinstance(caught.value.original, OSError)
+    with pytest.raises(ModelNotFoundError, match=r"no model folder at .*missing-folder"):
+        nbstream.StreamWidget("./missing-folder")
+    with pytest.raises(TypeError, match="load it first with"):
+        nbstream.stream("no-such-owner/no-such-model", None, "Hi")
+    with pytest.raises(TypeError, match="a tokenizer goes with a loaded model"):
+        nbstream.StreamWidget("no-such-owner/no-such-model", object())
+
+
+def test_a_widget_given_a_folder_loads_the_model_in_it(tiny, tmp_path):
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    w = nbstream.StreamWidget(str(tmp_path / "tiny"), max_new_tokens=3)
+    assert w.generate("Hi").wait(60) is not None and w.status == "complete"

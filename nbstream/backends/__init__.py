@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .base import Backend, Job, RunControl
@@ -19,5 +20,11 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
         raise TypeError(
             "no model given: pass a loaded transformers model and its tokenizer, "
             "or use nbstream.load_model() for the embedded default model"
+        )
+    if isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model is a name ({os.fspath(model)!r}), not a loaded model: load it first with "
+            f"model, tokenizer = nbstream.load_model({os.fspath(model)!r}), or pass the name to "
+            f"a widget, which loads it"
         )
     return LocalBackend(model, tokenizer)
