@@ -1,4 +1,4 @@
-"""The terminal front end: ``python -m nbstream "prompt"`` and ``python -m nbstream prepare``.
+"""The terminal front end: ``python -m nbstream "prompt"``, ``chat`` and ``prepare``.
 
 Streams with the same engine as the widgets, ends with the state and a metrics line, and
 exits non-zero when the run failed (1) or was cancelled (130, as for Ctrl-C).
@@ -41,9 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nbstream",
         description="Stream a language model's answer to the terminal. "
+        "`nbstream chat` starts a conversation (see nbstream chat --help); "
         "`nbstream prepare` converts the embedded default model ahead of time.",
     )
-    parser.add_argument("prompt", help="the prompt (or `prepare`)")
+    parser.add_argument("prompt", help="the prompt (or `chat`, or `prepare`)")
     parser.add_argument("--model", help="hub id or folder (default: the embedded SmolLM2-135M)")
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--temperature", type=float)
@@ -71,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["prepare"]:
         return prepare()
+    if args[:1] == ["chat"]:
+        # Imported here: the one-shot path does not need the chat's modules.
+        from .terminal import main as chat
+
+        return chat(args[1:])
     options = _parser().parse_args(args)
 
     from . import GenerationError, load_model, stream

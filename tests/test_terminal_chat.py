@@ -1,0 +1,523 @@
+"""``nbstream chat``, driven as a user drives it: the real REPL in a pseudo-terminal (pexpect),
+and piped standard input for the non-interactive use.
+
+What the model really got is read back from the transcript ``/save`` writes: each answer's
+run record holds the exact messages of its prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+import nbstream
+from nbstream._serve import free_port
+from nbstream.terminal import API_KEY_ENV, parse_settings
+
+pytestmark = pytest.mark.usefixtures("no_leftover_runs")
+
+TIMEOUT = 240  # a hang fails the test instead of blocking the suite
+PROMPT = "You: "
+STATE = re.compile(r"\[(complete|failed|cancelled)[^\]]*\][^\r\n]*")
+KEY = "sk-nbstream-chat-4b7e19d2c0"
+# A test-only front door for the forced-output model (nbstream.testing), which cannot be
+# saved as a folder: the same terminal.main, given the model instead of --model.
+DRIVER = """\
+import sys
+from nbstream.testing import forced_model
+from nbstream.terminal import main
+model, tokenizer = forced_model(sys.argv[1])
+sys.exit(main(sys.argv[2:], model=model, tokenizer=tokenizer))
+"""
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TERM="xterm")
+    env.pop(API_KEY_ENV, None)
+    env.update(extra)
+    return env
+
+
+def spawn(*args: str, env: dict[str, str] | None = None) -> pexpect.spawn:
+    """``python -m nbstream chat ARGS`` in a pseudo-terminal (a user at a terminal)."""
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "nbstream", "chat", *args],
+        env=env or cli_env(),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+        dimensions=(40, 120),
+    )
+    child.expect_exact(PROMPT)
+    return child
+
+
+def say(child: pexpect.spawn, line: str) -> str:
+    """Type ``line`` and Enter; returns what the terminal showed until the next prompt."""
+    child.sendline(line)
+    child.expect_exact(PROMPT)
+    return child.before
+
+
+def ask(child: pexpect.spawn, line: str) -> None:
+    """Type ``line`` and Enter, and wait for the terminal's echo of it: what follows is the
+    answer."""
+    child.sendline(line)
+    child.expect_exact(line + "\r\n")
+
+
+def settings_line(shown: str) -> str:
+    """The ``settings: ...`` line /settings printed (not the echo of the command)."""
+    return next(line for line in shown.splitlines() if line.startswith("settings:"))
+
+
+def quit_chat(child: pexpect.spawn) -> int:
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus
+
+
+def piped(*args: str, stdin: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m nbstream chat ARGS`` with standard input from a pipe (a script)."""
+    return subprocess.run(
+        [sys.executable, "-m", "nbstream", "chat", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        timeout=TIMEOUT,
+    )
+
+
+def saved(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["format"] == "nbstream.chat/1"
+    return data
+
+
+def answers(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in data["messages"] if m["role"] == "assistant"]
+
+
+@pytest.fixture(scope="module")
+def tiny_line_folder(tmp_path_factory, tiny_line) -> Path:
+    """The one-line tiny model as a folder the CLI loads (--model): it never ends early."""
+    model, tokenizer = tiny_line
+    folder = tmp_path_factory.mktemp("tiny-line")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def small_context_folder(tmp_path_factory, tiny_line) -> Path:
+    """The same model with a context of 256 tokens: two long answers no longer fit."""
+    model, tokenizer = tiny_line
+    folder = tmp_path_factory.mktemp("tiny-small-context")
+    config = model.config
+    before = config.max_position_embeddings
+    config.max_position_embeddings = 256
+    try:
+        model.save_pretrained(folder)
+    finally:
+        config.max_position_embeddings = before
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+# -- at the terminal, on the real default model ------------------------------------------------
+
+
+def test_a_conversation_with_the_default_model(real_model, greedy, tmp_path):
+    """Streaming visible before the answer ends; Ctrl-C stops it and it stays out of the
+    history; the follow-up is what a fresh conversation would answer; /save round-trips."""
+    script = os.path.join(os.path.dirname(sys.executable), "nbstream")
+    child = pexpect.spawn(
+        script,
+        ["chat", "--plain", "--max-new-tokens", "200"],
+        env=cli_env(),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+        dimensions=(40, 120),
+    )
+    child.expect_exact(PROMPT)
+    ask(child, "Write a long story about a lighthouse keeper.")
+    child.expect(r"\w+ \w+")  # words of the answer are on the screen...
+    assert not STATE.search(child.before + child.after)  # ...before it ends
+    child.sendintr()  # Ctrl-C
+    child.expect(STATE)
+    assert child.match.group(0).startswith(
+        "[cancelled: partial answer, left out of the conversation"
+    )
+    child.expect_exact(PROMPT)
+    assert "no history" in say(child, "/history")
+
+    say(child, "/settings max_new_tokens=20")
+    shown = say(child, "Name two colors.")
+    expected = greedy(*real_model, "Name two colors.", 20)[1]
+    assert expected.strip() and expected in shown.replace("\r\n", "\n")
+    assert "[complete" in shown
+
+    path = tmp_path / "chat.json"
+    say(child, f"/save {path}")
+    assert quit_chat(child) == 0
+
+    data = saved(path)
+    stopped, answered = answers(data)
+    assert stopped["status"] == "cancelled" and stopped["partial"] and not stopped["in_history"]
+    assert 0 < stopped["record"]["metrics"]["tokens"] < 200
+    assert stopped["record"]["cancel_reason"] == "Ctrl-C was pressed"
+    # What the model got for the follow-up: only it (the stopped turn left out).
+    assert answered["record"]["prompt"] == [{"role": "user", "content": "Name two colors."}]
+    assert answered["content"] == expected and answered["status"] == "complete"
+    rerun = nbstream.rerun(json.loads(json.dumps(answered["record"])), *real_model)
+    assert rerun.wait() == answered["content"]
+
+
+# -- at the terminal, on tiny models -------------------------------------------------------------
+
+
+def test_ctrl_c_stops_the_answer_and_the_follow_up_leaves_it_out(tiny_line_folder, tmp_path):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "5000", "--plain")
+    ask(child, "Tell me a long story")
+    child.expect(r"\w+ \w+ \w+")
+    child.sendintr()
+    child.expect(STATE)
+    line = child.match.group(0)
+    assert line.startswith("[cancelled: partial answer, left out of the conversation")
+    assert "finish cancelled" in line
+    child.expect_exact(PROMPT)  # the program goes on
+    say(child, "/settings max_new_tokens=6")
+    assert "[complete" in say(child, "Go on")
+    history = say(child, "/history")
+    assert "user: Go on" in history and "Tell me a long story" not in history
+    assert "1 stopped or failed turn(s) left out" in history
+    path = tmp_path / "chat.json"
+    say(child, f"/save {path}")
+    assert quit_chat(child) == 0
+
+    stopped, answered = answers(saved(path))
+    assert stopped["status"] == "cancelled" and stopped["content"]
+    assert stopped["record"]["metrics"]["tokens"] < 5000  # generation halted
+    assert answered["record"]["prompt"] == [{"role": "user", "content": "Go on"}]
+
+
+def test_keep_puts_the_stopped_answer_in_the_history(tiny_line_folder, tmp_path):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "5000", "--plain")
+    ask(child, "Tell me a long story")
+    child.expect(r"\w+ \w+ \w+")
+    child.sendintr()
+    child.expect_exact(PROMPT)
+    assert "(kept" in say(child, "/keep")
+    say(child, "/settings max_new_tokens=4")
+    say(child, "Go on")
+    path = tmp_path / "chat.json"
+    say(child, f"/save {path}")
+    quit_chat(child)
+    stopped, answered = answers(saved(path))
+    assert stopped["kept"] and stopped["in_history"] and stopped["status"] == "cancelled"
+    assert answered["record"]["prompt"] == [
+        {"role": "user", "content": "Tell me a long story"},
+        {"role": "assistant", "content": stopped["content"]},
+        {"role": "user", "content": "Go on"},
+    ]
+
+
+def test_clear_save_and_rerun(tiny_line_folder, tiny_line, tmp_path):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "6", "--plain",
+                  "--system", "Be brief.")  # fmt: skip
+    say(child, "Hello")
+    say(child, "And more?")
+    path = tmp_path / "two.json"
+    say(child, f"/save {path}")
+    assert "a new conversation" in say(child, "/clear")
+    assert "user:" not in say(child, "/history")
+    say(child, "After the clear")
+    after = tmp_path / "after.json"
+    say(child, f"/save {after}")
+    quit_chat(child)
+
+    data = saved(path)
+    first, second = answers(data)
+    system = {"role": "system", "content": "Be brief."}
+    assert second["record"]["prompt"] == [
+        system,
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": first["content"]},
+        {"role": "user", "content": "And more?"},
+    ]
+    assert data["history"] == [*second["record"]["prompt"],
+                               {"role": "assistant", "content": second["content"]}]  # fmt: skip
+    # Each saved record starts the same run again, with the same text.
+    model, tokenizer = nbstream.load_model(tiny_line_folder)
+    for answer in (first, second):
+        assert nbstream.rerun(answer["record"], model, tokenizer).wait() == answer["content"]
+    (only,) = answers(saved(after))
+    assert only["record"]["prompt"] == [system, {"role": "user", "content": "After the clear"}]
+
+
+def test_an_over_long_conversation_is_refused_with_what_to_do(small_context_folder, tmp_path):
+    child = spawn("--model", str(small_context_folder), "--max-new-tokens", "120", "--plain")
+    assert "[complete" in say(child, "Hello")
+    refused = say(child, "And more?")
+    assert "the conversation is too long for the model" in refused
+    assert "/clear" in refused and "nothing was started" in refused
+    assert not STATE.search(refused)  # no answer started
+    assert "user: Hello" in say(child, "/history")  # the conversation is unchanged
+    say(child, "/clear")
+    assert "[complete" in say(child, "And more?")
+    assert quit_chat(child) == 0
+
+
+def test_settings_are_checked_as_everywhere(tiny_line_folder):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "4", "--plain")
+    shown = say(child, "/settings temperature=-1")
+    assert "temperature must be >= 0" in shown and "nothing changed" in shown
+    assert "unknown setting 'beams'" in say(child, "/settings beams=4")
+    shown = settings_line(say(child, "/settings temperature=0.7 seed=3 stop=[\"END\"]"))
+    assert "temperature=0.7" in shown and 'stop=["END"]' in shown and "seed=3" in shown
+    assert "seed=" not in settings_line(say(child, "/settings seed="))  # unset
+    assert "unknown command /nope" in say(child, "/nope")
+    assert "[complete" in say(child, "Hello")
+    quit_chat(child)
+
+
+def test_ctrl_c_twice_at_the_prompt_or_ctrl_d_quits(tiny_line_folder):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "4", "--plain")
+    child.sendintr()
+    child.expect_exact("Ctrl-C again")
+    child.expect_exact(PROMPT)
+    assert "[complete" in say(child, "Hello")  # one Ctrl-C at the prompt quits nothing
+    child.sendintr()
+    child.expect_exact(PROMPT)
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+    child = spawn("--model", str(tiny_line_folder), "--plain")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_markdown_is_rendered_at_a_terminal_and_plain_elsewhere(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER, encoding="utf-8")
+    answer = "# Colors\n\nTwo of them: **red** and `blue`.\n\n- red\n- blue\n\nThat is all."
+    child = pexpect.spawn(sys.executable, [str(driver), answer], env=cli_env(),
+                          encoding="utf-8", timeout=TIMEOUT, dimensions=(40, 120))  # fmt: skip
+    child.expect_exact(PROMPT)
+    shown = say(child, "Name two colors.")
+    quit_chat(child)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # what the eye sees, without styling
+    assert "Two of them: red and blue." in text
+    assert "**" not in text and "# Colors" not in text and "- red" not in text
+    assert "That is all." in text and "[complete]" in text
+
+    child = pexpect.spawn(sys.executable, [str(driver), answer, "--plain"], env=cli_env(),
+                          encoding="utf-8", timeout=TIMEOUT, dimensions=(40, 120))  # fmt: skip
+    child.expect_exact(PROMPT)
+    shown = say(child, "Name two colors.")
+    quit_chat(child)
+    assert answer in shown.replace("\r\n", "\n") and "\x1b[1m" not in shown
+
+    result = subprocess.run([sys.executable, str(driver), answer], input="Name two colors.\n",
+                            capture_output=True, text=True, env=cli_env(),
+                            timeout=TIMEOUT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == answer + "\n"  # not a terminal: the text as it is
+
+
+# -- an endpoint ---------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    authorization: list[str | None]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that answers every request "Red and blue."."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.authorization.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for delta, finish in (({"content": "Red"}, None), ({"content": " and blue."}, None),
+                              ({}, "stop")):  # fmt: skip
+            chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    httpd = _Server(("127.0.0.1", 0), _Handler)
+    httpd.authorization = []
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_an_endpoint_with_its_key_from_the_environment(server):
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    env = cli_env(NBSTREAM_API_KEY=KEY)
+    result = piped("--endpoint", url, "--model", "served-model", stdin="Hi\nAgain\n", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Red and blue.\nRed and blue.\n"
+    assert server.authorization == [f"Bearer {KEY}"] * 2
+    assert KEY not in result.stderr
+    other = cli_env(MY_KEY="sk-another-key-123456")
+    piped("--endpoint", url, "--model", "m", "--api-key-env", "MY_KEY", stdin="Hi\n", env=other)
+    assert server.authorization[-1] == "Bearer sk-another-key-123456"
+
+
+def test_an_unreachable_endpoint_fails_the_answer_and_the_chat_goes_on():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    env = cli_env(NBSTREAM_API_KEY=KEY)
+    child = spawn("--endpoint", url, "--model", "served-model", "--plain", env=env)
+    shown = say(child, "Hello")
+    match = STATE.search(shown)
+    assert match and match.group(0).startswith("[failed: partial answer")
+    assert "cannot connect to" in shown and url in shown and KEY not in shown
+    assert "no history" in say(child, "/history")
+    assert quit_chat(child) == 0
+
+    result = piped("--endpoint", url, "--model", "served-model", stdin="Hello\n", env=env)
+    assert result.returncode == 1
+    assert "cannot connect to" in result.stderr and KEY not in result.stderr + result.stdout
+
+
+def test_endpoint_without_a_model_name_is_refused_before_anything():
+    result = piped("--endpoint", "http://127.0.0.1:9/v1", stdin="Hi\n")
+    assert result.returncode == 2
+    assert "--endpoint needs --model NAME" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- non-interactive -----------------------------------------------------------------------------
+
+
+def test_lines_from_stdin_are_one_conversation(tiny_line_folder, tmp_path):
+    path = tmp_path / "piped.json"
+    result = piped("--model", str(tiny_line_folder), "--max-new-tokens", "5",
+                   stdin=f"Hello\n\nAnd more?\n/save {path}\n")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    first, second = answers(saved(path))
+    assert result.stdout == f"{first['content']}\n{second['content']}\n"  # answers only
+    states = STATE.findall(result.stderr)
+    assert states == ["complete", "complete"]
+    assert "5 tokens" in result.stderr and "finish length" in result.stderr
+    assert second["record"]["prompt"][:2] == [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": first["content"]},
+    ]
+
+
+def test_single_reads_the_whole_input_as_one_message(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(driver), "Three lines, one answer.", "--single"],
+        input="First line.\nSecond line.\n/clear is text here\n",
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Three lines, one answer.\n"
+    assert STATE.findall(result.stderr) == ["complete"]
+
+
+def test_exit_status_says_how_the_answers_ended(tiny_line_folder, small_context_folder):
+    failed = piped("--model", str(tiny_line_folder), "--max-new-tokens", "5000",
+                   "--budget", "0.3", stdin="Hello\n")  # fmt: skip
+    assert failed.returncode == 1
+    assert STATE.search(failed.stderr).group(0).startswith("[failed: partial answer")
+    assert "TimeoutError" in failed.stderr
+
+    refused = piped("--model", str(small_context_folder), "--max-new-tokens", "120",
+                    stdin="Hello\nAnd more?\n")  # fmt: skip
+    assert refused.returncode == 2
+    assert "too long for the model" in refused.stderr
+
+    empty = piped("--model", str(tiny_line_folder), stdin="\n\n")
+    assert empty.returncode == 2 and "no message" in empty.stderr
+
+
+def test_sigint_mid_answer_cancels_and_exits_130(tiny_line_folder):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbstream", "chat", "--model", str(tiny_line_folder),
+         "--max-new-tokens", "5000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(),
+    )  # fmt: skip
+    try:
+        proc.stdin.write(b"Hello\nNever asked\n")
+        proc.stdin.flush()
+        first = proc.stdout.read1(4096)  # the answer is streaming
+        assert first.strip()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err.decode()
+    states = STATE.findall(err.decode())
+    assert states == ["cancelled"]  # and the second line was never asked
+    assert "Traceback" not in err.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--temperature", "-1"], "temperature"),
+        (["--max-new-tokens", "0"], "max_new_tokens"),
+        (["--system", "  "], "system message is empty"),
+    ],
+)
+def test_bad_options_exit_2_before_loading(args, words, tmp_path):
+    result = piped(*args, "--model", str(tmp_path / "no-such-model"), stdin="Hi\n")
+    assert result.returncode == 2
+    assert words in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_parse_settings_reads_values_as_json():
+    assert parse_settings(["temperature=0.7", "max-new-tokens=20", "stop=[\"\\n\\n\"]",
+                           "do_sample=true", "seed=", "top_k=None", "expect=json"]) == {
+        "temperature": 0.7, "max_new_tokens": 20, "stop": ["\n\n"], "do_sample": True,
+        "seed": None, "top_k": None, "expect": "json",
+    }  # fmt: skip
