@@ -14,7 +14,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Prints how long each part of a target took.
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
-.PHONY: demo test check install install-test chromium js js-watch js-check js-fresh js-lint js-test \
+.PHONY: demo test check install install-test chromium llama-cpp js js-watch js-check js-fresh js-lint js-test \
 	lint mypy races test-only bench reliability prepare clean
 
 $(VENV)/bin/python:
@@ -28,6 +28,19 @@ $(VENV)/.installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 install: $(VENV)/.installed
+
+# llama-cpp-python's OpenAI server, the second real server of the tests (tests/test_llamacpp_server.py).
+# PyPI has only its source: pip builds it with cmake and gcc (minutes; pip caches the wheel,
+# so a reinstall is quick). Built for any x86-64 CPU and without OpenMP: the default build
+# (tuned to the build machine, with OpenMP) crashed the server on its first request here.
+LLAMA_CPP_VERSION := 0.3.36
+$(VENV)/.llama-cpp-$(LLAMA_CPP_VERSION): $(VENV)/.installed
+	@$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('llama-cpp-python') != '$(LLAMA_CPP_VERSION)')" 2>/dev/null || \
+	  { $(call timed,build llama-cpp-python,CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF" \
+	    $(PIP) install -q -c $(CONSTRAINTS) "llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"); }
+	touch $@
+
+llama-cpp: $(VENV)/.llama-cpp-$(LLAMA_CPP_VERSION)
 
 prepare: install
 	@$(call timed,convert the default model,$(PY) -m nbstream prepare)
@@ -88,10 +101,10 @@ lint: install
 mypy: install
 	$(VENV)/bin/mypy
 
-test-only: install
+test-only: install llama-cpp
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 
-test: install chromium
+test: install chromium llama-cpp
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare)
 	@$(call timed,front-end build check,$(MAKE) --no-print-directory js-check)
 	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
@@ -114,7 +127,7 @@ races: install
 FAST_TESTS := not browser and not frontend and not model and not slow
 
 # The fast loop: a few minutes (CONTRIBUTING.md). `make test` stays the whole suite (CI).
-check: install $(JS_DEPS)
+check: install llama-cpp $(JS_DEPS)
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare >/dev/null)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,mypy,$(MAKE) --no-print-directory mypy)

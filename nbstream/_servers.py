@@ -1,0 +1,224 @@
+"""What nbstream knows about each family of OpenAI-compatible server, and how it tells them apart.
+
+The chat-completions protocol is shared, but what a server does beyond it is not: which
+fields it takes for settings OpenAI's API lacks (``top_k``, ``repetition_penalty``), what
+it does with a field it does not know (rejects the request, or ignores it without a word),
+whether two requests at once are served side by side or the second kills the first, and
+whether the same request gives the same text twice. :data:`FAMILIES` holds one
+:class:`ServerFamily` per server, each fact with where it comes from (the server's own
+request schema or docs, or what was run against it); :func:`detect` reads which family a
+server is from its ``GET /models`` answer.
+
+Used by :class:`nbstream.Endpoint` (``nbstream/backends/remote.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: The settings beyond OpenAI's chat-completions API that nbstream can send.
+EXTENSION_SETTINGS = ("top_k", "repetition_penalty")
+#: A request field that carries a whole transformers ``GenerationConfig`` as JSON
+#: (``transformers serve``: it has no field of its own for these settings).
+GENERATION_CONFIG = "generation_config"
+
+
+@dataclass(frozen=True)
+class ServerFamily:
+    """One family of server, as nbstream treats it."""
+
+    #: The name ``Endpoint(server=...)`` takes, and the record's ``server.family``.
+    name: str
+    #: The name people know it by.
+    title: str
+    #: nbstream setting -> the request field that carries it; ``None``: the server has no
+    #: such setting (nbstream refuses it before sending anything).
+    fields: Mapping[str, str | None]
+    #: Whether requests may run side by side (the server batches or queues them); False:
+    #: one at a time, queued in the notebook.
+    concurrent: bool
+    #: Why ``concurrent`` is what it is (for the docs and the record).
+    concurrent_why: str
+    #: Whether the same request (greedy, or sampled with a seed) gives the same text again:
+    #: True, False, or None when nobody has checked.
+    reproducible: bool | None = None
+    #: Why, when it does not (the record's note and ``rerun``'s warning).
+    reproducible_why: str | None = None
+    #: Whether the fields in ``fields`` are known to be honoured. False for a server nbstream
+    #: could not identify: a field it does not know may be dropped without a word, so the
+    #: record says such a setting was sent, never that it was applied.
+    confirmed: bool = True
+    #: Where the facts come from.
+    source: str = ""
+
+
+_VLLM_NAMES = {"top_k": "top_k", "repetition_penalty": "repetition_penalty"}
+_LLAMA_NAMES = {"top_k": "top_k", "repetition_penalty": "repeat_penalty"}
+_PROMPT_CACHE = (
+    "the server reuses what it computed for the previous request's prompt, and the logits "
+    "of a cached prompt are not bit-for-bit those of one computed afresh, so the same "
+    "request (greedy, or sampled with a seed) can give different text"
+)
+
+FAMILIES: dict[str, ServerFamily] = {
+    family.name: family
+    for family in (
+        ServerFamily(
+            name="vllm",
+            title="vLLM",
+            fields=_VLLM_NAMES,
+            concurrent=True,
+            concurrent_why="vLLM batches concurrent requests",
+            source="vllm/entrypoints/openai/protocol.py (ChatCompletionRequest: top_k, "
+            "repetition_penalty); /v1/models owned_by 'vllm'",
+        ),
+        ServerFamily(
+            name="sglang",
+            title="SGLang",
+            fields=_VLLM_NAMES,
+            concurrent=True,
+            concurrent_why="SGLang batches concurrent requests",
+            source="sglang/srt/entrypoints/openai/protocol.py (ChatCompletionRequest: top_k, "
+            "repetition_penalty); /v1/models owned_by 'sglang'",
+        ),
+        ServerFamily(
+            name="tgi",
+            title="Text Generation Inference",
+            # Its chat request has neither field and ignores unknown ones (serde); it derives
+            # its own repetition penalty from presence_penalty, which nbstream does not send.
+            fields={"top_k": None, "repetition_penalty": None},
+            concurrent=True,
+            concurrent_why="TGI batches concurrent requests",
+            source="router/src/lib.rs (ChatRequest has no top_k or repetition_penalty; "
+            "try_into_generate sets top_k None); /v1/models owned_by is the model id",
+        ),
+        ServerFamily(
+            name="llama.cpp",
+            title="llama.cpp server (llama-server)",
+            fields=_LLAMA_NAMES,
+            concurrent=True,
+            concurrent_why="llama-server holds a request that finds every slot busy until one "
+            "frees (--parallel slots)",
+            reproducible=False,
+            reproducible_why=_PROMPT_CACHE + " (its docs, on cache_prompt, which is on by default)",
+            source="tools/server/README.md (/completion options: top_k, repeat_penalty, "
+            "cache_prompt); /v1/models owned_by 'llamacpp'",
+        ),
+        ServerFamily(
+            name="llama-cpp-python",
+            title="llama-cpp-python (python -m llama_cpp.server)",
+            fields=_LLAMA_NAMES,
+            concurrent=False,
+            concurrent_why="a second request ends the stream in progress ([DONE] without a "
+            "finish_reason; measured with 0.3.36)",
+            reproducible=False,
+            reproducible_why=_PROMPT_CACHE + " (measured with 0.3.36: a prompt's first request "
+            "differs from its second, the second equals the third)",
+            source="llama_cpp/server/types.py (CreateChatCompletionRequest: top_k, "
+            "repeat_penalty; unknown fields ignored); /v1/models owned_by 'me'",
+        ),
+        ServerFamily(
+            name="transformers",
+            title="transformers serve",
+            # Both travel inside a GenerationConfig sent as JSON; so does do_sample, without
+            # which this server decodes greedily whatever the temperature.
+            fields={"top_k": GENERATION_CONFIG, "repetition_penalty": GENERATION_CONFIG},
+            concurrent=True,
+            concurrent_why="transformers serve generates each request on its own thread",
+            reproducible=True,
+            source="transformers/cli/serving/utils.py (_validate_request refuses unknown "
+            "fields; _build_generation_config takes generation_config as JSON and sets "
+            "do_sample only for temperature 0); /v1/models entries carry a 'status'",
+        ),
+        ServerFamily(
+            name="generic",
+            title="an OpenAI-compatible server nbstream could not identify",
+            fields=_VLLM_NAMES,
+            concurrent=False,
+            concurrent_why="some servers (llama-cpp-python's) end the stream in progress when "
+            "another request arrives: one at a time is the choice that cannot lose an answer",
+            confirmed=False,
+            source="the OpenAI API, with vLLM's names for the fields it lacks",
+        ),
+    )
+}
+GENERIC = FAMILIES["generic"]
+
+
+def family(name: str) -> ServerFamily:
+    """The family called ``name``; ``ValueError`` listing the names for any other."""
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"server={name!r} is not a server family nbstream knows; use one of "
+            f"{', '.join(map(repr, FAMILIES))} (or leave it out: nbstream asks the server)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server said about itself (``GET {base_url}/models``)."""
+
+    family: ServerFamily
+    #: How the family was known: ``"named"`` (Endpoint(server=...)), ``"detected"``, or
+    #: ``"unknown"`` (the server did not say, or could not be asked).
+    how: str
+    #: What it was told by (``owned_by='vllm'``), or why it could not be asked.
+    evidence: str = ""
+    #: The model ids the server lists.
+    models: tuple[str, ...] = ()
+    #: The context length the server states for its model, when it does (vLLM and SGLang:
+    #: ``max_model_len``; llama.cpp: its ``meta``).
+    context: int | None = None
+
+
+def detect(listing: Any) -> tuple[ServerFamily, str]:
+    """The family a ``GET /models`` answer names, and the evidence (``GENERIC`` if none)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return GENERIC, "GET /models gave no model list"
+    for entry in data:
+        if not isinstance(entry, dict):
+            continue
+        owner = entry.get("owned_by")
+        by_owner = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}
+        if owner in by_owner:
+            return FAMILIES[by_owner[owner]], f"owned_by={owner!r}"
+        if owner == "me" and "permissions" in entry:
+            # llama-cpp-python's ModelData: owned_by "me", and a "permissions" list.
+            return FAMILIES["llama-cpp-python"], "owned_by='me' with 'permissions'"
+        status = entry.get("status")
+        if isinstance(status, dict) and "value" in status:
+            return FAMILIES["transformers"], "a model entry with a 'status' object"
+        if isinstance(owner, str) and owner and owner == entry.get("id"):
+            return FAMILIES["tgi"], "owned_by equal to the model id"
+    owners = sorted({str(e.get("owned_by")) for e in data if isinstance(e, dict)})
+    return GENERIC, f"owned_by {', '.join(owners) or 'absent'}"
+
+
+def listed_models(listing: Any) -> tuple[str, ...]:
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return ()
+    return tuple(str(e["id"]) for e in data if isinstance(e, dict) and "id" in e)
+
+
+def stated_context(listing: Any) -> int | None:
+    """The context length a ``GET /models`` answer states, if any."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return None
+    for entry in data:
+        if not isinstance(entry, dict):
+            continue
+        meta = entry.get("meta")
+        for value in (
+            entry.get("max_model_len"),
+            meta.get("n_ctx") if isinstance(meta, dict) else None,
+        ):
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
