@@ -408,6 +408,23 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return [column.result for column in self._columns]
 
     @property
+    def divergence(self) -> tuple[int, list[int | None]] | None:
+        """Where the columns part: ``None`` while every column's token ids agree (or a
+        column has no run yet), else ``(step, tokens)``: the first step at which the
+        columns' token ids are not all equal, and each column's token id there, in column
+        order (``None`` for a column whose answer had already ended)."""
+        runs = [column.run for column in self._columns]
+        if any(run is None for run in runs):
+            return None
+        answers = [run.token_ids for run in runs if run is not None]
+        longest = max((len(ids) for ids in answers), default=0)
+        for step in range(longest):
+            tokens = [ids[step] if step < len(ids) else None for ids in answers]
+            if len(set(tokens)) > 1:
+                return step, tokens
+        return None
+
+    @property
     def records(self) -> list[dict[str, Any] | None]:
         """Each column's record (None for a column whose run has not ended)."""
         return [column.record for column in self._columns]

@@ -23,6 +23,7 @@ from typing import Any
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
+from .distribution import Distribution, distribution_from_logits, resolve_settings
 from .record import build_record, replay_arguments, warn_if_different
 from .settings import validate_settings
 from .streaming import StopFilter, TokenBuffer
@@ -243,6 +244,9 @@ class Generation:
         # Why, when the caller said (stop(reason=...)): kept for the message and the record.
         self._cancel_reason: str | None = None
         self._watchdog: threading.Timer | None = None
+        # Set by branch(): the run this one branched from, and where (see branch_info).
+        self._parent: Generation | None = None
+        self._branch: dict[str, Any] | None = None
         self._queue = _queue_for(backend.queue_key())
         if self._queue.try_acquire(self):
             self._status = RUNNING
@@ -495,6 +499,7 @@ class Generation:
                 created_at=self._created_at,
             )
             self._record["cancel_reason"] = self.cancel_reason
+            self._record["branch"] = self._branch_record()
         return copy.deepcopy(self._record)  # each caller may edit its own copy
 
     @property
@@ -564,6 +569,139 @@ class Generation:
             return None
         records: list[TokenTrace] = capture.records(self.token_ids)
         return records
+
+    # -- what if: branches and the sampling explainer ---------------------------------------
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """A new run that keeps this run's first ``step`` tokens, takes ``token`` at
+        ``step``, and generates on from there; returned at once, like :func:`stream`.
+
+        ``token`` is a token id, or one of ``run.trace[step].alternatives``. The new run
+        has this run's settings (its seed too, for a sampled run) unless ``settings``
+        override them; its ``token_ids`` start with exactly those ``step + 1`` tokens
+        (shown at once: the model generates only the rest, and they count toward
+        ``max_new_tokens``). Its record names this run's record as its parent and the
+        forced prefix, so :func:`rerun` reproduces it. Needs a local model, and a run that
+        has ended (wait for it, or stop it, first).
+
+        Example::
+
+            >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
+            >>> text = run.wait()
+            >>> other = run.trace[0].alternatives[1]       # the model's second choice
+            >>> branch = run.branch(0, other)
+            >>> branch.wait(); branch.token_ids[0] == other.id
+            True
+        """
+        if not getattr(self._backend, "supports_branching", False):
+            raise ValueError(
+                f"{type(self._backend).__name__} cannot continue an answer from given tokens; "
+                "branching needs a local transformers model"
+            )
+        if not self._done.is_set():
+            raise RuntimeError(
+                "this run has not ended: wait() for it, or stop() it, before branching"
+            )
+        ids = self.token_ids
+        step = self._check_step(step, len(ids))
+        token_id = getattr(token, "id", token)
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            raise TypeError(
+                f"token must be a token id or one of run.trace[{step}].alternatives, "
+                f"got {token!r:.80}"
+            )
+        asked = validate_settings(settings)
+        clean = {**self.settings, **asked}
+        if "seed" not in asked and self.seed is not None:
+            clean["seed"] = self.seed  # the same dice: a sampled branch is reproducible too
+        prefix = [*ids[:step], token_id]
+        job = self._backend.prepare(self.prompt, clean, prefix_ids=prefix)  # type: ignore[call-arg]
+        run = Generation(self._backend, job, clean)
+        run._parent = self
+        run._branch = {"step": step, "token": token_id, "parent_token": ids[step]}
+        return run
+
+    @property
+    def branch_info(self) -> dict[str, Any] | None:
+        """For a run made by :meth:`branch`: ``{"parent": the run, "step", "token",
+        "parent_token", "prefix_ids"}``; ``None`` for any other run."""
+        if self._branch is None:
+            return None
+        prefix = list(getattr(self._job, "prefix_ids", []))
+        return {"parent": self._parent, **self._branch, "prefix_ids": prefix}
+
+    def _branch_record(self) -> dict[str, Any] | None:
+        info = self.branch_info
+        if info is None:
+            return None
+        parent = info.pop("parent")
+        return {**info, "parent": parent.record if parent is not None else None}
+
+    @input_checked
+    def distribution(
+        self,
+        step: int,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ) -> Distribution:
+        """What the sampling sliders do at ``step``: the model's next-token distribution
+        there, then after temperature, top-k and top-p (see :mod:`nbstream.distribution`).
+
+        A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
+        ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
+        forward pass of the prompt and the tokens before ``step``, on the calling thread.
+        Needs a local model.
+
+        Example::
+
+            >>> d = run.distribution(3, temperature=0.7, top_p=0.9)
+            >>> d.kept("top_p"), float(d.probs["top_p"].sum())
+            (4, 1.0)
+            >>> print(d.describe())
+        """
+        step_logits = getattr(self._job, "step_logits", None)
+        if step_logits is None:
+            raise ValueError(
+                f"{type(self._backend).__name__} does not give the model's logits; the "
+                "distribution needs a local transformers model"
+            )
+        ids = self.token_ids
+        step = self._check_step(step, len(ids))
+        asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+        effect = dict(getattr(self._job, "in_effect", {}))
+        own = (
+            {name: effect.get(name) for name in ("temperature", "top_k", "top_p")}
+            if effect.get("do_sample")
+            else {"temperature": 0.0, "top_k": None, "top_p": None}
+        )
+        note = None
+        penalty = effect.get("repetition_penalty")
+        if penalty not in (None, 1.0):
+            note = (
+                f"the run also applied repetition_penalty={penalty:g} before these filters; "
+                "the stages here start from the model's own odds"
+            )
+        return distribution_from_logits(
+            step_logits(ids[:step], step)[0],
+            step=step,
+            chosen=ids[step],
+            settings=resolve_settings(asked, own),
+            run_settings=resolve_settings({}, own),
+            tokenizer=getattr(self._backend, "tokenizer", None),
+            note=note,
+        )
+
+    @staticmethod
+    def _check_step(step: Any, length: int) -> int:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int (an index into run.token_ids), got {step!r:.80}")
+        if not 0 <= step < length:
+            raise ValueError(
+                f"step {step} is not a step of this run: it has {length} token"
+                f"{'' if length == 1 else 's'} (steps 0 to {length - 1})"
+            )
+        return step
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -908,8 +1046,19 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
         True
     """
     prompt, settings = replay_arguments(record)
-    warn_if_different(record, resolve_backend(model, tokenizer))
-    run = stream(model, tokenizer, prompt, **settings)
+    backend = resolve_backend(model, tokenizer)
+    warn_if_different(record, backend)
+    branch = record.get("branch")
+    if branch is None:
+        run = stream(model, tokenizer, prompt, **settings)
+    else:
+        # A branch: the same forced prefix again, then generated on as before.
+        if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
+            raise ValueError("record['branch'] must hold the branch's 'prefix_ids' (a list)")
+        if not getattr(backend, "supports_branching", False):
+            raise ValueError("record is of a branch, which needs a local transformers model")
+        job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])  # type: ignore[call-arg]
+        run = Generation(backend, job, settings)
     # Either count may be unknown: a record from a server that sent no usage has None, and
     # a run on a server has None until the server counts the prompt (after it has started).
     then, now = record["prompt_tokens"], run.prompt_tokens

@@ -164,6 +164,38 @@ class TraceCapture:
         self._lock = threading.Lock()
         self._records: list[TokenTrace] = []
         self._pieces = TokenPieces(tokenizer)
+        # A branch's forced first tokens: records given up front (no rows of their own).
+        self._offset = 0
+
+    def keep_prefix(self, logits: Any, ids: list[int]) -> None:
+        """A branch's trace starts with its forced tokens ``ids``; ``logits`` are the raw
+        logits the model gave at each of their steps (one row per id, from one forward
+        pass). Each is recorded as a greedy step is: every alternative but the token taken
+        is cut, since nothing was drawn there. Call on the generating thread, before the
+        prefix's tokens reach the run's buffer (a reader's ``trace[i]`` then always exists
+        for ``token_ids[i]``)."""
+        import torch
+
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        top_logprobs, top_ids = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)
+        chosen = torch.tensor(ids, device=logprobs.device).unsqueeze(1)
+        chosen_logprobs = logprobs.gather(1, chosen)
+        ranks = ((logprobs > chosen_logprobs).sum(dim=1) + 1).tolist()
+        records = [
+            TokenTrace(
+                id=token,
+                logprob=float(chosen_logprobs[row, 0]),
+                rank=int(ranks[row]),
+                cut=tuple(int(alt) != token for alt in top_ids[row].tolist()),
+                alternative_ids=tuple(int(alt) for alt in top_ids[row].tolist()),
+                alternative_logprobs=tuple(float(lp) for lp in top_logprobs[row].tolist()),
+                _pieces=self._pieces,
+            )
+            for row, token in enumerate(ids)
+        ]
+        with self._lock:
+            self._records = records
+            self._offset = len(records)
 
     # -- generating thread -----------------------------------------------------------------
     @contextlib.contextmanager
@@ -244,18 +276,19 @@ class TraceCapture:
             done = len(self._records)
             # A step's row is appended before its token reaches the streamer, and generate
             # may run a step whose token it then drops: align on the tokens.
-            n = min(len(ids), len(self._rows))
+            n = min(len(ids), self._offset + len(self._rows))
             if n > done:
                 self._build(ids, done, n)
-            return list(self._records)
+            return list(self._records[: len(ids)])
 
     def _build(self, ids: list[int], start: int, stop: int) -> None:
         import torch
 
-        rows = self._rows[start:stop]
+        offset = self._offset  # records before it are a branch's prefix, rows after it
+        rows = self._rows[start - offset : stop - offset]
         ints = torch.cat([row[0] for row in rows]).tolist()  # one transfer off the device
         floats = torch.cat([row[1] for row in rows]).tolist()
-        for index in range(start, stop):
+        for index in range(start - offset, stop - offset):
             self._rows[index] = None
         for offset, (row_ints, row_floats) in enumerate(zip(ints, floats, strict=True)):
             k = len(row_floats) - 1

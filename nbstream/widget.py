@@ -65,6 +65,10 @@ class StreamWidget(RunWidget):
     #: ``prompt``, as in a compare column whose prompt is shared).
     show_prompt = traitlets.Bool(True).tag(sync=True)
 
+    def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
+        super().__init__(model, tokenizer, **settings)
+        self._branches: list[Generation] = []
+
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
@@ -80,7 +84,31 @@ class StreamWidget(RunWidget):
         merged = self._run_settings(settings)
         # A string prompt goes into the box, with the run's first state.
         box = {"prompt": prompt} if isinstance(prompt, str) else {}
-        return self._launch(lambda: stream(self._model, self._tokenizer, prompt, **merged), **box)
+        run = self._launch(lambda: stream(self._model, self._tokenizer, prompt, **merged), **box)
+        self._branches = []  # a new answer: the branches were of the one before
+        return run
+
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """Continue the widget's last run as if it had taken ``token`` at ``step``
+        (see :meth:`nbstream.Generation.branch`); the branch streams into the widget.
+
+        ``settings`` override the run's own for the branch. Each branch made since the
+        last :meth:`generate` is kept in :attr:`branches`. Raises ``RuntimeError`` while a
+        run is in progress or before any run.
+        """
+        parent = self._run
+        if parent is None:
+            raise RuntimeError("there is no run to branch from yet: generate() one first")
+        run = self._launch(lambda: parent.branch(step, token, **settings))
+        self._branches.append(run)
+        return run
+
+    @property
+    def branches(self) -> list[Generation]:
+        """Every branch made (with :meth:`branch`) from this widget's current answer, in
+        the order made; each one's ``branch_info`` says where it left its parent."""
+        return list(self._branches)
 
     # -- from the views -----------------------------------------------------------------------
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:

@@ -150,6 +150,8 @@ class LocalBackend:
 
     #: Can capture ``run.trace`` (the ``alternatives`` setting): it sees the raw logits.
     supports_alternatives = True
+    #: Can start an answer from given token ids (``run.branch``: ``prepare(prefix_ids=)``).
+    supports_branching = True
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         if tokenizer is None:
@@ -198,8 +200,22 @@ class LocalBackend:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
 
-    def prepare(self, prompt: Any, settings: dict[str, Any]) -> LocalJob:
+    def vocabulary_size(self) -> int:
+        """How many token ids the model scores (its output layer; may exceed the tokenizer's)."""
+        config = getattr(self.model, "config", None)
+        size = getattr(config, "vocab_size", None)
+        if isinstance(size, int) and size > 0:
+            return size
+        return len(self.tokenizer)
+
+    def prepare(
+        self, prompt: Any, settings: dict[str, Any], prefix_ids: list[int] | None = None
+    ) -> LocalJob:
+        """The job for ``prompt``; ``prefix_ids`` (a branch) are the answer's first tokens,
+        taken as given: the model generates on from them, and they count toward
+        ``max_new_tokens`` as part of the answer."""
         check_prompt(prompt)
+        prefix = self._check_prefix(prefix_ids)
         text = self.render_prompt(prompt)
         # The chat template already wrote the special tokens; plain text gets the
         # tokenizer's usual ones (e.g. a BOS).
@@ -236,11 +252,18 @@ class LocalBackend:
                 context,
             )
 
+        if len(prefix) >= effective["max_new_tokens"]:
+            raise ValueError(
+                f"the branch keeps {len(prefix)} tokens, which leaves no room under "
+                f"max_new_tokens={effective['max_new_tokens']}; pass a larger max_new_tokens"
+            )
+
         do_sample = bool(samples(effective, bool(getattr(config, "do_sample", False))))
         effective["do_sample"] = do_sample
 
         kwargs: dict[str, Any] = {
-            "max_new_tokens": effective["max_new_tokens"],
+            # The prefix is part of the answer: generate() makes only the rest.
+            "max_new_tokens": effective["max_new_tokens"] - len(prefix),
             "do_sample": do_sample,
             "num_beams": 1,
             "num_return_sequences": 1,
@@ -285,6 +308,7 @@ class LocalBackend:
             if pad is not None:
                 kwargs["pad_token_id"] = pad
         job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        job.prefix_ids = prefix
         job.prompt = prompt
         job.in_effect = in_effect
         job.seed = seed
@@ -292,6 +316,26 @@ class LocalBackend:
         if alternatives:
             job.trace_capture = TraceCapture(alternatives, self.tokenizer)
         return job
+
+    def _check_prefix(self, prefix_ids: Any) -> list[int]:
+        if prefix_ids is None:
+            return []
+        if not isinstance(prefix_ids, (list, tuple)) or not prefix_ids:
+            raise TypeError(
+                f"prefix_ids must be a non-empty list of token ids, got {prefix_ids!r:.80}"
+            )
+        size = self.vocabulary_size()
+        for index, token in enumerate(prefix_ids):
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise TypeError(
+                    f"prefix_ids[{index}] must be a token id (an int), got {token!r:.80}"
+                )
+            if not 0 <= token < size:
+                raise ValueError(
+                    f"prefix_ids[{index}]={token} is not a token of this model (ids run from 0 "
+                    f"to {size - 1})"
+                )
+        return [int(token) for token in prefix_ids]
 
     def _with_added_tokens(self, text: str, ids: list[int]) -> str:
         """``text`` with the special tokens the tokenizer added around it (e.g. a BOS)."""
@@ -342,6 +386,8 @@ class LocalJob:
         self.seed: int | None = settings.get("seed")
         #: Set by prepare() when the run captures ``run.trace`` (``alternatives > 0``).
         self.trace_capture: TraceCapture | None = None
+        #: A branch's forced first tokens (shown at once, then generated on from).
+        self.prefix_ids: list[int] = []
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
@@ -354,9 +400,18 @@ class LocalJob:
         model = self.backend.model
         device = getattr(model, "device", None)
         inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
+        prompt_length = int(inputs["input_ids"].shape[-1])
+        streamer: Any = buffer
+        capture = self.trace_capture
+        if self.prefix_ids:
+            if capture is not None:
+                # Before the prefix reaches the buffer: trace[i] exists for token_ids[i].
+                capture.keep_prefix(self.step_logits(self.prefix_ids[:-1], 0), self.prefix_ids)
+            inputs, streamer = self._start_from_prefix(inputs, buffer)
+            if self.prefix_ids[-1] in self.backend._eos_ids():
+                return "eos"  # the chosen token ends the answer: nothing to generate
         kwargs = dict(self.kwargs)
         seed = self.seed
-        capture = self.trace_capture
         if seed is not None and kwargs.get("do_sample"):
             # Sample with a private generator instead of torch's global one: reproducible
             # even while other threads draw random numbers, and the caller's RNG is never
@@ -372,13 +427,12 @@ class LocalJob:
             # last, after generate()'s own, and sees the scores argmax picks from.
             kwargs["logits_processor"] = [capture.greedy_processor()]
         stops = self.settings.get("stop")
-        prompt_length = int(inputs["input_ids"].shape[-1])
         watch = _StopStringWatch(self.backend.tokenizer, stops, prompt_length) if stops else None
         with capture.attached(model) if capture is not None else contextlib.nullcontext():
             model.generate(
                 **inputs,
                 **kwargs,
-                streamer=buffer,
+                streamer=streamer,
                 stopping_criteria=_stop_criteria(control, watch),
             )
         if control.stop_found.is_set():
@@ -388,6 +442,59 @@ class LocalJob:
             if last in self.backend._eos_ids():
                 return "eos"
         return "length"
+
+    def step_logits(self, answer_ids: list[int], first: int) -> Any:
+        """The raw logits the model gives at answer steps ``first`` to ``len(answer_ids)``
+        (one row each, on the model's device), from one forward pass over the prompt and
+        ``answer_ids``: row ``j`` is the step whose token would follow
+        ``answer_ids[:first + j]``. No cache is kept; any thread may call it."""
+        import torch
+
+        model = self.backend.model
+        prompt = self.encoded["input_ids"]
+        device = getattr(model, "device", None) or prompt.device
+        answer = torch.tensor([list(answer_ids)], dtype=prompt.dtype)
+        ids = torch.cat((prompt, answer), dim=-1).to(device)
+        with torch.no_grad():
+            output = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        start = int(prompt.shape[-1]) - 1 + first
+        return output.logits[0, start:]
+
+    def _start_from_prefix(self, inputs: dict[str, Any], buffer: TokenBuffer) -> tuple[Any, Any]:
+        """Put the prefix's tokens into the run as its first tokens (readers see them at
+        once), and make them part of what the model reads. Returns the inputs and the
+        streamer for generate(), which hands it the prompt and prefix first (dropped)."""
+        import torch
+
+        ids = inputs["input_ids"]
+        prefix = torch.tensor([self.prefix_ids], dtype=ids.dtype, device=ids.device)
+        buffer.put(ids)  # what generate() would put first: the prompt, skipped
+        for token in self.prefix_ids:
+            buffer.put(torch.tensor([token]))
+        extended = dict(inputs)
+        extended["input_ids"] = torch.cat((ids, prefix), dim=-1)
+        mask = inputs.get("attention_mask")
+        if mask is not None:
+            extended["attention_mask"] = torch.cat((mask, torch.ones_like(prefix)), dim=-1)
+        return extended, _AfterFirstPut(buffer)
+
+
+class _AfterFirstPut:
+    """A streamer that drops generate()'s first put (prompt and prefix, already accounted
+    for) and hands the rest to ``target``."""
+
+    def __init__(self, target: TokenBuffer) -> None:
+        self.target = target
+        self._first = True
+
+    def put(self, value: Any) -> None:
+        if self._first:
+            self._first = False
+            return
+        self.target.put(value)
+
+    def end(self) -> None:
+        self.target.end()
 
 
 # transformers' own fallbacks for what a generation config leaves unset (transformers 5

@@ -1,0 +1,265 @@
+"""What if it had picked another token (``run.branch``), what the sampling sliders do
+(``run.distribution``), and where compare columns part (``cw.divergence``): issue 16.
+
+The numbers are checked on the embedded default model; the tiny model only where they do
+not matter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+
+import pytest
+import torch
+from transformers import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+import nbstream
+from nbstream.distribution import STAGES
+
+PROMPT = "Name a color."
+
+
+@pytest.fixture(scope="module")
+def parent(real_model):
+    """A greedy answer on the default model, with its trace."""
+    run = nbstream.stream(*real_model, PROMPT, max_new_tokens=24, alternatives=5)
+    run.wait(120)
+    assert run.status == "complete" and len(run.token_ids) > 6
+    return run
+
+
+# -- branch ------------------------------------------------------------------------------------
+def test_a_branch_keeps_the_prefix_takes_the_token_and_generates_on(parent, real_model):
+    step = 3
+    other = parent.trace[step].alternatives[1]  # the model's second choice there
+    assert other.id != parent.token_ids[step]
+    branch = parent.branch(step, other)
+    text = branch.wait(120)
+    assert branch.status == "complete" and text == branch.result
+    # Its ids start with exactly the parent's first `step` tokens and the chosen one.
+    assert branch.token_ids[: step + 1] == [*parent.token_ids[:step], other.id]
+    assert len(branch.token_ids) > step + 1, "it generated on from the chosen token"
+    _, tokenizer = real_model
+    assert text.startswith(tokenizer.decode(branch.token_ids[: step + 1]).strip()[:8])
+    assert text != parent.result
+    info = branch.branch_info
+    assert info is not None and info["parent"] is parent
+    assert (info["step"], info["token"], info["parent_token"]) == (
+        step,
+        other.id,
+        parent.token_ids[step],
+    )
+
+
+def test_the_branch_trace_is_aligned_and_its_kept_steps_are_the_parents(parent):
+    branch = parent.branch(2, parent.trace[2].alternatives[2])
+    branch.wait(120)
+    trace = branch.trace
+    assert trace is not None and [s.id for s in trace] == branch.token_ids
+    for mine, theirs in zip(trace[:2], parent.trace[:2], strict=True):
+        # The same context, so the model gave the same odds: recomputed, not copied.
+        assert mine.id == theirs.id and mine.rank == theirs.rank
+        assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-4)
+        assert mine.alternative_ids == theirs.alternative_ids
+    forced = trace[2]
+    assert forced.rank == 3  # the model's third choice
+    assert forced.logprob == pytest.approx(parent.trace[2].alternative_logprobs[2], abs=1e-4)
+    # Nothing was drawn at a forced step: every other candidate is marked cut.
+    assert forced.cut == tuple(alt != forced.id for alt in forced.alternative_ids)
+
+
+def test_the_record_names_the_parent_and_rerun_reproduces_a_branch(parent, real_model):
+    branch = parent.branch(1, parent.trace[1].alternatives[1], temperature=0.9, seed=7)
+    branch.wait(120)
+    record = json.loads(json.dumps(branch.record))
+    assert record["branch"]["prefix_ids"] == branch.token_ids[:2]
+    assert record["branch"]["parent"] == json.loads(json.dumps(parent.record))
+    again = nbstream.rerun(record, *real_model)
+    assert again.wait(120) == branch.result
+    assert again.token_ids == branch.token_ids
+
+
+def test_a_sampled_branch_keeps_the_parents_seed(real_model):
+    run = nbstream.stream(*real_model, PROMPT, max_new_tokens=12, temperature=0.8)
+    run.wait(120)
+    branch = run.branch(0, run.token_ids[0])
+    branch.wait(120)
+    assert branch.seed == run.seed and branch.settings["temperature"] == 0.8
+
+
+def test_a_branch_on_the_end_token_ends_there(tiny_line):
+    run = nbstream.stream(*tiny_line, "Hi", max_new_tokens=4)
+    run.wait(60)
+    eos = tiny_line[1].eos_token_id
+    branch = run.branch(1, eos)
+    branch.wait(60)
+    assert branch.status == "complete" and branch.metrics["finish_reason"] == "eos"
+    assert branch.token_ids == [run.token_ids[0], eos]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda run: run.branch(99, 1), ValueError, "step 99 is not a step of this run"),
+        (lambda run: run.branch(-1, 1), ValueError, "not a step"),
+        (lambda run: run.branch(0, "red"), TypeError, "token must be a token id"),
+        (lambda run: run.branch(0, 10**9), ValueError, "is not a token of this model"),
+        (lambda run: run.branch(3, 1, max_new_tokens=4), ValueError, "leaves no room"),
+        (lambda run: run.branch(0, 1, temperature=-1), ValueError, "temperature must be"),
+        (lambda run: run.distribution(0, top_p=2), ValueError, "top_p must be in"),
+        (lambda run: run.distribution(4), ValueError, "steps 0 to 3"),
+    ],
+)
+def test_bad_branches_are_refused_before_anything_starts(tiny_line, call, error, words):
+    run = nbstream.stream(*tiny_line, "Hi", max_new_tokens=4)
+    run.wait(60)
+    before = {t for t in threading.enumerate() if t.name.startswith("nbstream-run-")}
+    with pytest.raises(error, match=words):
+        call(run)
+    after = {t for t in threading.enumerate() if t.name.startswith("nbstream-run-")}
+    assert after <= before
+
+
+def test_a_run_still_going_cannot_branch(tiny_line):
+    run = nbstream.stream(*tiny_line, "Hi", max_new_tokens=5000)
+    try:
+        run.wait_for_progress(0, timeout=60)
+        with pytest.raises(RuntimeError, match="has not ended"):
+            run.branch(0, 1)
+    finally:
+        run.stop()
+        with pytest.raises(nbstream.GenerationCancelled):
+            run.wait(60)
+
+
+def test_an_endpoint_run_says_it_cannot_branch():
+    endpoint = nbstream.Endpoint("http://127.0.0.1:9/v1", "m", timeout=5)
+    run = nbstream.stream(endpoint, None, "Hi")
+    with pytest.raises(nbstream.GenerationFailed):
+        run.wait(60)
+    with pytest.raises(ValueError, match="branching needs a local transformers model"):
+        run.branch(0, 1)
+    with pytest.raises(ValueError, match="the distribution needs a local"):
+        run.distribution(0)
+
+
+def test_the_widget_keeps_every_branch_of_its_answer(tiny_line):
+    w = nbstream.StreamWidget(*tiny_line, max_new_tokens=5)
+    with pytest.raises(RuntimeError, match="no run to branch from"):
+        w.branch(0, 1)
+    first = w.generate("Hi")
+    w.wait()
+    one = w.branch(1, 5)
+    w.wait()
+    two = w.branch(2, 6)
+    w.wait()
+    assert w.branches == [one, two] and w.run is two and w.status == "complete"
+    assert w.result == two.result and two.branch_info["parent"] is one
+    assert one.branch_info["parent"] is first
+    w.generate("Hello")
+    w.wait()
+    assert w.branches == []
+
+
+# -- distribution --------------------------------------------------------------------------
+def _warped(real_model, run, step, temperature, top_k, top_p):
+    """transformers' own processors over the same logits, written out independently."""
+    model, _ = real_model
+    ids = torch.cat((run._job.encoded["input_ids"], torch.tensor([run.token_ids[:step]])), dim=-1)
+    with torch.no_grad():
+        scores = model(input_ids=ids).logits[:, -1].float()
+    processors = LogitsProcessorList()
+    if temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        processors.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p))
+    return torch.softmax(processors(ids, scores), dim=-1)[0]
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.7, 50, 0.9), (1.3, 0, 0.8), (1.0, 5, 1.0)]
+)
+def test_the_stages_equal_transformers_own_warpers(parent, real_model, temperature, top_k, top_p):
+    d = parent.distribution(4, temperature=temperature, top_k=top_k, top_p=top_p)
+    for stage in STAGES:
+        probs = d.probs[stage]
+        assert probs.dim() == 1 and probs.shape[0] == d.size
+        assert float(probs.sum()) == pytest.approx(1.0, abs=1e-5)
+    expected = _warped(real_model, parent, 4, temperature, top_k, top_p)
+    kept = d.probs["top_p"] > 0
+    assert torch.equal(kept, expected > 0), "the kept set"
+    assert torch.allclose(d.probs["top_p"], expected, atol=1e-6), "and its probabilities"
+    # Each stage only removes: what a filter cut stays cut.
+    for before, after in itertools.pairwise(STAGES[1:]):
+        assert not bool(((d.probs[before] == 0) & (d.probs[after] > 0)).any())
+    # A filter that is off leaves its stage as the one before it.
+    if not top_k:
+        assert torch.equal(d.probs["top_k"], d.probs["temperature"])
+    if top_p == 1.0:
+        assert torch.equal(d.probs["top_p"], d.probs["top_k"])
+
+
+def test_what_a_sampled_run_drew_was_always_in_the_kept_set(real_model):
+    run = nbstream.stream(
+        *real_model, PROMPT, max_new_tokens=10, temperature=1.2, top_k=20, top_p=0.7, seed=3
+    )
+    run.wait(120)
+    for step, token in enumerate(run.token_ids):
+        d = run.distribution(step)  # the run's own settings
+        assert d.settings == {"temperature": 1.2, "top_k": 20, "top_p": 0.7}
+        assert d.prob(token) > 0, (step, token, d.describe())
+        assert d.kept("top_p") <= d.kept("top_k") <= 20
+
+
+def test_a_greedy_runs_own_settings_put_all_the_mass_on_its_token(parent):
+    d = parent.distribution(5)
+    assert d.run_settings["temperature"] == 0.0
+    assert d.prob(parent.token_ids[5]) == 1.0 and d.kept("top_p") == 1
+    assert "greedy" in d.describe()
+
+
+def test_the_view_gets_words_top_candidates_and_the_rest(parent):
+    d = parent.distribution(2, temperature=0.7, top_k=0, top_p=0.9)
+    top = d.top(10)
+    assert [c.id for c in top][:1] == [parent.trace[2].alternative_ids[0]]
+    assert top[0].text == parent.trace[2].alternatives[0].text
+    assert all(set(c.probs) == set(STAGES) for c in top)
+    cut = [c for c in top if c.removed_by is not None]
+    assert cut and all(c.removed_by == "top_p" and c.probs["top_p"] == 0 for c in cut)
+    kept = d.kept("top_p")
+    assert f"top-p 0.9 keeps {kept} of" in d.describe()
+    assert d.rest(10) == pytest.approx(1 - sum(c.probs["model"] for c in top), abs=1e-5)
+
+
+# -- compare -------------------------------------------------------------------------------
+def test_divergence_is_the_first_step_where_the_columns_part(tiny_line):
+    same = nbstream.CompareWidget(
+        *tiny_line, "Hi", settings=[{"temperature": 0}, {"temperature": 0}], max_new_tokens=6
+    )
+    assert same.divergence is None  # no runs yet
+    same.generate()
+    same.wait(60)
+    assert same.divergence is None
+    parted = nbstream.CompareWidget(
+        *tiny_line,
+        "Hi",
+        settings=[{"temperature": 0}, {"temperature": 5.0, "seed": 1}, {"temperature": 0}],
+        max_new_tokens=8,
+    )
+    parted.generate()
+    parted.wait(60)
+    ids = [column.run.token_ids for column in parted.columns]
+    assert ids[0] != ids[1]
+    step, tokens = parted.divergence
+    assert all(run_ids[:step] == ids[0][:step] for run_ids in ids)
+    assert tokens == [run_ids[step] if step < len(run_ids) else None for run_ids in ids]
+    assert len(set(tokens)) > 1
