@@ -52,11 +52,11 @@
  */
 
 /**
- * Custom messages, JS → Python (`send` and `edit_last` carry the settings panel's values,
- * as the StreamWidget's `run` does; `sync` and `removed` are the StreamWidget's).
+ * Custom messages, JS → Python (`send`, `edit_last` and `regenerate` carry the settings
+ * panel's values, as the StreamWidget's `run` does; `sync` and `removed` are the StreamWidget's).
  * @typedef {{type: "send", text: string, settings: Record<string, unknown>}
  *   | {type: "edit_last", text: string, settings: Record<string, unknown>}
- *   | {type: "regenerate"}
+ *   | {type: "regenerate", settings: Record<string, unknown>}
  *   | {type: "keep", turn: number}
  *   | {type: "clear"}
  *   | {type: "stop"}
@@ -90,6 +90,8 @@ import {
   rawToggle,
   setBadge,
   showMetrics,
+  stopNotice,
+  swapButtons,
   viewScope,
   watchConnection,
   watchRemoval,
@@ -120,6 +122,9 @@ import { makeNote, tokenViews } from "./tokens.js";
  * @property {HTMLElement} note             assistant: "made without probabilities"
  */
 
+/** Beside Regenerate when the next run is greedy (next_run_samples false). */
+const GREEDY_NOTE = "Greedy decoding: Regenerate gives the same answer again. Set a temperature in Settings to sample.";
+
 /** @param {Message} m */
 function keyOf(m) {
   return `${m.turn}:${m.role}:${m.run_id ?? "-"}`;
@@ -149,7 +154,20 @@ function render({ model, el }) {
   });
   const clearBtn = h("button", "nbstream-clear", { type: "button", "aria-label": "Clear chat" });
   clearBtn.textContent = "Clear chat";
-  clearBtn.title = "Stop any answer and start the conversation afresh";
+  clearBtn.title = "Stop any answer and start the conversation afresh (asks first)";
+  // Clearing cannot be undone (the kernel forgets the turns): it is asked for twice, in
+  // the page (no window.confirm: a modal the notebook's keyboard handling does not expect).
+  const confirmClear = h("div", "nbstream-clear-confirm", {
+    role: "group",
+    "aria-label": "Clear the conversation?",
+  });
+  const confirmText = h("span", "nbstream-clear-question");
+  confirmText.textContent = "Clear the whole conversation? It cannot be undone.";
+  const clearYes = h("button", "nbstream-clear-yes", { type: "button", "aria-label": "Yes, clear" });
+  clearYes.textContent = "Yes, clear";
+  const clearNo = h("button", "nbstream-clear-no", { type: "button", "aria-label": "Keep it" });
+  clearNo.textContent = "Keep it";
+  confirmClear.append(confirmText, clearYes, clearNo);
   const settings = settingsPanel({
     model,
     viewId,
@@ -192,7 +210,7 @@ function render({ model, el }) {
   promptRow.append(message, actions);
   const editNote = h("div", "nbstream-edit-note");
   const editText = h("span");
-  editText.textContent = "Editing your last message: Send replaces it and its answer.";
+  editText.textContent = "Editing your last message: Resend replaces it and its answer.";
   const cancelEditBtn = h("button", "nbstream-cancel-edit", {
     type: "button",
     "aria-label": "Cancel edit",
@@ -200,6 +218,7 @@ function render({ model, el }) {
   cancelEditBtn.textContent = "Cancel edit";
   editNote.append(editText, cancelEditBtn);
   const updateInputError = inputErrorView(model, viewId, message, promptRow);
+  const stopWaiting = stopNotice(scope, promptRow, () => ACTIVE.has(status()));
 
   root.append(bar, settings.panel, templated.view, tv.head, list, promptRow);
   el.append(root);
@@ -416,9 +435,15 @@ function render({ model, el }) {
         buttons.push(["Regenerate", "regenerate", "Answer the last message again"]);
       }
     }
-    const want = buttons.map((b) => b[1]).join(",");
+    // A greedy next run gives the same answer word for word: said where Regenerate is.
+    const greedy = buttons.some((b) => b[1] === "regenerate") && model.get("next_run_samples") === false;
+    const want = buttons.map((b) => b[1]).join(",") + (greedy ? ",greedy" : "");
     if (e.actions.dataset.buttons !== want) {
       e.actions.dataset.buttons = want;
+      const noteId = `nbstream-greedy-${viewId}-${i}`;
+      // A focused button that goes (Regenerate, Keep partial once a run starts) would drop
+      // the focus to the page body: it moves to what is live now.
+      const hadFocus = e.actions.contains(document.activeElement);
       e.actions.replaceChildren(
         ...buttons.map(([label, action, title]) => {
           const b = h("button", `nbstream-${action}`, {
@@ -428,9 +453,19 @@ function render({ model, el }) {
           });
           b.textContent = label;
           b.title = title;
+          if (action === "regenerate" && greedy) b.setAttribute("aria-describedby", noteId);
           return b;
         }),
       );
+      if (greedy) {
+        const note = h("span", "nbstream-greedy-note", { id: noteId });
+        note.textContent = GREEDY_NOTE;
+        e.actions.append(note);
+      }
+      if (hadFocus) {
+        const same = /** @type {HTMLElement | null} */ (e.actions.querySelector("button"));
+        (active ? stopBtn : (same ?? message)).focus({ preventScroll: true });
+      }
     }
   }
 
@@ -468,9 +503,16 @@ function render({ model, el }) {
     // The badge is the current run's (the newest answer's): its metrics say why it ended.
     setBadge(badge, s, isCut(s, model.get("metrics")));
     const active = ACTIVE.has(s);
-    sendBtn.disabled = active;
-    stopBtn.disabled = !active;
+    swapButtons(sendBtn, stopBtn, active);
+    stopWaiting.update();
+    const hadFocus = document.activeElement;
     clearBtn.disabled = entries.length === 0;
+    if (clearBtn.disabled) {
+      // Cleared (here, in another view or from code): nothing left to confirm.
+      const inside = hadFocus === clearBtn || confirmClear.contains(hadFocus);
+      setConfirming(false);
+      if (inside) message.focus({ preventScroll: true });
+    }
     settings.update();
     entries.forEach((e, i) => {
       updateEntry(e, i, active);
@@ -487,15 +529,24 @@ function render({ model, el }) {
   /** @param {boolean} value */
   function setEditing(value) {
     editing = value;
-    // The button's word (iconButton: the glyph, then the word).
-    /** @type {Text} */ (sendBtn.lastChild).textContent = value ? "Resend" : "Send";
+    // The button's word (iconButton: the glyph, then the word) and its accessible name.
+    const word = value ? "Resend" : "Send";
+    /** @type {Text} */ (sendBtn.lastChild).textContent = word;
+    sendBtn.setAttribute("aria-label", word);
+    sendBtn.title = `${word} (Shift+Enter)`;
     if (value && !editNote.isConnected) promptRow.before(editNote);
     else if (!value && editNote.isConnected) editNote.remove();
   }
 
   // ---- protocol --------------------------------------------------------------
   onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
+  // The answer's text still arriving after a Stop: the kernel has not acted on it (yet).
+  onModel("msg:custom", (/** @type {any} */ msg) => {
+    if (msg?.type === "delta" && Number(msg.run_id) === live.runId) stopWaiting.progress();
+  });
+  onModel("change:next_run_samples", updateChrome); // the note beside Regenerate
   onModel("change:run_id", () => {
+    stopWaiting.hide();
     if (pending !== null && message.value === pending) {
       message.value = ""; // the message this view sent is in the transcript now
       setEditing(false);
@@ -535,10 +586,38 @@ function render({ model, el }) {
   onSubmitKey(scope, message, send);
   on(sendBtn, "click", send);
   on(stopBtn, "click", () => {
-    if (!stopBtn.disabled) model.send({ type: "stop" });
+    if (stopBtn.disabled) return;
+    model.send({ type: "stop" });
+    stopWaiting.stopped();
   });
+
+  /** Show or hide the question under the bar that Clear chat asks. @param {boolean} open */
+  function setConfirming(open) {
+    if (open && !confirmClear.isConnected) bar.after(confirmClear);
+    else if (!open && confirmClear.isConnected) confirmClear.remove();
+    clearBtn.setAttribute("aria-expanded", String(open));
+  }
+  clearBtn.setAttribute("aria-expanded", "false");
   on(clearBtn, "click", () => {
+    if (clearBtn.disabled) return;
+    setConfirming(true);
+    clearNo.focus(); // the safe answer first: Enter twice must not erase the conversation
+  });
+  on(clearYes, "click", () => {
+    setConfirming(false);
+    message.focus({ preventScroll: true });
     if (!clearBtn.disabled) model.send({ type: "clear" });
+  });
+  on(clearNo, "click", () => {
+    setConfirming(false);
+    clearBtn.focus();
+  });
+  on(confirmClear, "keydown", (/** @type {KeyboardEvent} */ e) => {
+    if (e.key !== "Escape") return;
+    e.preventDefault();
+    e.stopPropagation();
+    setConfirming(false);
+    clearBtn.focus();
   });
   on(cancelEditBtn, "click", () => {
     setEditing(false);
@@ -558,7 +637,11 @@ function render({ model, el }) {
     if (!entry) return;
     const action = btn.getAttribute("data-action");
     if (action === "keep") model.send({ type: "keep", turn: entry.msg.turn });
-    else if (action === "regenerate") model.send({ type: "regenerate" });
+    else if (action === "regenerate") {
+      if (settings.blocked()) return; // an invalid setting: the panel opens on it
+      // Like Send, with the panel's settings (an edit may not have reached the kernel).
+      model.send({ type: "regenerate", settings: settings.values() });
+    }
     else if (action === "edit") {
       message.value = String(entry.msg.content ?? "");
       setEditing(true);

@@ -36,6 +36,7 @@ import {
   h,
   iconButton,
   promptBox,
+  swapButtons,
   syncedText,
   viewScope,
   watchConnection,
@@ -102,8 +103,7 @@ function render({ model, el }) {
     const active = busy();
     root.setAttribute("data-status", overall());
     root.setAttribute("data-statuses", statuses().join(" "));
-    runBtn.disabled = active;
-    stopBtn.disabled = !active;
+    swapButtons(runBtn, stopBtn, active);
     const line = String(model.get("summary") ?? "");
     if (summary.textContent !== line) summary.textContent = line;
     const checked = Boolean(model.get("same_seed"));

@@ -182,6 +182,8 @@ import {
   rawToggle,
   setBadge,
   showMetrics,
+  stopNotice,
+  swapButtons,
   syncedText,
   viewScope,
   watchConnection,
@@ -218,6 +220,7 @@ function render({ model, el }) {
   const promptRow = h("div", "nbstream-prompt-row");
   promptRow.append(prompt, actions);
   const updateInputError = inputErrorView(model, viewId, prompt, promptRow);
+  const stopWaiting = stopNotice(scope, promptRow, () => ACTIVE.has(status()));
 
   const badge = makeBadge();
   const metricsEl = h("span", "nbstream-metrics");
@@ -300,8 +303,8 @@ function render({ model, el }) {
     setBadge(badge, s, cut);
 
     const active = ACTIVE.has(s);
-    runBtn.disabled = active;
-    stopBtn.disabled = !active;
+    swapButtons(runBtn, stopBtn, active);
+    stopWaiting.update();
     settings.update();
 
     markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
@@ -316,6 +319,10 @@ function render({ model, el }) {
 
   // ---- protocol --------------------------------------------------------------
   onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
+  // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
+  onModel("msg:custom", (/** @type {any} */ msg) => {
+    if (msg?.type === "delta" && Number(msg.run_id) === live.runId) stopWaiting.progress();
+  });
 
   /**
    * A `tokens` message: this run's (or a newer one's from the start), else stale.
@@ -338,6 +345,7 @@ function render({ model, el }) {
     const rid = Number(model.get("run_id")) || 0;
     if (rid > (tokens.runId ?? 0)) tokens.reset(rid);
     if (!live.newRun(rid)) return;
+    stopWaiting.hide();
     schedule();
     updateChrome();
   });
@@ -370,7 +378,9 @@ function render({ model, el }) {
   onSubmitKey(scope, prompt, run);
   on(runBtn, "click", run);
   on(stopBtn, "click", () => {
-    if (!stopBtn.disabled) model.send({ type: "stop" });
+    if (stopBtn.disabled) return;
+    model.send({ type: "stop" });
+    stopWaiting.stopped();
   });
 
   // ---- label, prompt box shown or not --------------------------------------------

@@ -1,0 +1,220 @@
+"""What the page says and where the keyboard goes, in a real JupyterLab driven by Chromium
+(issue 19, the page side): focus after Run and Stop, a Stop that a busy kernel cannot act
+on yet, Regenerate on a greedy model, Clear chat asking first, the Edit wording.
+
+Each test opens its own notebook (fresh kernel) with the tiny one-line model. A `Gate`
+forward hook (test_widget_browser.py) holds a run mid-stream where a test needs it there;
+the kernel is read through `nb.kernel_eval` (a subshell: it answers while a cell runs).
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
+
+pytestmark = pytest.mark.browser
+
+WIDGET = (
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=40)\n"
+    "w.prompt = 'Hello'\n"
+    "gate = Gate(model, 4)\n"
+    "w"
+)
+CHAT = (
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=6)\n"
+    "chat"
+)
+COMPARE = (
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    "cw = nbstream.CompareWidget(model, tokenizer, 'Hello', settings=[{}, {}],"
+    " max_new_tokens=30)\n"
+    "gate = Gate(model, 4)\n"
+    "cw"
+)
+
+
+def chat_view(nb, cell: int):
+    return nb.cell(cell).locator(".nbstream.nbstream-chat").first
+
+
+def button(v, name: str):
+    return v.get_by_role("button", name=name, exact=True)
+
+
+def test_focus_moves_to_the_live_control_after_run_and_stop(lab):
+    """Run disables itself: the focus goes to Stop, not the page body (where JupyterLab's
+    command-mode keys would take the next key press); Stop hands it back to Run."""
+    nb = lab.open_notebook([SETUP, WIDGET])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    run, stop = button(v, "Run"), button(v, "Stop")
+    run.click()  # a click focuses the button, as Tab then Enter would
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="run held")
+    wait_status(v, "running")
+    expect(stop).to_be_focused()
+    stop.click()
+    nb.kernel_eval("gate.opened.set()")
+    wait_status(v, "cancelled")
+    assert kval(nb, "w.status") == "cancelled"
+    expect(run).to_be_focused()
+    assert nb.console_errors() == []
+
+
+def test_chat_and_compare_hand_the_focus_between_their_buttons(lab):
+    nb = lab.open_notebook([SETUP, CHAT, "gate = Gate(model, 3)", COMPARE])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    nb.run_cell(2)
+    v = chat_view(nb, 1)
+    v.get_by_role("textbox", name="Message", exact=True).fill("Hi")
+    send, stop = button(v, "Send"), button(v, "Stop")
+    send.click()
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="answer held")
+    expect(stop).to_be_focused()
+    stop.click()
+    nb.kernel_eval("gate.opened.set()")
+    expect(v).to_have_attribute("data-status", "cancelled", timeout=STREAM_TIMEOUT * MS)
+    expect(send).to_be_focused()
+    nb.kernel_eval("gate.handle.remove()")
+    nb.run_cell(3)
+    head = nb.cell(3).locator(".nbstream-compare")
+    run_all, stop_all = button(head, "Run all"), button(head, "Stop all")
+    run_all.click()
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="column held")
+    expect(stop_all).to_be_focused()
+    stop_all.click()
+    nb.kernel_eval("gate.opened.set()")
+    wait_until(
+        lambda: kval(nb, "[c.status for c in cw.columns]") == ["cancelled", "cancelled"],
+        STREAM_TIMEOUT,
+        what="both columns cancelled",
+    )
+    expect(run_all).to_be_focused()
+    assert nb.console_errors() == []
+
+
+SLOW = (
+    "import time\n"
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    # A slowed model (a fake: the real one is as slow only on a busy machine), so that the
+    # run is still streaming when the blocking cell starts.
+    "slow = model.register_forward_hook(lambda *a: time.sleep(0.03))\n"
+    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3000)\n"
+    "w.prompt = 'Hello'\n"
+    "block = threading.Event()\n"
+    "w"
+)
+
+
+def test_stop_during_a_busy_cell_says_why_it_waits_and_when_it_will_act(lab):
+    """The kernel handles a Stop on its main thread: while another cell blocks it, the run
+    streams on. The view says so at once, and the notice goes when the run ends."""
+    nb = lab.open_notebook([SETUP, SLOW, "block.wait(300)"])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    button(v, "Run").click()
+    wait_status(v, "running")
+    wait_until(lambda: kval(nb, "len(w.run.partial_text)") > 0, STREAM_TIMEOUT, what="text streaming")
+    nb.run_cell(2, wait=False)
+    wait_until(lambda: nb.kernel_state().get("status") == "busy", 30, what="kernel busy")
+    button(v, "Stop").click()
+    notice = v.locator(".nbstream-stop-waiting")
+    expect(notice).to_be_visible(timeout=STREAM_TIMEOUT * MS)
+    expect(notice).to_have_attribute("role", "status")
+    expect(notice).to_contain_text("the kernel is busy with another cell")
+    expect(notice).to_contain_text("Interrupt the kernel")
+    # What the notice says is true: the kernel still runs the answer.
+    assert kval(nb, "w.status") == "running"
+    tokens = kval(nb, "w.run.metrics['tokens'] or 0")
+    wait_until(
+        lambda: (kval(nb, "w.run.metrics['tokens'] or 0") > tokens) or kval(nb, "w.run.done"),
+        30,
+        what="tokens still coming",
+    )
+    nb.kernel_eval("block.set()")
+    nb.wait_cell(2)
+    wait_status(v, "cancelled")
+    assert kval(nb, "w.status") == "cancelled"
+    expect(notice).to_have_count(0)
+    assert nb.console_errors() == []
+
+
+def test_regenerate_says_greedy_repeats_and_clear_chat_asks_first(lab):
+    nb = lab.open_notebook([SETUP, CHAT])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    v.get_by_role("textbox", name="Message", exact=True).fill("Hi")
+    button(v, "Send").click()
+    expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    assert kval(nb, "chat.next_run_samples") is False  # the tiny model decodes greedily
+    regenerate = button(v, "Regenerate")
+    note = v.locator(".nbstream-greedy-note")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("same answer again")
+    expect(regenerate).to_have_attribute("aria-describedby", note.get_attribute("id") or "-")
+
+    # A temperature in the panel: the next run samples, and the note goes.
+    v.get_by_role("button", name="Settings", exact=True).click()
+    v.get_by_role("textbox", name="Temperature", exact=True).fill("0.8")
+    wait_until(lambda: kval(nb, "chat.next_run_samples") is True, 15, what="kernel: samples")
+    expect(note).to_have_count(0)
+    # Regenerate runs with the panel's settings.
+    v.get_by_role("textbox", name="Max new tokens", exact=True).fill("3")
+    regenerate.click()
+    expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    wait_until(lambda: kval(nb, "chat.run_id") == 2, 15, what="the regenerated run")
+    assert kval(nb, "chat.run.settings['max_new_tokens']") == 3
+    assert kval(nb, "chat.run.settings['temperature']") == 0.8
+
+    # Clear chat asks first, in the page; keeping the conversation keeps it.
+    clear = button(v, "Clear chat")
+    clear.click()
+    ask = v.get_by_role("group", name="Clear the conversation?", exact=True)
+    expect(ask).to_be_visible()
+    keep = button(ask, "Keep it")
+    expect(keep).to_be_focused()
+    assert kval(nb, "len(chat.history)") == 2
+    nb.page.keyboard.press("Escape")
+    expect(ask).to_have_count(0)
+    expect(clear).to_be_focused()
+    assert kval(nb, "len(chat.history)") == 2
+    clear.click()
+    button(ask, "Yes, clear").click()
+    wait_until(lambda: kval(nb, "len(chat.history)") == 0, 15, what="kernel: cleared")
+    expect(v.locator(".nbstream-message")).to_have_count(0)
+    expect(v.get_by_role("textbox", name="Message", exact=True)).to_be_focused()
+    assert nb.console_errors() == []
+
+
+def test_edit_says_resend_and_the_button_is_named_resend(lab):
+    nb = lab.open_notebook([SETUP, CHAT])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    box = v.get_by_role("textbox", name="Message", exact=True)
+    box.fill("Hi")
+    button(v, "Send").click()
+    expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    button(v, "Edit").click()
+    resend = button(v, "Resend")
+    expect(resend).to_be_visible()
+    expect(resend).to_contain_text("Resend")
+    expect(resend).to_have_attribute("title", "Resend (Shift+Enter)")
+    note = v.locator(".nbstream-edit-note")
+    expect(note).to_contain_text("Resend replaces it")
+    box.fill("Hello again")
+    resend.click()
+    wait_until(
+        lambda: kval(nb, "[m['content'] for m in chat.history if m['role'] == 'user']")
+        == ["Hello again"],
+        30,
+        what="edited",
+    )
+    expect(button(v, "Send")).to_be_visible()
+    assert nb.console_errors() == []
