@@ -617,4 +617,5 @@ def test_a_widget_given_a_folder_loads_the_model_in_it(tiny, tmp_path):
     model.save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     w = nbstream.StreamWidget(str(tmp_path / "tiny"), max_new_tokens=3)
-    assert w.generate("Hi").wait(60) is not None and w.status == "complete"
+    run = w.generate("Hi")
+    assert w.wait() == run.result and w.status == "complete"
