@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -164,12 +165,33 @@ class _PlainAnswer:
         self.out.flush()
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")  # what markdown-it counts as the end of a line
+
+
+class _Bottom:
+    """The last ``height`` lines of a renderable: the live window over a growing block."""
+
+    def __init__(self, renderable: Any, height: int) -> None:
+        self.renderable = renderable
+        self.height = max(1, height)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        lines = console.render_lines(self.renderable, options, pad=False)
+        for line in lines[-self.height :]:
+            yield from line
+            yield Segment.line()
+
+
 class _MarkdownAnswer:
     """The answer as Markdown (rich): finished blocks printed once, the growing one live.
 
-    Redrawing the whole answer at every chunk would scroll it off the screen and repeat it
-    (a live region can only redraw what fits); so every top-level block but the last one
-    is final, and printed above the live region, which holds only the block being written.
+    A live region can only redraw what fits on the screen: redrawing a whole answer taller
+    than that would repeat it in the scrollback at every frame. So every top-level block
+    but the last is final and printed for good above the live region, and the live region
+    shows the newest lines of the block being written (at most a screen less two lines);
+    when the answer ends that block is printed whole in its place.
     """
 
     def __init__(self, out: TextIO) -> None:
@@ -185,7 +207,7 @@ class _MarkdownAnswer:
         self.live = Live(
             console=self.console,
             auto_refresh=False,
-            vertical_overflow="visible",
+            transient=True,
             redirect_stdout=False,
             redirect_stderr=False,
         )
@@ -203,13 +225,17 @@ class _MarkdownAnswer:
         )
         if len(starts) < 2:
             return
-        lines = tail.splitlines(keepends=True)
-        cut = sum(len(line) for line in lines[: starts[-1]])
-        finished = tail[:cut].strip("\n")
+        ends = list(_LINE_END.finditer(tail))
+        cut = ends[starts[-1] - 1].end()  # the last block starts on line starts[-1]
+        finished = tail[:cut].strip("\r\n")
         self.printed += cut
         if finished:
             self.live.console.print(self._markdown(finished))
             self.live.console.print()
+
+    def _draw(self) -> None:
+        window = _Bottom(self._markdown(self.text[self.printed :]), self.console.height - 2)
+        self.live.update(window, refresh=True)
 
     def add(self, chunk: str) -> None:
         self.text += chunk
@@ -218,14 +244,16 @@ class _MarkdownAnswer:
             return
         self.drawn_at = now
         self._commit_finished_blocks()
-        self.live.update(self._markdown(self.text[self.printed :]), refresh=True)
+        self._draw()
 
     def end(self, text: str) -> None:
         if text.startswith(self.text[: self.printed]):
             self.text = text  # what the run holds, including what the last read missed
         self._commit_finished_blocks()
-        self.live.update(self._markdown(self.text[self.printed :]), refresh=True)
-        self.live.stop()
+        self.live.stop()  # transient: the window goes, the whole last block takes its place
+        rest = self.text[self.printed :].strip("\r\n")
+        if rest:
+            self.console.print(self._markdown(rest))
 
 
 def _markdown_available() -> bool:

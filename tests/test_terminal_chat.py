@@ -345,6 +345,30 @@ def test_markdown_is_rendered_at_a_terminal_and_plain_elsewhere(tmp_path):
     assert result.stdout == answer + "\n"  # not a terminal: the text as it is
 
 
+def test_an_answer_taller_than_the_terminal_is_shown_once(tmp_path):
+    """A live region can only redraw what fits on the screen: an answer taller than the
+    terminal must not be repeated in the scrollback at each frame."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER, encoding="utf-8")
+    words = [f"w{i}" for i in range(400)]
+    answer = " ".join(words)  # one paragraph, about 40 lines at 60 columns
+    rows, columns = 16, 60
+    child = pexpect.spawn(sys.executable, [str(driver), answer, "--max-new-tokens", "3000"],
+                          env=cli_env(), encoding="utf-8", timeout=TIMEOUT,
+                          dimensions=(rows, columns))  # fmt: skip
+    seen = io.StringIO()
+    child.logfile_read = seen
+    child.expect_exact(PROMPT)
+    assert "[complete]" in say(child, "Go")
+    quit_chat(child)
+    shown = pyte.HistoryScreen(columns, rows, history=10_000)
+    pyte.Stream(shown).feed(seen.getvalue())
+    lines = ["".join(line[x].data for x in range(columns)) for line in shown.history.top]
+    lines += shown.display
+    text = " ".join(lines).split()
+    assert [w for w in text if re.fullmatch(r"w\d+", w)] == words
+
+
 # -- an endpoint ---------------------------------------------------------------------------------
 
 
