@@ -7,9 +7,10 @@ program: generation halts within one decode step and the partial answer is marke
 out of the history. At the prompt, a second Ctrl-C in a row, ``/exit`` or Ctrl-D quits.
 
 Non-interactive (standard input is not a terminal): every line is a message of one
-conversation (or, with ``--single``, the whole input is one message); answers go to standard
-output, states and metrics to standard error, and the exit status is 0 only if every answer
-completed (1: one failed, 2: a message or command was refused, 130: cancelled by Ctrl-C).
+conversation (a line starting with ``/`` a command); with ``--single [FILE]`` the whole input,
+or the file, is one message. Answers go to standard output, states and metrics to standard
+error, and the exit status is 0 only if every answer completed (1: one failed, 2: a message
+or command was refused, 130: cancelled by Ctrl-C).
 
 The history follows :mod:`nbstream.conversation`, the code ChatWidget uses: the system
 message, then every turn whose answer completed (or was kept with ``/keep``).
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Chat with a language model in the terminal: the answer streams as it is "
         "generated and the conversation keeps its history (the notebook ChatWidget's rules). "
         "With standard input not a terminal, each line is a message (or, with --single, the "
-        "whole input is one).",
+        "whole input or a file is one).",
         epilog=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -95,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--system", help="the system message")
     parser.add_argument(
-        "--single", action="store_true", help="read the whole standard input as one message"
+        "--single",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="answer one message: the whole FILE, or all of standard input, then exit",
     )
     parser.add_argument(
         "--plain", action="store_true", help="plain text, no Markdown rendering or colour"
@@ -512,6 +517,16 @@ def _batch(session: ChatSession, messages: Iterable[str], commands: bool) -> int
     return worst
 
 
+def _read_file(path: str) -> str:
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _load(options: argparse.Namespace) -> tuple[Any, Any, str]:
     """(model, tokenizer, a name for the banner); raises ImportError/OSError/ValueError."""
     if options.endpoint:
@@ -551,14 +566,16 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
         )
         if getattr(options, name) is not None
     }
-    interactive = sys.stdin.isatty() and not options.single
+    interactive = sys.stdin.isatty() and options.single is None
     single: str | None = None
     # Everything that needs no model is checked first: a typo is not worth a model load.
     try:
         settings = validate_settings(settings)
         system = check_system(options.system)
-        if options.single:
+        if options.single == "-":
             single = check_text(sys.stdin.read(), "the message on standard input")
+        elif options.single is not None:
+            single = check_text(_read_file(options.single), f"the message in {options.single}")
     except (TypeError, ValueError) as exc:
         sys.stderr.write(f"nbstream chat: {exc}\n")
         return EXIT_REFUSED

@@ -485,6 +485,22 @@ def test_single_reads_the_whole_input_as_one_message(tmp_path):
     assert result.stdout == "Three lines, one answer.\n"
     assert STATE.findall(result.stderr) == ["complete"]
 
+    message = tmp_path / "message.txt"
+    message.write_text("First line.\n\nSecond paragraph.\n", encoding="utf-8")
+    path = tmp_path / "saved.json"
+    result = subprocess.run(
+        [sys.executable, str(driver), "One answer.", "--single", str(message)],
+        input=f"/save {path}\n",  # a file given: standard input is not read
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "One answer.\n" and not path.exists()
+    missing = piped("--single", str(tmp_path / "nothing.txt"), stdin="")
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
 
 def test_exit_status_says_how_the_answers_ended(tiny_line_folder, small_context_folder):
     failed = piped("--model", str(tiny_line_folder), "--max-new-tokens", "5000",
