@@ -7,6 +7,7 @@ run record holds the exact messages of its prompt.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -26,7 +27,7 @@ import pytest
 
 import nbstream
 from nbstream._serve import free_port
-from nbstream.terminal import API_KEY_ENV, parse_settings
+from nbstream.terminal import API_KEY_ENV, ChatSession, parse_settings
 
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
 
@@ -554,6 +555,35 @@ def test_bad_options_exit_2_before_loading(args, words, tmp_path):
     assert result.returncode == 2
     assert words in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_the_terminal_and_the_widget_keep_the_same_history(tiny_line):
+    """One set of rules (nbstream.conversation): the same turns, ended the same ways, give
+    the terminal session and ChatWidget the same history and transcript."""
+    session = ChatSession(*tiny_line, {"max_new_tokens": 5}, "Be brief.",
+                          out=io.StringIO(), err=io.StringIO())  # fmt: skip
+    chat = nbstream.ChatWidget(*tiny_line, system="Be brief.", max_new_tokens=5)
+    try:
+        steps = [("Hello", {}), ("Fail", {"max_new_tokens": 8000, "budget_s": 0.2}),
+                 ("Go on", {})]  # fmt: skip
+        for text, extra in steps:
+            before = dict(session.settings)
+            session.settings.update(extra)
+            assert session.ask(text) == ("failed" if extra else "complete")
+            session.settings = before
+            chat.generate(text, **extra)
+            with contextlib.suppress(nbstream.GenerationError):
+                chat.wait()
+        assert [t.status for t in session.conversation.turns] == ["complete", "failed",
+                                                                    "complete"]  # fmt: skip
+        strip = [{k: v for k, v in m.items() if k != "content"} for m in chat.transcript]
+        assert strip == [{k: v for k, v in m.items() if k != "content"}
+                         for m in session.conversation.transcript]  # fmt: skip
+        assert session.conversation.history == chat.history
+        assert [m["role"] for m in chat.history] == ["system", "user", "assistant", "user",
+                                                     "assistant"]  # fmt: skip
+    finally:
+        chat.close()
 
 
 def test_parse_settings_reads_values_as_json():
