@@ -171,7 +171,7 @@ class ServerInfo:
     #: The model ids the server lists.
     models: tuple[str, ...] = ()
     #: The context length the server states for its model, when it does (vLLM and SGLang:
-    #: ``max_model_len``; llama.cpp: its ``meta``).
+    #: ``max_model_len``).
     context: int | None = None
 
 
@@ -207,18 +207,13 @@ def listed_models(listing: Any) -> tuple[str, ...]:
 
 
 def stated_context(listing: Any) -> int | None:
-    """The context length a ``GET /models`` answer states, if any."""
+    """The context length a ``GET /models`` answer states (vLLM's and SGLang's
+    ``max_model_len``), if any."""
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
         return None
     for entry in data:
-        if not isinstance(entry, dict):
-            continue
-        meta = entry.get("meta")
-        for value in (
-            entry.get("max_model_len"),
-            meta.get("n_ctx") if isinstance(meta, dict) else None,
-        ):
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+        value = entry.get("max_model_len") if isinstance(entry, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     return None

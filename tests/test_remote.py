@@ -249,6 +249,30 @@ def event(content: str | None = None, finish: str | None = None, usage: Any = No
 
 
 PIECES = ["Hello", ",", " wor"]
+#: What each family's server answers GET /models with (the shapes of their own schemas).
+LISTINGS: dict[str, Any] = {
+    "vllm": {
+        "object": "list",
+        "data": [
+            {"id": "fake-model", "object": "model", "owned_by": "vllm", "max_model_len": 2048}
+        ],
+    },
+    "sglang": {"object": "list", "data": [{"id": "fake-model", "owned_by": "sglang"}]},
+    "tgi": {"object": "list", "data": [{"id": "fake-model", "owned_by": "fake-model"}]},
+    "llamacpp": {
+        "object": "list",
+        "data": [{"id": "fake-model", "owned_by": "llamacpp", "meta": {"n_ctx_train": 8192}}],
+    },
+    "llamacpppython": {
+        "object": "list",
+        "data": [{"id": "/m/fake.gguf", "object": "model", "owned_by": "me", "permissions": []}],
+    },
+    "transformers": {
+        "object": "list",
+        "data": [{"id": "fake-model", "owned_by": "", "status": {"value": "loaded"}}],
+    },
+    "other": {"object": "list", "data": [{"id": "fake-model", "owned_by": "someone"}]},
+}
 USAGE = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
 ERRORS = {
     "401": (401, {"error": {"message": "Incorrect API key provided: {auth}", "code": 401}}),
@@ -264,6 +288,7 @@ class Fake(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.listings_served = 0
         self.stalled = threading.Event()
         self.client_gone = threading.Event()
         self.release = threading.Event()
@@ -282,9 +307,24 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def do_GET(self) -> None:
+        # GET /<scenario>+<family>/v1/models: what a server of that family lists; a
+        # scenario without "+" is a server that does not answer it (404).
+        _, _, family = self.path.split("/")[1].partition("+")
+        if not self.path.endswith("/v1/models") or family not in LISTINGS:
+            self.send_error(404)
+            return
+        self.server.listings_served += 1
+        text = json.dumps(LISTINGS[family]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        scenario = self.path.split("/")[1]
+        scenario = self.path.split("/")[1].partition("+")[0]
         self.server.requests.append((scenario, dict(self.headers), body))
         if scenario in ERRORS:
             status, payload = ERRORS[scenario]
@@ -309,6 +349,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if scenario == "empty":  # nothing at all (llama-cpp-python, a prompt over its context)
+            self.chunk(b"")
+            return
         pieces = {"json": ['{"a": ', "[1, 2]}"]}.get(scenario, PIECES)
         self.chunk(event())  # the role-only opening event, as servers send
         for piece in pieces:
@@ -328,6 +371,9 @@ class Handler(BaseHTTPRequestHandler):
             self.chunk(event(finish="stop"))
             self.stall()
             return
+        elif scenario == "nousage":  # a server that ignores stream_options.include_usage
+            self.chunk(event(finish="stop"))
+            self.chunk(b"data: [DONE]\n\n")
         elif scenario in ("ok", "json", "length", "filter") or scenario.startswith("finish-"):
             finish = {"length": "length", "filter": "content_filter"}.get(scenario, "stop")
             if scenario.startswith("finish-"):  # finish-<the server's finish_reason>
@@ -387,7 +433,7 @@ def fail(run: nbstream.Generation) -> str:
     ("scenario", "words"),
     [
         ("401", ["HTTP 401", "Incorrect API key provided", "api_key="]),
-        ("404", ["HTTP 404", "The model `nope` does not exist", "base_url", "/v1"]),
+        ("404", ["HTTP 404", "The model `nope` does not exist", "base_url", "/404/v1/models"]),
         ("429", ["HTTP 429", "Rate limit reached for requests", "wait 7 s"]),
         ("500", ["HTTP 500", "CUDA out of memory", "its log says why"]),
     ],
@@ -399,6 +445,7 @@ def test_an_error_status_fails_with_the_servers_text(fake, no_leftover_runs, sce
     assert isinstance(run.error, EndpointError) and run.error.status == int(scenario)
     for word in words:
         assert word in message
+    assert "{base_url}" not in message
     assert run.partial_text == ""
     # The 401 body echoes the Authorization header: the key is blotted out everywhere.
     assert KEY not in message and KEY not in json.dumps(run.record)
@@ -617,6 +664,176 @@ def test_settings_map_onto_the_request(fake, no_leftover_runs):
     assert "stop" not in full  # matched by nbstream on the text, as for a local model
 
 
+@pytest.mark.parametrize(
+    ("listing", "family"),
+    [
+        ("vllm", "vllm"),
+        ("sglang", "sglang"),
+        ("tgi", "tgi"),
+        ("llamacpp", "llama.cpp"),
+        ("llamacpppython", "llama-cpp-python"),
+        ("transformers", "transformers"),
+        ("other", "generic"),
+        (None, "generic"),  # no answer to GET /models
+    ],
+)
+def test_the_server_says_what_it_is_once(fake, listing, family):
+    scenario = "ok" if listing is None else f"ok+{listing}"
+    before = fake.listings_served
+    endpoint = nbstream.Endpoint(fake.url(scenario), "fake-model")
+    assert endpoint.family == family
+    assert endpoint.concurrent is (family not in ("generic", "llama-cpp-python"))
+    # Asked once per server: another Endpoint on it does not ask again.
+    again = nbstream.Endpoint(fake.url(scenario), "fake-model")
+    assert again.family == family
+    assert fake.listings_served == before + (0 if listing is None else 1)
+
+
+@pytest.mark.parametrize(
+    ("listing", "sent"),
+    [
+        ("vllm", {"top_k": 5, "repetition_penalty": 1.3}),
+        ("sglang", {"top_k": 5, "repetition_penalty": 1.3}),
+        ("llamacpp", {"top_k": 5, "repeat_penalty": 1.3}),
+        ("llamacpppython", {"top_k": 5, "repeat_penalty": 1.3}),
+        (
+            "transformers",
+            {"generation_config": '{"top_k": 5, "repetition_penalty": 1.3, "do_sample": true}'},
+        ),
+    ],
+)
+def test_settings_beyond_openai_take_each_servers_names(
+    fake, no_leftover_runs, caplog, listing, sent
+):
+    caplog.set_level(logging.WARNING, logger="nbstream")
+    endpoint = nbstream.Endpoint(fake.url(f"ok+{listing}"), "fake-model", concurrent=True)
+    run = nbstream.stream(
+        endpoint, None, "Hi", temperature=0.7, seed=1, top_k=5, repetition_penalty=1.3
+    )
+    assert run.wait(60)
+    _, _, body = fake.requests[-1]
+    assert {name: body.get(name) for name in sent} == sent
+    others = {"top_k", "repetition_penalty", "repeat_penalty", "generation_config"} - set(sent)
+    assert not others & set(body)
+    record = run.record
+    assert record["settings"]["top_k"] == 5 and record["settings"]["repetition_penalty"] == 1.3
+    assert record["settings_unconfirmed"] == {}
+    assert not [r for r in caplog.records if "unconfirmed" in r.getMessage()]
+
+
+def test_a_setting_tgi_has_no_field_for_is_refused_before_sending(fake, no_leftover_runs):
+    endpoint = nbstream.Endpoint(fake.url("ok+tgi"), "fake-model")
+    before = len(fake.requests)
+    for setting in ({"top_k": 5}, {"repetition_penalty": 1.3}):
+        with pytest.raises(ValueError, match="Text Generation Inference has no") as refused:
+            nbstream.stream(endpoint, None, "Hi", **setting)
+        assert "drop" in str(refused.value)
+    assert len(fake.requests) == before
+    assert nbstream.stream(endpoint, None, "Hi", temperature=0).wait(60)  # the rest works
+
+
+def test_a_server_that_may_drop_a_setting_never_has_it_recorded_as_applied(
+    fake, no_leftover_runs, caplog
+):
+    # A server nbstream could not identify may ignore a field it does not know without a
+    # word (llama-cpp-python dropped repetition_penalty): sent, but not recorded as applied.
+    caplog.set_level(logging.WARNING, logger="nbstream")
+    endpoint = nbstream.Endpoint(fake.url("ok+other"), "fake-model", concurrent=True)
+    run = nbstream.stream(endpoint, None, "Hi", temperature=0, repetition_penalty=1.3, top_k=4)
+    assert run.wait(60)
+    _, _, body = fake.requests[-1]
+    assert body["repetition_penalty"] == 1.3 and body["top_k"] == 4
+    record = json.loads(json.dumps(run.record))
+    assert record["settings"]["repetition_penalty"] is None and record["settings"]["top_k"] is None
+    assert record["settings_unconfirmed"] == {"repetition_penalty": 1.3, "top_k": 4}
+    assert record["server"]["family"] == "generic" and record["server"]["how"] == "unknown"
+    warned = [r.getMessage() for r in caplog.records]
+    assert [m for m in warned if "may have dropped them" in m and "server=" in m]
+    assert [w for w in record["warnings"] if "may have dropped them" in w]
+    # rerun sends the same request again, unconfirmed settings included.
+    assert nbstream.rerun(record, endpoint).wait(60)
+    _, _, again = fake.requests[-1]
+    assert again["repetition_penalty"] == 1.3 and again["top_k"] == 4
+
+
+def test_the_model_that_answered_is_recorded_and_a_different_one_warned_about(
+    fake, no_leftover_runs, caplog
+):
+    caplog.set_level(logging.WARNING, logger="nbstream")
+    same = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "fake-model"), None, "Hi")
+    assert same.wait(60)
+    assert same.record["model"]["answered_by"] == "fake-model"
+    assert same.record["warnings"] == []
+    # The fake's chunks always say "fake-model", whatever was asked for.
+    other = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "other-model"), None, "Hi")
+    assert other.wait(60)
+    record = other.record
+    assert record["model"]["name"] == "other-model"
+    assert record["model"]["answered_by"] == "fake-model"
+    (warning,) = record["warnings"]
+    assert "'other-model'" in warning and "answered as 'fake-model'" in warning
+    assert [r for r in caplog.records if r.getMessage() == warning]
+
+
+def test_without_usage_tokens_are_none_and_the_metrics_say_why(fake, no_leftover_runs):
+    run = nbstream.stream(nbstream.Endpoint(fake.url("nousage"), "fake-model"), None, "Hi")
+    assert run.wait(60) == "".join(PIECES)
+    metrics = run.metrics
+    assert metrics["tokens"] is None
+    assert metrics["text_chunks"] == len(PIECES)  # the events with text; not tokens
+    assert metrics["chunks"] == len(PIECES) + 2  # and the opening and closing events
+    assert "include_usage" in metrics["tokens_note"]
+    assert "3 chunks of text (chunks are not tokens)" in metrics["tokens_note"]
+    with_usage = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "fake-model"), None, "Hi")
+    assert with_usage.wait(60)
+    assert with_usage.metrics["tokens"] == USAGE["completion_tokens"]
+    assert with_usage.metrics["tokens_note"] is None
+
+
+@pytest.mark.parametrize(
+    ("scenario", "words"),
+    [
+        (
+            "empty",
+            [
+                "0 chunks",
+                "the prompt may be longer than the server's context",
+                "the prompt is 20 characters",
+            ],
+        ),
+        # vLLM states its context in GET /models.
+        ("empty+vllm", ["the prompt is 20 characters", "the server's context is 2,048 tokens"]),
+    ],
+)
+def test_a_stream_with_nothing_in_it_names_the_context(fake, no_leftover_runs, scenario, words):
+    endpoint = nbstream.Endpoint(fake.url(scenario), "fake-model")
+    message = fail(nbstream.stream(endpoint, None, "Twenty characters!!!"))
+    for word in words:
+        assert word in message
+    # Text came, then the stream ended: no word about the context.
+    message = fail(nbstream.stream(nbstream.Endpoint(fake.url("nofinish"), "m"), None, "Hi"))
+    assert "context" not in message and "see its log" in message
+
+
+@pytest.mark.parametrize(("listing", "warned"), [("llamacpp", True), ("vllm", False)])
+def test_a_server_whose_same_request_can_differ_says_so_in_record_and_rerun(
+    fake, no_leftover_runs, caplog, listing, warned
+):
+    endpoint = nbstream.Endpoint(fake.url(f"ok+{listing}"), "fake-model")
+    run = nbstream.stream(endpoint, None, "Hi", temperature=0)
+    assert run.wait(60)
+    record = json.loads(json.dumps(run.record))
+    assert record["server"]["reproducible"] is (False if warned else None)
+    notes = [w for w in record["warnings"] if "may not give this text again" in w]
+    assert bool(notes) is warned
+    caplog.set_level(logging.WARNING, logger="nbstream")
+    assert nbstream.rerun(record, endpoint).wait(60)
+    said = [
+        r.getMessage() for r in caplog.records if "may not give the same text" in r.getMessage()
+    ]
+    assert bool(said) is warned
+
+
 def test_bad_input_is_refused_before_any_request(fake, no_leftover_runs):
     endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
     before = len(fake.requests)
@@ -629,8 +846,10 @@ def test_bad_input_is_refused_before_any_request(fake, no_leftover_runs):
     assert len(fake.requests) == before
     with pytest.raises(ValueError, match="http"):
         nbstream.Endpoint("127.0.0.1:8000/v1", "m")
-    with pytest.raises(ValueError, match="model"):
-        nbstream.Endpoint("http://127.0.0.1:8000/v1", "")
+    with pytest.raises(ValueError, match="model") as empty:
+        nbstream.Endpoint("http://user:hunter2@127.0.0.1:8000/v1/", "")
+    assert "GET http://127.0.0.1:8000/v1/models" in str(empty.value)
+    assert "{base_url}" not in str(empty.value) and "hunter2" not in str(empty.value)
     with pytest.raises(ValueError, match="timeout"):
         nbstream.Endpoint("http://127.0.0.1:8000/v1", "m", timeout=0)
 
@@ -734,7 +953,8 @@ def cut(data: bytes, cuts: list[int]) -> list[bytes]:
 
 def run_on(reads: list[bytes]) -> nbstream.Generation:
     with answered_with(reads):
-        run = nbstream.stream(nbstream.Endpoint("http://fake.invalid/v1", "m"), None, "Hi")
+        endpoint = nbstream.Endpoint("http://fake.invalid/v1", "m", server="generic")
+        run = nbstream.stream(endpoint, None, "Hi")
         assert run.wait_done(30), "the run never ended"
     return run
 

@@ -203,14 +203,34 @@ class EchoHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:
+        # "listing": a server whose model list echoes the Authorization header it got, in
+        # every field nbstream reads or quotes (the model ids, owned_by).
+        auth = self.headers.get("Authorization", "")
+        if not self.path.startswith("/listing/"):
+            self.send_error(404)
+            return
+        key = auth.removeprefix("Bearer ")
+        listing = {"data": [{"id": auth, "owned_by": key}, {"id": key, "owned_by": auth}]}
+        body = json.dumps(listing).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         self.server.headers_seen.append(dict(self.headers))
         scenario = self.path.split("/")[1]
         auth = self.headers.get("Authorization", "")
         key = auth.removeprefix("Bearer ")
-        if scenario == "ok":
-            ok = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}
+        if scenario in ("ok", "listing"):
+            ok: dict[str, Any] = {
+                "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]
+            }
+            if scenario == "listing":  # and its chunks name the model as the key
+                ok["model"] = auth
             status, kind, body = _stream([b"data: " + json.dumps(ok).encode() + b"\n\n"])
         else:
             status, kind, body = SERVED[scenario](auth, key)
@@ -396,3 +416,19 @@ def test_the_error_keeps_the_servers_words_around_the_blotted_key(echo, no_lefto
     message = str(run.error)
     assert "HTTP 403" in message and "Bearer ***" in message and "…" in message
     assert not leaks(message, KEY)
+
+
+def test_a_model_list_that_echoes_the_key_shows_it_nowhere(echo, caplog, no_leftover_runs):
+    # nbstream asks the server what it is (GET /models) with the key, and quotes what the
+    # list says in the record and in warnings (the model asked for is not in it).
+    caplog.set_level(logging.DEBUG)
+    endpoint = nbstream.Endpoint(echo.url("listing"), "fake-model", api_key=KEY)
+    assert endpoint.family == "generic"
+    run = nbstream.stream(endpoint, None, "Hi", top_k=3)
+    assert run.wait(60) == "HelHi", run.error
+    record = json.dumps(run.record)
+    assert "does not list the model asked for" in record and "***" in record
+    assert "answered as 'Bearer ***'" in record
+    shown = [record, repr(run), repr(vars(endpoint)), caplog.text]
+    shown += [r.getMessage() for r in caplog.records]
+    assert not [text for text in shown if leaks(text, KEY)]

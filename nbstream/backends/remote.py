@@ -481,15 +481,18 @@ class Endpoint:
             if self._info is None:
                 with _known_lock:
                     known = _known.get(self.base_url)
-                self._info = known if known is not None else self._ask_server()
-                if self._info.how == "detected":
-                    with _known_lock:
-                        _known[self.base_url] = self._info
+                if known is None:
+                    known, answered = self._ask_server()
+                    if answered:  # a server that could not be asked is asked again next time
+                        with _known_lock:
+                            _known[self.base_url] = known
+                self._info = known
             return self._info
 
-    def _ask_server(self) -> ServerInfo:
-        """``GET {base_url}/models``, read for the server's family; never raises (a server
-        that cannot say is ``generic``, and the run itself then says what is wrong)."""
+    def _ask_server(self) -> tuple[ServerInfo, bool]:
+        """``GET {base_url}/models``, read for the server's family, and whether the server
+        answered; never raises (a server that cannot say is ``generic``, and the run itself
+        then says what is wrong)."""
         import httpx
 
         url = f"{self.base_url}/models"
@@ -503,17 +506,16 @@ class Endpoint:
             listing, why = None, f"GET /models failed ({type(exc).__name__})"
         if listing is None:
             logger.debug("%s: %s; treated as a generic server", _safe_url(url), why)
-            return ServerInfo(_servers.GENERIC, "unknown", why)
+            return ServerInfo(_servers.GENERIC, "unknown", why), False
         family, evidence = _servers.detect(listing)
         how = "unknown" if family is _servers.GENERIC else "detected"
+        # What the server wrote is kept and quoted (record, warnings, log): a server may echo
+        # the key it was sent, so it is scrubbed before it is kept anywhere.
+        evidence = self._scrub(evidence)
+        models = tuple(self._scrub(model) for model in _servers.listed_models(listing))
         logger.debug("%s: %s (%s)", _safe_url(url), family.name, evidence)
-        return ServerInfo(
-            family,
-            how,
-            self._scrub(evidence),
-            _servers.listed_models(listing),
-            _servers.stated_context(listing),
-        )
+        info = ServerInfo(family, how, evidence, models, _servers.stated_context(listing))
+        return info, True
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -860,8 +862,10 @@ class RemoteJob:
                 f"{self.endpoint._quote(str(message), _ERROR_TEXT_LIMIT)}"
             )
         model = chunk.get("model")
-        if isinstance(model, str) and model and model not in self.answered_by:
-            self._answered(model)
+        if isinstance(model, str) and model:
+            model = self.endpoint._scrub(model)  # kept in the record: never a piece of the key
+            if model not in self.answered_by:
+                self._answered(model)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage_seen = True
