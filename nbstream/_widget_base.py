@@ -35,6 +35,7 @@ from ._panel import (
     setting_error,
     setting_trait,
 )
+from ._route import PageRoute
 from .generation import TERMINAL, Generation
 from .settings import validate_settings
 
@@ -155,6 +156,8 @@ class RunWidget(anywidget.AnyWidget):
         # The views each page has shown (page id -> view ids), from their sync messages:
         # when a page removes its last one (the cell's output cleared), the widget closes.
         self._views: dict[str, set[str]] = {}
+        # The page's subshell: a Stop is handled while a cell keeps the main shell busy.
+        self._route = PageRoute()
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._output = FallbackDisplay(self._lock, "nbstream")
@@ -190,6 +193,19 @@ class RunWidget(anywidget.AnyWidget):
     def set_state(self, sync_data: Any) -> None:
         with self._lock:
             super().set_state(sync_data)
+
+    # -- comm messages go out under the page's subshell (see _route.py) ----------------------
+    def send_state(self, key: Any = None) -> None:
+        route = self.__dict__.get("_route")
+        if route is None:  # while the object is being built
+            super().send_state(key)
+            return
+        with route.publishing(self.comm):
+            super().send_state(key)
+
+    def send(self, content: Any, buffers: Any = None) -> None:
+        with self._route.publishing(self.comm):
+            super().send(content, buffers)
 
     # -- Python API ---------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> str:
@@ -463,6 +479,9 @@ class RunWidget(anywidget.AnyWidget):
                     setattr(self, name, value)
 
     def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        # Possibly on a subshell's thread, while a cell runs on the main one: every branch
+        # below only takes the widget's lock (a stop not even that) and sends comm messages.
+        self._route.note(self.comm)
         if not isinstance(content, dict):
             return
         kind = content.get("type")

@@ -25,6 +25,7 @@ import traitlets
 from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
 from ._errors import input_checked
 from ._panel import PANEL_SETTINGS, TRAIT_OF_SETTING
+from ._route import PageRoute
 from ._widget_base import VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import samples, validate_settings
@@ -158,6 +159,20 @@ class _Header(anywidget.AnyWidget):
     summary = traitlets.Unicode("").tag(sync=True)
     #: Why the last Run all click started nothing, or "".
     input_error = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, **traits: Any) -> None:
+        # The page's subshell, so that Stop all is handled while a cell keeps the kernel
+        # busy (see nbstream._route).
+        self.route = PageRoute()
+        super().__init__(**traits)
+
+    def send_state(self, key: Any = None) -> None:
+        with self.route.publishing(self.comm):
+            super().send_state(key)
+
+    def send(self, content: Any, buffers: Any = None) -> None:
+        with self.route.publishing(self.comm):
+            super().send(content, buffers)
 
     def __repr__(self) -> str:
         return f"<CompareWidget header statuses={self.statuses!r}>"
@@ -593,6 +608,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             return self._shared_seed
 
     def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        # Possibly on a subshell's thread while a cell runs (see nbstream._route).
+        self._header.route.note(self._header.comm)
         if not isinstance(content, dict):
             return
         kind = content.get("type")

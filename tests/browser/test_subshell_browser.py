@@ -1,0 +1,89 @@
+"""Stop while another cell keeps the kernel busy (issue 18, part 1), in a real JupyterLab.
+
+JupyterLab 4.4+ sends widget messages on a kernel subshell; nbstream publishes its comm
+messages under the page's parent, so ipykernel routes the Stop click to that subshell's
+thread, which handles it while the main shell is blocked (see nbstream/_route.py).
+
+Timing-free: the blocking cell waits on an event that the test sets only after it has seen
+the run cancelled, so "cancelled while the cell still runs" holds on any machine. How long
+the Stop took is measured and kept as a figure, never asserted.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
+
+pytestmark = pytest.mark.browser
+
+SLOW = (
+    "import time\n"
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    # Slowed (a fake: the real model is as slow only on a busy machine), so the run is
+    # still streaming when the blocking cell starts.
+    "slow = model.register_forward_hook(lambda *a: time.sleep(0.03))\n"
+    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3000)\n"
+    "w.prompt = 'Hello'\n"
+    "block = threading.Event()\n"
+    "w"
+)
+
+
+def _start_streaming(nb, v) -> None:
+    v.get_by_role("button", name="Run", exact=True).click()
+    wait_status(v, "running")
+    wait_until(lambda: kval(nb, "len(w.run.partial_text)") > 0, STREAM_TIMEOUT, what="text")
+
+
+def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
+    nb = lab.open_notebook([SETUP, SLOW, "block.wait(600)\n'unblocked'"])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    _start_streaming(nb, v)
+    nb.run_cell(2, wait=False)
+    wait_until(lambda: nb.kernel_state().get("status") == "busy", 30, what="kernel busy")
+    assert kval(nb, "block.is_set()") is False  # the cell is blocked in block.wait
+
+    clicked = time.monotonic()
+    v.get_by_role("button", name="Stop", exact=True).click()
+    wait_status(v, "cancelled")
+    figures["stop_during_a_busy_cell_s"] = round(time.monotonic() - clicked, 3)
+    # The kernel agrees, and the blocking cell is still running: the Stop did not wait for it.
+    assert kval(nb, "(w.status, w.run.status, block.is_set())") == ("cancelled", "cancelled", False)
+    # (The page's kernel status may read idle here: the subshell that handled the click
+    # reports its own busy/idle, which JupyterLab shows for the whole kernel.)
+    assert nb.execution_count(2) is None
+    # Generation really halted: the run's thread is gone, not streaming on unseen.
+    running = "[t.name for t in threading.enumerate() if t.name.startswith('nbstream-run-')]"
+    assert kval(nb, "w.run.done") is True and kval(nb, running) == []
+    expect(v.locator(".nbstream-stop-waiting")).to_have_count(0)
+
+    nb.kernel_eval("block.set()")
+    nb.wait_cell(2)
+    assert "unblocked" in nb.output(2)  # the cell's own output went to the cell
+    # A run started after the blocking cell ended completes as usual.
+    nb.kernel_eval("w.generate(max_new_tokens=4) and None")
+    wait_status(v, "complete")
+    assert nb.console_errors() == []
+
+
+def test_stop_acts_while_a_cell_waits_for_the_run(lab):
+    nb = lab.open_notebook([SETUP, SLOW, "w.wait()"])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    _start_streaming(nb, v)
+    nb.run_cell(2, wait=False)
+    wait_until(lambda: nb.kernel_state().get("status") == "busy", 30, what="kernel busy")
+    v.get_by_role("button", name="Stop", exact=True).click()
+    wait_status(v, "cancelled")
+    nb.wait_cell(2)
+    # wait() ended with the cancellation, in its own cell.
+    assert "GenerationCancelled" in nb.output(2)
+    assert kval(nb, "w.status") == "cancelled"
+    expect(v).to_have_attribute("data-status", "cancelled", timeout=STREAM_TIMEOUT * MS)
+    assert nb.console_errors() == []
