@@ -82,6 +82,8 @@ import {
   markCut,
   markOutput,
   modelStatus,
+  copyAnswer,
+  statusBar,
   newViewId,
   onRunMessages,
   onSubmitKey,
@@ -196,8 +198,7 @@ function render({ model, el }) {
     },
     notes: updateNotes,
   });
-  const bar = h("div", "nbstream-bar");
-  bar.append(badge, metricsEl, raw.button, tv.group, templated.toggle, settings.toggle, clearBtn);
+  const { bar } = statusBar([badge, metricsEl], [raw.button, tv.group, templated.toggle, settings.toggle, clearBtn]);
 
   const list = h("div", "nbstream-messages", { "aria-label": "Conversation", tabindex: "0" });
 
@@ -434,6 +435,9 @@ function render({ model, el }) {
       if (!active && i === entries.length - 1) {
         buttons.push(["Regenerate", "regenerate", "Answer the last message again"]);
       }
+      if (text && !(isLive(e, i) && active)) {
+        buttons.push(["Copy answer", "copy-answer", "Copy this answer's text"]);
+      }
     }
     // A greedy next run gives the same answer word for word: said where Regenerate is.
     const greedy = buttons.some((b) => b[1] === "regenerate") && model.get("next_run_samples") === false;
@@ -636,6 +640,11 @@ function render({ model, el }) {
     const entry = entries.find((e) => e.el.contains(btn));
     if (!entry) return;
     const action = btn.getAttribute("data-action");
+    if (action === "copy-answer") {
+      // The answer as the kernel holds it (its message's content, or the streamed text).
+      copyAnswer(scope, btn, textOf(entry, entries.indexOf(entry)), root);
+      return;
+    }
     if (action === "keep") model.send({ type: "keep", turn: entry.msg.turn });
     else if (action === "regenerate") {
       if (settings.blocked()) return; // an invalid setting: the panel opens on it

@@ -447,15 +447,53 @@ function follower(scope, el) {
  */
 function copyCode(scope, btn, host) {
   const code = btn.parentElement?.querySelector("code, pre");
-  copyText(code ? code.textContent || "" : "", host).then((ok) => {
+  copyAnswer(scope, btn, code ? code.textContent || "" : "", host);
+}
+
+/**
+ * Copy `text`, and say on the button for a moment whether it worked (its accessible name
+ * stays; its word comes back after COPY_FEEDBACK_MS).
+ * @param {ViewScope} scope @param {HTMLElement} btn @param {string} text
+ * @param {HTMLElement} host where the fallback's hidden textarea goes
+ */
+function copyAnswer(scope, btn, text, host) {
+  const word = btn.getAttribute("data-word") ?? btn.textContent ?? "";
+  btn.setAttribute("data-word", word);
+  copyText(text, host).then((ok) => {
     if (scope.disposed) return;
-    btn.textContent = ok ? "Copied ✓" : "Copy failed";
+    btn.textContent = ok ? "Copied \u2713" : "Copy failed";
     btn.classList.add("nbstream-copied");
     scope.later(() => {
-      btn.textContent = "Copy";
+      btn.textContent = word;
       btn.classList.remove("nbstream-copied");
     }, COPY_FEEDBACK_MS);
   });
+}
+
+/** The StreamWidget's Copy answer button (the chat has one per answer). */
+function copyAnswerButton() {
+  const b = h("button", "nbstream-copy-answer", { type: "button", "aria-label": "Copy answer" });
+  b.textContent = "Copy answer";
+  b.title = "Copy the answer's exact text";
+  return b;
+}
+
+/**
+ * The bar under the prompt: a status line (badge, metrics; what the run did) and the tools
+ * (toggles and buttons). The status line's flex basis is fixed (not its content), so the
+ * tools stay on the row they were on whatever the metrics say: a run that ends with a
+ * longer metrics line wraps that line inside the status line, never the tools onto a new
+ * row (the layout does not jump).
+ * @param {HTMLElement[]} status @param {HTMLElement[]} tools
+ */
+function statusBar(status, tools) {
+  const bar = h("div", "nbstream-bar");
+  const statusLine = h("div", "nbstream-status-line");
+  statusLine.append(...status);
+  const toolsEl = h("div", "nbstream-tools");
+  toolsEl.append(...tools);
+  bar.append(statusLine, toolsEl);
+  return { bar, statusLine, tools: toolsEl };
 }
 
 /**
@@ -635,7 +673,16 @@ function showMetrics(el, s, m, liveTokens, liveElapsed) {
   if (isNum(m.queued_s) && m.queued_s >= 0.1) parts.push(`queued ${fmtSeconds(m.queued_s)}`);
   if (!live && m.finish_reason) parts.push(String(m.finish_reason));
   const line = parts.join(" · ");
-  if (el.textContent !== line) el.textContent = line;
+  if (el.textContent !== line) {
+    // Each figure in one piece: the line wraps between them, never inside "12.3 tok/s".
+    el.replaceChildren();
+    parts.forEach((part, i) => {
+      if (i) el.append(" · ");
+      const span = h("span", "nbstream-metric");
+      span.textContent = part;
+      el.append(span);
+    });
+  }
   const tip = [];
   if (isNum(m.queued_s)) tip.push(`queued ${fmtSeconds(m.queued_s)}`);
   if (isNum(m.first_chunk_s)) tip.push(`first chunk shown ${fmtSeconds(m.first_chunk_s)}`);
@@ -920,6 +967,8 @@ export {
   STATUSES,
   STOP_WAITING,
   VERSION,
+  copyAnswer,
+  copyAnswerButton,
   copyCode,
   fmtSeconds,
   follower,
@@ -941,6 +990,7 @@ export {
   rawToggle,
   setBadge,
   showMetrics,
+  statusBar,
   stopNotice,
   swapButtons,
   syncedText,

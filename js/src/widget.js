@@ -174,6 +174,9 @@ import {
   markCut,
   markOutput,
   modelStatus,
+  copyAnswer,
+  copyAnswerButton,
+  statusBar,
   newViewId,
   onRunMessages,
   onSubmitKey,
@@ -250,8 +253,13 @@ function render({ model, el }) {
     },
   });
   const labelEl = h("span", "nbstream-label");
-  const bar = h("div", "nbstream-bar");
-  bar.append(labelEl, badge, metricsEl, raw.button, tv.group, templated.toggle, settings.toggle);
+  const copyBtn = copyAnswerButton();
+  // The bar: what the run did (status line), then what the user can do (tools); see
+  // statusBar for why its layout cannot jump when a run ends.
+  const { bar, statusLine } = statusBar(
+    [labelEl, badge, metricsEl],
+    [raw.button, tv.group, templated.toggle, settings.toggle, copyBtn],
+  );
 
   const partialLabel = h("div", "nbstream-partial-label");
   const output = outputArea("Output");
@@ -309,6 +317,7 @@ function render({ model, el }) {
 
     markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
     markCut(output, cutEl, cut);
+    copyBtn.disabled = live.text.length === 0;
     updateInputError();
     updateMetrics();
   }
@@ -390,6 +399,9 @@ function render({ model, el }) {
     labelEl.hidden = !text;
     const shown = model.get("show_prompt") !== false;
     prompt.hidden = !shown;
+    // No prompt box (a compare column): the label goes beside Run and Stop, a row saved.
+    if (shown && labelEl.parentElement !== statusLine) statusLine.prepend(labelEl);
+    else if (!shown && labelEl.parentElement !== promptRow) promptRow.append(labelEl);
     promptRow.setAttribute("data-prompt", shown ? "shown" : "hidden");
   }
   onModel("change:label", updateLabel);
@@ -403,6 +415,10 @@ function render({ model, el }) {
     follow.stick();
   }
 
+  // The answer as the kernel holds it: the run's text, exactly (deltas only append to it).
+  on(copyBtn, "click", () => {
+    if (!copyBtn.disabled) copyAnswer(scope, copyBtn, live.text, root);
+  });
   on(output, "click", (/** @type {MouseEvent} */ e) => {
     const btn = /** @type {Element} */ (e.target).closest?.(".nbstream-copy");
     if (btn && output.contains(btn)) copyCode(scope, /** @type {HTMLElement} */ (btn), root);

@@ -218,3 +218,144 @@ def test_edit_says_resend_and_the_button_is_named_resend(lab):
     )
     expect(button(v, "Send")).to_be_visible()
     assert nb.console_errors() == []
+
+
+# A Markdown answer with a wide table, a code block with a long first line, and prose.
+MARKDOWN = (
+    "A table:\n\n"
+    "| name | description | value | another column | more text here | and more |\n"
+    "|---|---|---|---|---|---|\n"
+    "| alpha_beta_gamma_delta | a rather long description of things | 12345678 |"
+    " something else entirely | yet more words in the cell | the final cell of the row |\n\n"
+    "```python\nprint('a fairly long first line of code that goes on and on and on and on')\n"
+    "x = 1\n```\n\n"
+    "Supercalifragilisticexpialidocious words_with_underscores_that_are_long and more text"
+    " to wrap around the end of a line, and then some more words to wrap again."
+)
+
+# Where the lines of an element's text break: [previous char, next char] at each break.
+_LINE_BREAKS = """(el) => {
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  const out = [];
+  let prevTop = null, prevChar = '';
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    for (let i = 0; i < n.data.length; i++) {
+      const r = document.createRange();
+      r.setStart(n, i); r.setEnd(n, i + 1);
+      const rect = [...r.getClientRects()].pop();
+      if (!rect || n.data[i] === '\\n') { prevChar = n.data[i]; prevTop = null; continue; }
+      if (prevTop !== null && rect.top > prevTop + 2) out.push([prevChar, n.data[i]]);
+      prevTop = rect.top; prevChar = n.data[i];
+    }
+  }
+  return out;
+}"""
+
+
+def tops(locator) -> list[float]:
+    return locator.evaluate_all("(els) => els.map((e) => Math.round(e.getBoundingClientRect().top))")
+
+
+def test_layout_is_stable_and_text_wraps_between_words(lab):
+    """The bar does not jump when a run ends; raw text wraps between words; a wide table
+    scrolls; the code block's Copy button covers no code; Copy answer copies exactly the
+    kernel's answer."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=6)\n"
+            "chat",
+            f"fm, ft = forced_model({MARKDOWN!r})\n"
+            "w = nbstream.StreamWidget(fm, ft, max_new_tokens=300)\n"
+            "w.prompt = 'Hi'\n"
+            "w",
+        ]
+    )
+    nb.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    for i in range(3):
+        nb.run_cell(i)
+
+    # The chat's bar: its tools stay where they were when the run ends.
+    v = chat_view(nb, 1)
+    tools = [button(v, name) for name in ("Settings", "Clear chat", "Prompt view")]
+    before = [t.bounding_box() for t in tools]
+    v.get_by_role("textbox", name="Message", exact=True).fill("Hi")
+    button(v, "Send").click()
+    expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    expect(v.locator(".nbstream-badge")).to_contain_text("stopped at max_new_tokens")
+    after = [t.bounding_box() for t in tools]
+    assert [round(b["y"] - v.bounding_box()["y"]) for b in after] == [
+        round(b["y"] - v.bounding_box()["y"]) for b in before
+    ]
+    metric = v.locator(".nbstream-metrics .nbstream-metric")
+    expect(metric.first).to_be_visible()
+    assert all(n == 1 for n in metric.evaluate_all("(es) => es.map((e) => e.getClientRects().length)"))
+    # Each answer has Copy answer: exactly the kernel's text.
+    button(v.locator(".nbstream-message").nth(1), "Copy answer").click()
+    answer = kval(nb, "chat.history[-1]['content']")
+    wait_until(lambda: nb.page.evaluate("navigator.clipboard.readText()") == answer, 10)
+
+    s = view(nb, 2)
+    button(s, "Run").click()
+    wait_status(s, "complete")
+    text = kval(nb, "w.result")
+    assert text == MARKDOWN
+    # A wide table scrolls (its words whole) instead of squeezing its cells.
+    wrap = s.locator(".nbstream-table")
+    assert wrap.evaluate("(e) => e.scrollWidth > e.clientWidth + 20")
+    for cell in s.locator(".nbstream-rendered td, .nbstream-rendered th").all():
+        assert all(a in " \n" for a, _ in cell.evaluate(_LINE_BREAKS)), cell.inner_text()
+    # The Copy button of the code block covers none of its first line.
+    code = s.locator(".nbstream-code").first
+    box = code.locator(".nbstream-copy").bounding_box()
+    line = code.locator("pre").evaluate(
+        """(pre) => { const r = document.createRange();
+        const t = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT).nextNode();
+        r.setStart(t, 0); r.setEnd(t, Math.min(t.data.indexOf('\\n') >>> 0, t.data.length));
+        const b = r.getBoundingClientRect(); return {top: b.top, bottom: b.bottom}; }"""
+    )
+    assert box["y"] + box["height"] <= line["top"] + 1
+    # Copy answer: the kernel's text, exactly.
+    button(s, "Copy answer").click()
+    wait_until(lambda: nb.page.evaluate("navigator.clipboard.readText()") == text, 10)
+    # The raw text wraps between words only.
+    button(s, "Raw text").click()
+    breaks = s.locator(".nbstream-raw").evaluate(_LINE_BREAKS)
+    assert breaks, "the raw text should wrap in this width"
+    assert all(a in " \n" for a, _ in breaks), breaks
+    assert nb.console_errors() == []
+
+
+def test_four_compare_columns_lay_out_in_balanced_rows_with_compact_tools(lab):
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "cw = nbstream.CompareWidget(model, tokenizer, 'Hello', settings=[{},"
+            " {'temperature': 0.7}, {'temperature': 1.0, 'top_k': 40},"
+            " {'temperature': 1.3, 'top_p': 0.9}], max_new_tokens=20)\n"
+            "cw",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    head = nb.cell(1).locator(".nbstream-compare")
+    button(head, "Run all").click()
+    roots = nb.cell(1).locator(".nbstream-column .nbstream")
+    for i in range(4):
+        expect(roots.nth(i)).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    for width in (1280, 1000, 700):
+        nb.page.set_viewport_size({"width": width, "height": 900})
+        top = tops(nb.cell(1).locator(".nbstream-column"))
+        # 4 in a row, or 2 + 2 (or one per row): never 3 + 1.
+        rows = [top.count(t) for t in dict.fromkeys(top)]
+        assert len(set(rows)) == 1, (width, top)
+        for i in range(4):
+            tool_tops = set(tops(roots.nth(i).locator(".nbstream-tools button")))
+            assert len(tool_tops) <= 2, (width, i, tool_tops)
+            metric = roots.nth(i).locator(".nbstream-metric")
+            expect(metric.first).to_be_visible()
+            rects = metric.evaluate_all("(es) => es.map((e) => e.getClientRects().length)")
+            assert all(n == 1 for n in rects), (width, i, rects)
+    assert nb.console_errors() == []

@@ -514,9 +514,13 @@ def test_label_and_hidden_prompt(fe_page: Page) -> None:
     page = fe_page
     mount(page, label="temperature 0.7", show_prompt=False, prompt="Name a colour.")
     root = view(page)
-    label = root.locator(".nbstream-bar .nbstream-label")
+    label = root.locator(".nbstream-label")
     expect(label).to_have_text("temperature 0.7")
-    assert label.evaluate("(e) => e.parentElement.firstElementChild === e")
+    # No prompt box: the label sits beside Run and Stop (a row saved in a compare column).
+    assert label.evaluate(
+        "(e) => e.parentElement.classList.contains('nbstream-prompt-row')"
+        " && e.previousElementSibling.classList.contains('nbstream-actions')"
+    )
     expect(root.get_by_role("textbox", name="Prompt", exact=True)).to_be_hidden()
     run = root.get_by_role("button", name="Run", exact=True)
     expect(run).to_be_visible()
