@@ -9,32 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-EXIT_FAILED = 1
-EXIT_CANCELLED = 130
+from ._console import EXIT_CANCELLED, EXIT_FAILED, EXIT_REFUSED, format_metrics
+
+__all__ = ["EXIT_CANCELLED", "EXIT_FAILED", "EXIT_REFUSED", "format_metrics", "main", "prepare"]
 
 
 def _say(line: str) -> None:
     """A status line for the person at the terminal (stderr: stdout carries the text)."""
     sys.stderr.write(line + "\n")
-
-
-def format_metrics(metrics: dict[str, Any]) -> str:
-    """One line: tokens, time to first token, decode rate, elapsed, finish reason."""
-
-    def seconds(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f} s"
-
-    rate = metrics.get("tokens_per_s")
-    parts = [
-        f"{metrics.get('tokens') if metrics.get('tokens') is not None else '-'} tokens",
-        f"first token {seconds(metrics.get('ttft_s'))}",
-        f"{rate:.1f} tok/s" if rate is not None else "- tok/s",
-        f"elapsed {seconds(metrics.get('elapsed_s'))}",
-        f"finish {metrics.get('finish_reason') or '-'}",
-    ]
-    return " · ".join(parts)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_prompt(options.prompt)
     except (TypeError, ValueError) as exc:
         _say(f"nbstream: {exc}")
-        return 2
+        return EXIT_REFUSED
     try:
         model, tokenizer = load_model(options.model)
     except (ImportError, OSError) as exc:  # no default model package, no such model
@@ -113,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = stream(model, tokenizer, options.prompt, **settings)
     except (TypeError, ValueError) as exc:
         _say(f"nbstream: {exc}")
-        return 2
+        return EXIT_REFUSED
     try:
         try:
             for chunk in run:

@@ -30,13 +30,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .cli import EXIT_CANCELLED, EXIT_FAILED, format_metrics
+from ._console import EXIT_CANCELLED, EXIT_FAILED, EXIT_REFUSED, format_metrics
 from .conversation import Conversation, Turn, check_system, check_text
 from .settings import SETTINGS, validate_settings
 
 logger = logging.getLogger(__name__)
 
-EXIT_REFUSED = 2
 #: The environment variable the API key of ``--endpoint`` is read from, unless
 #: ``--api-key-env`` names another one. The key is never a flag: flags end up in shell
 #: histories and process lists.
