@@ -7,6 +7,7 @@ this module maps them onto the widgets' traits (see ``PROTOCOL.md``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,16 +41,51 @@ def panel_schema() -> dict[str, dict[str, Any]]:
     return {trait: {**schema[name], "setting": name} for trait, name in PANEL_SETTINGS.items()}
 
 
+#: The largest integer a JavaScript number holds exactly (2**53 - 1): past it, an integer
+#: travels between the kernel and the page as its decimal digits (a seed up to 2**64 - 1).
+JS_SAFE_INTEGER = 2**53 - 1
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+
+
+def exact_integer(value: Any) -> Any:
+    """``value``, or the integer whose digits it is when the page sent a whole number too
+    large for a JavaScript number (past ``JS_SAFE_INTEGER``); other text stays text, for
+    validate_settings to refuse with its usual message."""
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        number = int(value)
+        if abs(number) > JS_SAFE_INTEGER:
+            return number
+    return value
+
+
+def setting_to_json(value: Any, _widget: Any) -> Any:
+    """A setting as the page gets it: an integer past ``JS_SAFE_INTEGER`` as its digits
+    (JSON would hand the page a rounded number, which a Run would then send back)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > JS_SAFE_INTEGER:
+        return str(value)
+    return value
+
+
+class _Setting(traitlets.Any):
+    """Any value (validate_settings decides); a big integer's digits become the integer."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        return exact_integer(value)
+
+
 def setting_trait() -> Any:
     """A synced trait for one panel setting: any value, checked by validate_settings."""
     # Any value is taken in, then checked by validate_settings (the one place that knows
     # what is allowed): a bad value from the page or from code is shown next to its field
     # (settings_errors) and refused when a run starts, never raised inside a comm handler.
-    return traitlets.Any(None, allow_none=True).tag(sync=True)
+    # Whichever way it comes (a state update, a run message, code), a big integer the page
+    # wrote as digits is held as the integer.
+    return _Setting(None, allow_none=True).tag(sync=True, to_json=setting_to_json)
 
 
 def model_defaults(model: Any) -> dict[str, Any]:
-    """What the panel's settings default to for ``model`` (its ``generation_config``).
+    """What the panel's settings default to for ``model`` (its ``generation_config``), and
+    ``context_length``, the model's context in tokens, when its config says it.
 
     Cheap: read from the config, nothing run. ``{}`` for a model without one (an endpoint).
     """
@@ -67,7 +103,22 @@ def model_defaults(model: Any) -> dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             defaults[name] = value
     defaults["alternatives"] = 0
+    context = context_length(model)
+    if context is not None:
+        # Not a setting: the limit the panel's max_new_tokens field refuses to pass.
+        defaults["context_length"] = context
     return defaults
+
+
+def context_length(model: Any) -> int | None:
+    """The model's context in tokens, read from its config as the local backend reads it
+    (``LocalBackend.context_length``), or None when the config does not say."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def next_run_samples(panel: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool | None:

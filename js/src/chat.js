@@ -100,7 +100,7 @@ import {
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { makeNote, tokenViews } from "./tokens.js";
+import { makeNote, sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
 /** @typedef {import("./widget.js").TokensMessage} TokensMessage */
@@ -218,7 +218,7 @@ function render({ model, el }) {
   });
   cancelEditBtn.textContent = "Cancel edit";
   editNote.append(editText, cancelEditBtn);
-  const updateInputError = inputErrorView(model, viewId, message, promptRow);
+  const updateInputError = inputErrorView(model, viewId, message, promptRow, (m) => settings.blame(m));
   const stopWaiting = stopNotice(scope, promptRow, () => ACTIVE.has(status()));
 
   root.append(bar, settings.panel, templated.view, tv.head, list, promptRow);
@@ -361,6 +361,7 @@ function render({ model, el }) {
       if (!e.output) continue;
       const tl = tv.shown ? listOf(e) : null;
       const show = !!tl && (modes.probs || modes.alts) && tl.noCapture;
+      if (show) sayCapture(e.note, isLive(e, entries.indexOf(e)) && ACTIVE.has(status()));
       if (show && !e.note.isConnected) e.output.before(e.note);
       else if (!show && e.note.isConnected) e.note.remove();
     }
@@ -551,6 +552,8 @@ function render({ model, el }) {
   onModel("change:next_run_samples", updateChrome); // the note beside Regenerate
   onModel("change:run_id", () => {
     stopWaiting.hide();
+    // A new answer streams in below: no popover of an older one stays open over it.
+    for (const t of tokenLists.values()) t.close();
     if (pending !== null && message.value === pending) {
       message.value = ""; // the message this view sent is in the transcript now
       setEditing(false);
@@ -564,6 +567,10 @@ function render({ model, el }) {
   onModel("change:status", () => {
     // The run ended: render the answer in full now, while it is still aria-busy.
     if (!ACTIVE.has(status())) frames.now();
+    // The run ended: open popovers of alternatives close (the text under them is final
+    // and may have moved), and the notes say the run in the past tense.
+    if (!ACTIVE.has(status())) for (const t of tokenLists.values()) t.close();
+    tv.refresh();
     updateChrome();
     schedule();
   });

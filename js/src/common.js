@@ -497,23 +497,42 @@ function statusBar(status, tools) {
 }
 
 /**
+ * The figures of a refusal because the prompt plus max_new_tokens is over the model's
+ * context (nbstream/backends/local.py's ContextLengthError, and the chat's wording of it),
+ * or null for any other message.
+ * @param {string} message
+ * @returns {{prompt: number, maxNew: number, context: number} | null}
+ */
+function contextOverflow(message) {
+  const m = /(\d+) tokens\)?,? plus max_new_tokens \((\d+)\)[\s\S]*?context of (\d+) tokens/.exec(message);
+  return m ? { prompt: Number(m[1]), maxNew: Number(m[2]), context: Number(m[3]) } : null;
+}
+
+/**
  * The input_error trait (what was wrong with the last Run / Send; nothing started) under
- * the prompt row, tied to the box by aria-describedby.
+ * the prompt row, tied by aria-describedby to what caused it: the prompt box, unless
+ * `blame` takes it (the settings panel, for a max_new_tokens the context cannot hold).
  * @param {any} model @param {string} viewId @param {HTMLElement} box @param {HTMLElement} row
+ * @param {(message: string | null) => boolean} [blame] called with the message (null once
+ *   it is gone); true: a settings field shows it, the box is not marked
  * @returns {() => void} update
  */
-function inputErrorView(model, viewId, box, row) {
+function inputErrorView(model, viewId, box, row, blame) {
   const id = `nbstream-input-error-${viewId}`;
   const el = h("div", "nbstream-input-error", { role: "alert", id });
   return () => {
     const inputError = String(model.get("input_error") ?? "");
+    const elsewhere = blame ? blame(inputError || null) : false;
     if (inputError) {
       el.textContent = inputError;
       if (!el.isConnected) row.after(el);
-      box.setAttribute("aria-invalid", "true");
-      box.setAttribute("aria-describedby", id);
     } else if (el.isConnected) {
       el.remove();
+    }
+    if (inputError && !elsewhere) {
+      box.setAttribute("aria-invalid", "true");
+      box.setAttribute("aria-describedby", id);
+    } else if (box.hasAttribute("aria-invalid")) {
       box.removeAttribute("aria-invalid");
       box.removeAttribute("aria-describedby");
     }
@@ -969,6 +988,7 @@ export {
   VERSION,
   copyAnswer,
   copyAnswerButton,
+  contextOverflow,
   copyCode,
   fmtSeconds,
   follower,

@@ -20,7 +20,7 @@
 // again, and once its word (settings_errors) arrives, that is what the field shows. Nothing
 // here repeats a range: only labels and words.
 
-import { h } from "./common.js";
+import { contextOverflow, h } from "./common.js";
 
 const SAVE_DEBOUNCE_MS = 300;
 /** The settings a greedy run does not use. */
@@ -58,7 +58,7 @@ const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
  * @property {string} label    its accessible name
  * @property {"int" | "float" | "bool" | "lines" | "text"} kind
  * @property {string} [hint]   what is allowed, under the label
- * @property {(v: number) => string | null} [check] a range check: the problem, or null
+ * @property {(v: number | bigint) => string | null} [check] a range check: the problem, or null
  */
 
 /**
@@ -98,19 +98,44 @@ const FIELDS = [
 const KIND_OF_TYPE = { int: "int", float: "float", bool: "bool", strings: "lines", string: "text" };
 
 /**
- * The range check of a number field: the kernel's message for a value out of range.
+ * The range check of a number field: the kernel's message for a value out of range. A
+ * whole number past 2**53 - 1 (a seed up to 2**64 - 1) is checked as a BigInt.
  * @param {string} name @param {SettingSchema} s
- * @returns {(v: number) => string | null}
+ * @returns {(v: number | bigint) => string | null}
  */
 function rangeCheck(name, s) {
-  /** @param {string | undefined} template @param {number} v */
+  /** @param {string | undefined} template @param {number | bigint} v */
   const say = (template, v) =>
     (template ?? `${name} is out of range, got {value}`).replaceAll("{value}", String(v));
+  /** @param {number | bigint} v @param {number} bound @returns {number} v - bound's sign */
+  const cmp = (v, bound) => {
+    if (typeof v === "number") return Math.sign(v - bound);
+    const b = Number.isInteger(bound) ? BigInt(bound) : null;
+    if (b === null) return Math.sign(Number(v) - bound);
+    return v < b ? -1 : v > b ? 1 : 0;
+  };
   return (v) => {
-    if (s.min != null && (s.min_exclusive ? v <= s.min : v < s.min)) return say(s.messages?.below, v);
-    if (s.max != null && (s.max_exclusive ? v >= s.max : v > s.max)) return say(s.messages?.above, v);
+    if (s.min != null && cmp(v, s.min) < (s.min_exclusive ? 1 : 0)) return say(s.messages?.below, v);
+    if (s.max != null && cmp(v, s.max) > (s.max_exclusive ? -1 : 0)) return say(s.messages?.above, v);
     return null;
   };
+}
+
+/**
+ * Whether `value` (as sent) is so near a bound JSON rounded (past 2**53 - 1: the seed's
+ * 2**64 - 1 arrives as 2**64) that the page cannot tell which side of it it is on.
+ * @param {SettingSchema | undefined} s @param {any} value
+ */
+function nearInexactBound(s, value) {
+  if (!s || s.type !== "int" || typeof value !== "string" || !/^-?\d+$/.test(value)) return false;
+  const v = BigInt(value);
+  return [s.min, s.max].some((b) => {
+    if (typeof b !== "number" || !Number.isInteger(b) || Number.isSafeInteger(b)) return false;
+    const d = v - BigInt(b);
+    // Half the spacing of doubles at |b|: the bound the kernel meant is within it.
+    const slack = BigInt(2 ** Math.max(0, Math.ceil(Math.log2(Math.abs(b))) - 53));
+    return d <= slack && d >= -slack;
+  });
 }
 
 /**
@@ -221,10 +246,15 @@ function parse(spec, text) {
     return { error: `${spec.name} must be a number, got ${pyRepr(s)}`, sent: s };
   }
   const v = Number(s);
-  // JSON has no Infinity, and a whole number past 2**53 would arrive changed: the text.
+  // JSON has no Infinity: the text.
   if (!Number.isFinite(v)) return { error: `${spec.name} must be a finite number, got ${s}`, sent: s };
   if (spec.kind === "int" && !Number.isSafeInteger(v)) {
-    return { error: `${spec.name} is too large, got ${s}`, sent: s };
+    // A whole number JSON cannot carry exactly (a seed up to 2**64 - 1): its digits, which
+    // the kernel reads as that integer (nbstream/_panel.py, setting_trait).
+    const big = BigInt(s.replace(/^\+/, ""));
+    const digits = big.toString();
+    const problem = spec.check ? spec.check(big) : null;
+    return problem ? { error: problem, sent: digits } : { value: digits };
   }
   const problem = spec.check ? spec.check(v) : null;
   return problem ? { error: problem, sent: v } : { value: v };
@@ -253,7 +283,8 @@ function formatField(spec, value) {
  * @param {() => boolean} opts.active  whether a run is queued or running
  * @returns {{toggle: HTMLButtonElement, panel: HTMLElement, flush: () => void,
  *            blocked: () => boolean, update: () => void,
- *            values: () => Record<string, unknown>}}
+ *            values: () => Record<string, unknown>,
+ *            blame: (message: string | null) => boolean}}
  */
 function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   const panelId = `nbstream-settings-${viewId}`;
@@ -284,6 +315,10 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * @property {boolean} dirty         typed in, not saved yet
    * @property {boolean} edited        saved since Python last reported on it
    * @property {boolean} saving        inside its own model.set (not a change from elsewhere)
+   * @property {boolean} unsure     what was typed is too near a bound JSON could not carry
+   *   exactly (a seed near 2**64 - 1): the kernel's verdict is taken whatever it is
+   * @property {string | null} blamed  the kernel refused a Run because of this field's value
+   *   (input_error: max_new_tokens over the model's context), until it is edited
    * @property {any} timer
    */
   /** @type {Field[]} */
@@ -348,7 +383,20 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     }
     wrap.append(head, input, errorEl);
     grid.append(wrap);
-    return { spec, input, errorEl, hintId, hintEl, local: null, dirty: false, edited: false, saving: false, timer: null };
+    return {
+      spec,
+      input,
+      errorEl,
+      hintId,
+      hintEl,
+      local: null,
+      dirty: false,
+      edited: false,
+      saving: false,
+      unsure: false,
+      blamed: null,
+      timer: null,
+    };
   });
   const reset = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
   reset.textContent = "Model defaults";
@@ -371,7 +419,25 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   function errorOf(f) {
     if (f.dirty || f.edited) return f.local;
     const msg = pythonErrors()[f.spec.name];
-    return msg ? String(msg) : null;
+    return msg ? String(msg) : f.blamed;
+  }
+
+  /** The model's context in tokens (settings_defaults.context_length), or null. */
+  function contextLength() {
+    const c = (model.get("settings_defaults") || {}).context_length;
+    return Number.isSafeInteger(c) && c > 0 ? c : null;
+  }
+
+  /**
+   * What the field refuses beyond the schema: a max_new_tokens over the model's context
+   * could never run (the prompt takes some of it too).
+   * @param {Field} f @param {any} value
+   */
+  function limitOf(f, value) {
+    const context = contextLength();
+    if (f.spec.name !== "max_new_tokens" || context === null || typeof value !== "number") return null;
+    if (value <= context) return null;
+    return `max_new_tokens=${value} is more than the model's whole context (${context} tokens, the prompt included); use less than ${context}`;
   }
 
   /** @param {Field} f */
@@ -468,8 +534,32 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   /** @param {Field} f */
   function check(f) {
     const parsed = parseField(f.spec, f.input.value);
-    f.local = "error" in parsed ? parsed.error : null;
+    f.local = "error" in parsed ? parsed.error : limitOf(f, parsed.value);
+    f.unsure = nearInexactBound(schema?.[f.spec.name], sentValue(f.spec, f.input.value));
+    f.blamed = null;
     update();
+  }
+
+  /**
+   * A Run refused because of a setting (input_error): the field that caused it shows the
+   * message, and the panel opens on it. Only max_new_tokens over what the context leaves
+   * is blamed on a field (the prompt alone fitting the context); null clears it.
+   * @param {string | null} message
+   * @returns {boolean} whether a field shows the message
+   */
+  function blame(message) {
+    const f = fields.find((x) => x.spec.name === "max_new_tokens");
+    const over = message ? contextOverflow(message) : null;
+    const take = !!f && !!over && over.prompt < over.context;
+    if (f && !take && f.blamed !== null) {
+      f.blamed = null;
+      update();
+    } else if (f && take && f.blamed !== message) {
+      f.blamed = message;
+      setOpen(true);
+      update();
+    }
+    return take;
   }
 
   for (const f of fields) {
@@ -501,7 +591,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
       // A report the kernel made before this field's value reached it (after another
       // field's) can still hold the old verdict; the browser's check and the kernel's agree
       // on what is valid (one schema), so wait for a report that agrees, then show it.
-      if (f.edited && Boolean(errors[f.spec.name]) !== Boolean(f.local)) continue;
+      if (f.edited && !f.unsure && Boolean(errors[f.spec.name]) !== Boolean(f.local)) continue;
       f.edited = false;
     }
     update();
@@ -564,7 +654,7 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
 
   placeholders();
   update();
-  return { toggle, panel, flush, blocked, update, values };
+  return { toggle, panel, flush, blocked, update, values, blame };
 }
 
 /**

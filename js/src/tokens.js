@@ -43,6 +43,9 @@ const VIRIDIS = [
 ];
 
 const NO_CAPTURE_NOTE = "This run was made without probabilities; run again to capture them";
+/** The same, while that run is still going (it started before they were asked for). */
+const NO_CAPTURE_RUNNING_NOTE =
+  "This run is going without probabilities (it started before they were asked for); run again once it ends to capture them";
 const REMOTE_NOTE =
   "Token views need a local model: this widget's model is remote (an endpoint sends text, not tokens).";
 const RAW_BLOCKED = "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text";
@@ -243,6 +246,15 @@ function makeNote(which) {
   const note = h("div", "nbstream-token-note", { "data-note": which, role: "note" });
   note.textContent = which === "remote" ? REMOTE_NOTE : NO_CAPTURE_NOTE;
   return note;
+}
+
+/**
+ * Word the "made without probabilities" note for its run: still going, or ended.
+ * @param {HTMLElement} note @param {boolean} running
+ */
+function sayCapture(note, running) {
+  const words = running ? NO_CAPTURE_RUNNING_NOTE : NO_CAPTURE_NOTE;
+  if (note.textContent !== words) note.textContent = words;
 }
 
 let popoverCount = 0;
@@ -722,6 +734,7 @@ class TokenList {
  * @param {() => void} o.switched  the output switched between tokens and text: show the right one
  * @param {() => void} o.redraw  schedule a frame
  * @param {() => void} o.opened  a popover opened: stop following the end of the output
+ * @param {() => boolean} [o.running]  for a view of one run: whether it is still going
  * @param {() => boolean} [o.noCapture]  for a view of one run: whether it ran without
  *   capturing probabilities; the note saying so is in the head, in place of the legend
  * @param {(modes: ReturnType<typeof tokenModes>) => void} [o.notes]  after the head: the
@@ -744,7 +757,10 @@ function tokenViews(o) {
     /** @type {HTMLElement[]} */
     const want = [];
     if (modes.any && !local) want.push(remoteNote);
-    if (captureNote && local && (modes.probs || modes.alts) && noCapture) want.push(captureNote);
+    if (captureNote && local && (modes.probs || modes.alts) && noCapture) {
+      sayCapture(captureNote, !!o.running?.());
+      want.push(captureNote);
+    }
     if (local && modes.probs && !noCapture) want.push(legend);
     const have = [...head.children];
     if (have.length !== want.length || have.some((e, k) => e !== want[k])) head.replaceChildren(...want);
@@ -801,12 +817,14 @@ function tokenViews(o) {
 export {
   CUT_TITLE,
   NO_CAPTURE_NOTE,
+  NO_CAPTURE_RUNNING_NOTE,
   REMOTE_NOTE,
   TOGGLES,
   TokenList,
   canTrace,
   makeLegend,
   makeNote,
+  sayCapture,
   pct,
   realText,
   shade,

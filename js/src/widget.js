@@ -222,7 +222,7 @@ function render({ model, el }) {
   actions.append(runBtn, stopBtn);
   const promptRow = h("div", "nbstream-prompt-row");
   promptRow.append(prompt, actions);
-  const updateInputError = inputErrorView(model, viewId, prompt, promptRow);
+  const updateInputError = inputErrorView(model, viewId, prompt, promptRow, (m) => settings.blame(m));
   const stopWaiting = stopNotice(scope, promptRow, () => ACTIVE.has(status()));
 
   const badge = makeBadge();
@@ -246,6 +246,7 @@ function render({ model, el }) {
     raw,
     lists: () => [tokens],
     noCapture: () => tokens.noCapture,
+    running: () => ACTIVE.has(status()),
     switched: () => showOutput(),
     redraw: () => schedule(),
     opened: () => {
@@ -362,6 +363,10 @@ function render({ model, el }) {
     // The run ended: render the open block in full now, while the output
     // is still aria-busy, rather than in the next frame.
     if (!ACTIVE.has(status()) && renderer.frozen) frames.now();
+    // The run ended: an open popover of alternatives closes (the text under it is final
+    // and may have moved), and the notes say the run in the past tense.
+    if (!ACTIVE.has(status())) tokens.close();
+    tv.refresh();
     updateChrome();
     schedule();
   });

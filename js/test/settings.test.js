@@ -71,7 +71,11 @@ test("whole numbers", () => {
   assert.equal(parseField(k, "1.5").error, "top_k must be an int, got '1.5'");
   assert.match(parseField(k, "1e3").error, /must be an int/);
   assert.match(parseField(k, "-1").error, /top_k must be >= 0, got -1/);
-  assert.match(parseField(field("seed"), "9007199254740993").error, /seed is too large/);
+  // Past 2**53 - 1 (a seed up to 2**64 - 1): exact, as its digits (the kernel reads them).
+  assert.deepEqual(parseField(field("seed"), "9007199254740993"), { value: "9007199254740993" });
+  assert.deepEqual(parseField(field("seed"), "+18446744073709551615"), { value: "18446744073709551615" });
+  assert.match(parseField(field("seed"), "18446744073709551617").error, /seed must be at most 2\*\*64 - 1/);
+  assert.match(parseField(field("max_new_tokens"), "9007199254740993").error, /is absurd/);
 });
 
 test("numbers", () => {

@@ -359,3 +359,146 @@ def test_four_compare_columns_lay_out_in_balanced_rows_with_compact_tools(lab):
             rects = metric.evaluate_all("(es) => es.map((e) => e.getClientRects().length)")
             assert all(n == 1 for n in rects), (width, i, rects)
     assert nb.console_errors() == []
+
+
+def test_a_seed_up_to_2_64_minus_1_goes_from_the_panel_to_the_run_exactly(lab):
+    """The kernel takes seeds up to 2**64 - 1; a JavaScript number is exact only to
+    2**53 - 1, so such a seed travels as its digits, both ways."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3, temperature=1.0)\n"
+            "w.prompt = 'Hi'\n"
+            "w",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    v.get_by_role("button", name="Settings", exact=True).click()
+    seed = v.get_by_role("textbox", name="Seed", exact=True)
+    seed.fill(str(2**64 - 1))
+    seed.press("Enter")
+    wait_until(lambda: kval(nb, "w.seed") == 2**64 - 1, 15, what="kernel: the exact seed")
+    assert kval(nb, "(type(w.seed).__name__, w.settings_errors)") == ("int", {})
+    expect(seed).not_to_have_attribute("aria-invalid", "true")
+    # One past it: refused in the page, in the kernel's words.
+    seed.fill(str(2**64))
+    expect(seed).to_have_attribute("aria-invalid", "true")
+    wait_until(lambda: "seed" in kval(nb, "w.settings_errors"), 15, what="kernel refuses")
+    # Set from code: the field shows it exactly, and Run sends it back unchanged.
+    nb.kernel_eval("setattr(w, 'seed', 2**63 + 1)")
+    expect(seed).to_have_value(str(2**63 + 1))
+    expect(seed).not_to_have_attribute("aria-invalid", "true")
+    button(v, "Run").click()
+    wait_status(v, "complete")
+    assert kval(nb, "w.run.settings['seed']") == 2**63 + 1
+    assert kval(nb, "w.seed") == 2**63 + 1
+    assert nb.console_errors() == []
+
+
+def test_token_notes_follow_the_run_and_a_popover_closes_when_its_run_ends(lab):
+    """Probabilities turned on mid-run: the note says the run *is going* without them (not
+    that it was made so) until it ends; an open popover of alternatives closes when the
+    answer under it ends or a new one starts streaming below it."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=8)\n"
+            "chat",
+            "gate = Gate(model, 4)\nchat.generate('First')",
+            "gate.handle.remove()\ngate = Gate(model, 4)",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = chat_view(nb, 1)
+    nb.run_cell(2)
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="answer held")
+    button(v, "Probabilities").click()
+    answers = v.locator(".nbstream-message[data-role='assistant']")
+    note = answers.nth(0).locator(".nbstream-token-note")
+    expect(note).to_contain_text("This run is going without probabilities")
+    assert kval(nb, "chat.status") == "running"
+    nb.kernel_eval("gate.opened.set()")
+    expect(answers.nth(0)).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    expect(note).to_have_text("This run was made without probabilities; run again to capture them")
+
+    # A second answer, with alternatives, held mid-stream; its popover open meanwhile.
+    nb.run_cell(3)
+    button(v, "Alternatives").click()
+    box = v.get_by_role("textbox", name="Message", exact=True)
+    box.fill("Second")
+    button(v, "Send").click()
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="answer held")
+    token = answers.nth(1).locator(".nbstream-token").first
+    expect(token).to_be_visible(timeout=STREAM_TIMEOUT * MS)
+    token.click()
+    pop = answers.nth(1).get_by_role("dialog", name="Alternatives at step 1")
+    expect(pop).to_be_visible()
+    nb.kernel_eval("gate.handle.remove()")
+    nb.kernel_eval("gate.opened.set()")
+    expect(answers.nth(1)).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    expect(pop).to_be_hidden()
+    # Opened again after the end, then a new answer starts below it: it closes.
+    token.click()
+    expect(pop).to_be_visible()
+    box.fill("Third")
+    button(v, "Send").click()
+    expect(answers).to_have_count(3, timeout=STREAM_TIMEOUT * MS)
+    expect(pop).to_be_hidden()
+    assert nb.console_errors() == []
+
+
+def test_max_new_tokens_over_the_context_is_refused_at_its_field_not_the_prompt(lab):
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=5)\n"
+            "w.prompt = 'Hello there, how are you?'\n"
+            "w",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    context = kval(nb, "w.settings_defaults['context_length']")
+    assert context == kval(nb, "model.config.max_position_embeddings")
+    prompt = v.get_by_role("textbox", name="Prompt", exact=True)
+    v.get_by_role("button", name="Settings", exact=True).click()
+    field = v.get_by_role("textbox", name="Max new tokens", exact=True)
+    # An absurd value is refused at the field, as typed.
+    field.fill("100000")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field.locator("xpath=..").locator(".nbstream-field-error")).to_contain_text(
+        f"the model's whole context ({context} tokens"
+    )
+    button(v, "Run").click()
+    expect(field).to_be_focused()
+    assert kval(nb, "(w.run_id, w.max_new_tokens)") == (0, 100000)
+
+    # A value the field takes but the prompt leaves no room for: the kernel refuses the
+    # run, and the field that caused it is marked, not the prompt.
+    nb.kernel_eval(f"setattr(w, 'max_new_tokens', {context - 2})")
+    expect(field).to_have_value(str(context - 2))
+    expect(field).not_to_have_attribute("aria-invalid", "true")
+    button(v, "Run").click()
+    wait_until(lambda: "max_new_tokens" in kval(nb, "w.input_error"), 15, what="refused")
+    message = kval(nb, "w.input_error")
+    assert kval(nb, "w.run_id") == 0
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field.locator("xpath=..").locator(".nbstream-field-error")).to_have_text(message)
+    expect(prompt).not_to_have_attribute("aria-invalid", "true")
+    expect(v.locator(".nbstream-input-error")).to_have_text(message)
+
+    # Fixed at the field: the mark goes and the run starts.
+    field.fill("4")
+    expect(field).not_to_have_attribute("aria-invalid", "true")
+    button(v, "Run").click()
+    wait_status(v, "complete")
+    assert kval(nb, "(w.run_id, w.input_error, w.run.settings['max_new_tokens'])") == (1, "", 4)
+    expect(v.locator(".nbstream-input-error")).to_have_count(0)
+    assert nb.console_errors() == []
