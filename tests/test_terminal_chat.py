@@ -503,7 +503,7 @@ def test_single_reads_the_whole_input_as_one_message(tmp_path):
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 
-def test_exit_status_says_how_the_answers_ended(tiny_line_folder, small_context_folder):
+def test_exit_status_says_how_the_answers_ended(tiny_line_folder, small_context_folder, tmp_path):
     failed = piped("--model", str(tiny_line_folder), "--max-new-tokens", "5000",
                    "--budget", "0.3", stdin="Hello\n")  # fmt: skip
     assert failed.returncode == 1
@@ -517,6 +517,10 @@ def test_exit_status_says_how_the_answers_ended(tiny_line_folder, small_context_
 
     empty = piped("--model", str(tiny_line_folder), stdin="\n\n")
     assert empty.returncode == 2 and "no message" in empty.stderr
+
+    missing = piped("--model", str(tmp_path / "no-such-model"), stdin="Hello\n")
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.startswith("nbstream chat: ") and "Traceback" not in missing.stderr
 
 
 def test_sigint_mid_answer_cancels_and_exits_130(tiny_line_folder):
