@@ -25,8 +25,8 @@ from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .distribution import Distribution, distribution_from_logits, resolve_settings
 from .record import build_record, replay_arguments, warn_if_different
-from .settings import validate_settings
-from .streaming import StopFilter, TokenBuffer
+from .settings import DEFAULT_THINKING_TAGS, validate_settings
+from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
 from .trace import TokenTrace
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ METRIC_KEYS = (
     "tokens_per_s",
     "elapsed_s",
     "finish_reason",
+    # A reasoning model's thinking (None for a run that did not think): how many tokens it
+    # took, and when the answer's first text appeared.
+    "thinking_tokens",
+    "first_answer_s",
 )
 # A reader woken more often than this only sees one more token each time; waiting a little
 # lets a fast model's tokens pile up so they are decoded and handed on together (50 wakes
@@ -59,6 +63,11 @@ class GenerationError(Exception):
     def __init__(self, message: str, generation: Generation | None = None) -> None:
         super().__init__(message)
         self.generation = generation
+
+    @property
+    def thinking(self) -> str | None:
+        """The run's thinking so far (a reasoning model), kept apart from its text."""
+        return self.generation.thinking if self.generation is not None else None
 
     @property
     def partial_text(self) -> str:
@@ -229,6 +238,14 @@ class Generation:
         self._finalized = False
         self._decode_error: Exception | None = None
         self._first_chunk_at: float | None = None
+        # A reasoning model's thinking, split from the answer on the reader side: its
+        # chunks, how many tokens it took, and when the answer's first text came.
+        self._thinker = _thinking_splitter(job, self.settings)
+        self._thinking_chunks: list[str] = []
+        self._thinking_tokens: int | None = None
+        self._first_answer_at: float | None = None
+        # What the decoder emitted, before splitting and stop strings (for its finish()).
+        self._raw: list[str] = []
         self._created = time.perf_counter()
         self._started: float | None = None
         self._ended: float | None = None
@@ -500,6 +517,8 @@ class Generation:
             )
             self._record["cancel_reason"] = self.cancel_reason
             self._record["branch"] = self._branch_record()
+            # A reasoning model's thinking, kept apart from the text (None: it did not think).
+            self._record["thinking"] = self.thinking
         return copy.deepcopy(self._record)  # each caller may edit its own copy
 
     @property
@@ -509,6 +528,18 @@ class Generation:
             return None
         self._pump()
         return self._text()
+
+    @property
+    def thinking(self) -> str | None:
+        """A reasoning model's thinking: ``None`` for a run that did not think; while it
+        streams, the thinking so far; after any end, all of it (a cancelled or failed run
+        keeps its partial thinking here, never in ``result``). The answer alone is in
+        ``result``, ``partial_text`` and the chunks the run yields."""
+        self._pump()
+        thinker = self._thinker
+        if thinker is None or not thinker.opened:
+            return None
+        return "".join(self._thinking_chunks)
 
     @property
     def partial_text(self) -> str:
@@ -735,6 +766,16 @@ class Generation:
         if tokens and tokens >= 2 and len(times) >= 2 and times[-1] > times[0]:
             metrics["tokens_per_s"] = (tokens - 1) / (times[-1] - times[0])
         metrics["finish_reason"] = self._finish_reason
+        thinker = self._thinker
+        if thinker is not None and thinker.opened:
+            # Still thinking: every token so far is thinking.
+            metrics["thinking_tokens"] = (
+                self._thinking_tokens if self._thinking_tokens is not None else tokens
+            )
+            if started is not None and self._first_answer_at is not None:
+                metrics["first_answer_s"] = self._first_answer_at - started
+        else:
+            metrics["first_answer_s"] = metrics["first_chunk_s"]
         # Counts only a backend knows (a server's received chunks), after the common keys.
         extra = getattr(self._job, "extra_metrics", None)
         if callable(extra):
@@ -761,8 +802,8 @@ class Generation:
                 try:
                     if n > self._decoded:
                         new = items[self._decoded : n]
-                        if self._first_chunk_at is None:
-                            self._feed_until_first_text(new)
+                        if self._needs_item_timing():
+                            self._feed_one_by_one(new)
                         else:
                             self._append(self._decoder.feed(new))
                     if final:
@@ -775,31 +816,73 @@ class Generation:
             if final:
                 self._finalized = True
 
-    def _feed_until_first_text(self, new: list[Any]) -> None:
-        # One item at a time until text appears, so first_chunk_s is the time of the token
-        # that completed the first visible text, whoever decodes it and whenever.
+    def _needs_item_timing(self) -> bool:
+        """Whether a time is still to be taken per token: the first visible text's, or
+        (a reasoning model's) the end of its thinking and its answer's first text."""
+        if self._first_chunk_at is None:
+            return True
+        thinker = self._thinker
+        return thinker is not None and not thinker.answering and self._first_answer_at is None
+
+    def _feed_one_by_one(self, new: list[Any]) -> None:
+        # One item at a time while a time is to be taken, so first_chunk_s (first_answer_s)
+        # is the time of the token that completed the first visible text (answer), whoever
+        # decodes it and whenever.
         base = self._decoded
         for offset, item in enumerate(new):
-            if self._append(self._decoder.feed([item])):
+            answered = self._first_answer_at is not None
+            if self._append(self._decoder.feed([item])) and self._first_chunk_at is None:
                 self._first_chunk_at = self._buffer.times[base + offset]
-                self._append(self._decoder.feed(new[offset + 1 :]))
-                return
+            thinker = self._thinker
+            if (
+                thinker is not None
+                and thinker.opened
+                and self._thinking_tokens is None
+                and thinker.state in ("gap", "answer")
+            ):
+                self._thinking_tokens = base + offset + 1  # the close tag's token too
+            if not answered and self._first_answer_at is not None:
+                self._first_answer_at = self._buffer.times[base + offset]
             if self._stops is not None and self._stops.found is not None:
                 self._decoder.feed(new[offset + 1 :])  # no text will follow; keep the ids
+                return
+            if not self._needs_item_timing():
+                self._append(self._decoder.feed(new[offset + 1 :]))
                 return
 
     def _finish_text(self) -> None:
         stops = self._stops
-        if stops is None:
-            self._append(self._decoder.finish(self._text()))
+        if stops is not None and stops.found is not None:
             return
-        if stops.found is None:
-            self._append(self._decoder.finish(self._text() + stops.held))
+        self._append(self._decoder.finish("".join(self._raw)))
+        if self._thinker is not None:
+            thinking, answer = self._thinker.flush()
+            self._think(thinking)
+            self._answer(answer)
+        if stops is not None and stops.found is None:
             # No token will follow: what was held back can no longer begin a stop string.
             self._release(stops.flush())
 
     def _append(self, text: str) -> bool:
-        """Add decoded text, through the stop strings if any; True if any became visible."""
+        """Add decoded text: its thinking part, then its answer through the stop strings if
+        any. True if any became visible."""
+        if not text:
+            return False
+        self._raw.append(text)
+        if self._thinker is None:
+            return self._answer(text)
+        thinking, answer = self._thinker.feed(text)
+        shown = self._think(thinking)
+        return self._answer(answer) or shown
+
+    def _think(self, text: str) -> bool:
+        if text:
+            self._thinking_chunks.append(text)
+            return True
+        return False
+
+    def _answer(self, text: str) -> bool:
+        """Answer text, through the stop strings if any; True if any became visible."""
         stops = self._stops
         if stops is not None and text:
             text = stops.feed(text)
@@ -810,6 +893,9 @@ class Generation:
 
     def _release(self, text: str) -> bool:
         if text:
+            if self._first_answer_at is None and self._thinker is not None:
+                # Taken per token while it matters (see _feed_one_by_one); this is a floor.
+                self._first_answer_at = self._buffer.times[-1] if self._buffer.times else None
             self._chunks.append(text)
             return True
         return False
@@ -990,6 +1076,20 @@ class Generation:
 
 
 @input_checked
+def _thinking_splitter(job: Any, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
+    """The splitter for a run's thinking: its tags (the setting, else the job's, else the
+    usual ``<think>``/``</think>``), starting inside when the prompt opened the thinking."""
+    tags = settings.get("thinking_tags")
+    if tags is None:
+        tags = getattr(job, "thinking_tags", None) or DEFAULT_THINKING_TAGS
+    if not tags:
+        return None  # thinking_tags=[]: detection off
+    open_tag, close_tag = tags
+    prompt_text = getattr(job, "prompt_text", None) or ""
+    inside = prompt_text.rstrip().endswith(open_tag)
+    return ThinkingSplitter(open_tag, close_tag, inside=inside)
+
+
 def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
     """Start generating ``prompt`` on a background thread and return the run at once.
 

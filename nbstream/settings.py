@@ -25,7 +25,15 @@ SETTINGS: dict[str, str] = {
     "expect": "'json': the run completes only if its final text parses as JSON (run.value)",
     "alternatives": "int 0..100: capture run.trace, each token's probability and the model's "
     "top k candidates (0: off; local models only)",
+    "thinking_tags": "[open, close]: the tags around a reasoning model's thinking (default: "
+    "the tokenizer's, else <think> and </think>); [] turns detection off",
+    "enable_thinking": "passed to a chat template that takes it (Qwen3, SmolLM3...): "
+    "whether the model thinks before answering",
 }
+
+#: The tags around a reasoning model's thinking when neither the run nor the tokenizer
+#: names others (DeepSeek-R1 and its distills, Qwen3, SmolLM3).
+DEFAULT_THINKING_TAGS = ("<think>", "</think>")
 
 #: The values ``expect`` accepts.
 EXPECT_VALUES = ("json",)
@@ -110,10 +118,21 @@ def _check(name: str, value: Any) -> Any:
                 " (and no more than the model's context allows)"
             )
         return value
-    if name == "do_sample":
+    if name in ("do_sample", "enable_thinking"):
         if not isinstance(value, bool):
-            raise TypeError(f"do_sample must be True or False, got {value!r}")
+            raise TypeError(f"{name} must be True or False, got {value!r}")
         return value
+    if name == "thinking_tags":
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise TypeError(
+                f"thinking_tags must be a list of two strings, e.g. ['<think>', '</think>'], "
+                f"or [] to turn detection off; got {value!r:.80}"
+            )
+        if value and (len(value) != 2 or not all(isinstance(t, str) and t for t in value)):
+            raise ValueError(
+                f"thinking_tags must be two non-empty strings (open, close), got {value!r:.80}"
+            )
+        return list(value)
     if name == "alternatives":
         if not _is_int(value):
             raise TypeError(f"alternatives must be an int (how many candidates), got {value!r:.80}")
@@ -167,6 +186,8 @@ _SCHEMA: dict[str, dict[str, Any]] = {
     "stop": {"type": "strings", "min_items": 1},
     "expect": {"type": "string", "values": list(EXPECT_VALUES)},
     "alternatives": {"type": "int", "min": 0, "max": MAX_ALTERNATIVES},
+    "thinking_tags": {"type": "tags"},
+    "enable_thinking": {"type": "bool"},
 }
 # A value far outside any bound, whose text cannot occur in a message by accident.
 _PROBE = 987_654_321
@@ -179,7 +200,8 @@ def settings_schema() -> dict[str, dict[str, Any]]:
     ``{name: {"type", "nullable", "help", "min", "max", "min_exclusive", "max_exclusive",
     "messages"}}`` (and ``"min_items"`` / ``"values"`` where they apply). ``type`` is
     ``int``, ``float``, ``bool``, ``strings`` (a list of non-empty strings) or ``string``;
-    ``nullable``: None means unset (the model's default). ``messages`` holds
+    ``nullable``: None means unset (the model's default). ``tags`` is two non-empty strings
+    (open, close), or an empty list for none. ``messages`` holds
     :func:`validate_settings`'s own message for a value below ``min`` / above ``max``, the
     value written ``{value}``, so that the page says exactly what the kernel would.
     """

@@ -265,6 +265,91 @@ class StopFilter:
         return len(window)
 
 
+class ThinkingSplitter:
+    """Splits decoded text into a reasoning model's thinking and its answer, on the reader's
+    side (as :class:`StopFilter` cuts stop strings).
+
+    A thinking section is recognised only where an answer starts: ``open_tag`` first (after
+    whitespace), or from the start when the prompt already opened it (``inside``: a chat
+    template that ends the prompt with ``<think>``). It ends at ``close_tag``; whitespace
+    between it and the answer is dropped. Text that could still become a tag is held back
+    (at most a tag's length), so no chunk ever shows half a tag. A model that does not think
+    costs one check: its first visible character makes the splitter a pass-through.
+    """
+
+    def __init__(self, open_tag: str, close_tag: str, *, inside: bool = False) -> None:
+        if not open_tag or not close_tag:
+            raise ValueError("ThinkingSplitter needs two non-empty tags")
+        self.open_tag, self.close_tag = open_tag, close_tag
+        #: "start" (undecided), "thinking", "gap" (after the close tag, before the answer's
+        #: first visible character) or "answer".
+        self.state = "thinking" if inside else "start"
+        #: Whether a thinking section was opened (by the prompt or the model).
+        self.opened = inside
+        self.held = ""
+
+    @property
+    def answering(self) -> bool:
+        """The answer has started: from here on text passes straight through."""
+        return self.state == "answer"
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """Take new text; return ``(thinking, answer)``: what can be shown of each now."""
+        if self.state == "answer":
+            return "", text
+        window, self.held = self.held + text, ""
+        thinking: list[str] = []
+        while window:
+            if self.state == "start":
+                stripped = window.lstrip()
+                if not stripped or (
+                    len(stripped) < len(self.open_tag) and self.open_tag.startswith(stripped)
+                ):
+                    self.held = window  # may still become the tag
+                    return "".join(thinking), ""
+                if stripped.startswith(self.open_tag):
+                    self.state, self.opened = "thinking", True
+                    window = stripped[len(self.open_tag) :]
+                    continue
+                self.state = "answer"
+                return "".join(thinking), window
+            if self.state == "thinking":
+                end = window.find(self.close_tag)
+                if end >= 0:
+                    thinking.append(window[:end])
+                    self.state = "gap"
+                    window = window[end + len(self.close_tag) :]
+                    continue
+                keep = self._hold_from(window)
+                thinking.append(window[:keep])
+                self.held = window[keep:]
+                return "".join(thinking), ""
+            # "gap": the blank lines between the thinking and the answer are neither.
+            stripped = window.lstrip()
+            if not stripped:
+                return "".join(thinking), ""
+            self.state = "answer"
+            return "".join(thinking), stripped
+        return "".join(thinking), ""
+
+    def flush(self) -> tuple[str, str]:
+        """The text is over: what was held back, as thinking or as answer."""
+        held, self.held = self.held, ""
+        if self.state == "thinking":
+            return held, ""
+        if self.state == "start":
+            return "", held  # never became a tag: it was the answer (blank or not)
+        return "", ""
+
+    def _hold_from(self, window: str) -> int:
+        # The earliest position whose suffix could begin the close tag.
+        tag = self.close_tag
+        for pos in range(max(0, len(window) - len(tag) + 1), len(window)):
+            if tag.startswith(window[pos:]):
+                return pos
+        return len(window)
+
+
 class TextDecoder:
     """For backends that already produce text pieces (a remote server's deltas)."""
 

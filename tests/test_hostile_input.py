@@ -108,11 +108,12 @@ def test_bad_prompt_from_python_is_refused_before_anything_starts(widget, prompt
     "prompt, words",
     [
         (MEGABYTE, "exceeds the model's context"),
-        ("   ", "empty"),
-        (None, "empty"),  # not text: the prompt box (empty) is used
-        (42, "empty"),
-        (["a", "list"], "empty"),
-        ({"role": "user", "content": "hi"}, "empty"),
+        # Nothing typed: the page's words ("Type a prompt first"), not the API's.
+        ("   ", "Type a prompt first"),
+        (None, "Type a prompt first"),  # not text: the prompt box (empty) is used
+        (42, "Type a prompt first"),
+        (["a", "list"], "Type a prompt first"),
+        ({"role": "user", "content": "hi"}, "Type a prompt first"),
     ],
     ids=["1 MB", "spaces", "None", "number", "list", "dict"],
 )

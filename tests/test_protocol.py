@@ -295,7 +295,12 @@ def test_the_schema_names_every_setting() -> None:
     schema = settings_schema()
     assert list(schema) == list(SETTINGS)
     for name, entry in schema.items():
-        assert entry["type"] in ("int", "float", "bool", "strings", "string"), name
+        # "tags" (thinking_tags) is for code only: no panel field has it (the page's
+        # typedef knows the other five).
+        page_types = ("int", "float", "bool", "strings", "string")
+        assert entry["type"] in (*page_types, "tags"), name
+        if name in PANEL_SETTINGS.values():
+            assert entry["type"] in page_types, name
         assert entry["nullable"] is True and refused(name, None) is None, name
         assert entry["help"] == SETTINGS[name]
     json.dumps(schema)  # it crosses the wire as JSON
@@ -347,6 +352,7 @@ def test_the_schema_types_agree_with_validate_settings(name: str) -> None:
         "bool": [True, False],
         "strings": [["a"], ["\n\n", "END"]],
         "string": list(entry.get("values", [])),
+        "tags": [[], ["<think>", "</think>"]],
     }
     invalid: dict[str, list[Any]] = {
         "int": [True, 1.0, 1.5, "1", [1]],
@@ -354,6 +360,7 @@ def test_the_schema_types_agree_with_validate_settings(name: str) -> None:
         "bool": [1, 0, "true"],
         "strings": ["a", [], [""], [1]],
         "string": ["yaml", 1, ["json"]],
+        "tags": ["<think>", ["<think>"], ["", "b"], [1, 2], ["a", "b", "c"]],
     }
     assert valid[kind], f"{name}: no valid sample"
     for value in valid[kind]:

@@ -25,6 +25,8 @@ ALLOWED = (
     "stop",
     "expect",
     "alternatives",
+    "thinking_tags",
+    "enable_thinking",
 )
 
 

@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS, check_stop, samples
+from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, check_stop, samples
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture, running_module
 from .base import RunControl
@@ -41,8 +41,19 @@ class _StopStringWatch:
     also signals a stop this watch could miss (a stop string across a special token).
     """
 
-    def __init__(self, tokenizer: Any, stops: list[str], prompt_tokens: int) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        stops: list[str],
+        prompt_tokens: int,
+        thinking: tuple[str, str, bool] | None = None,
+    ) -> None:
         self._tokenizer = tokenizer
+        # A reasoning model's thinking is not the answer: stop strings apply from the token
+        # after its close tag. (open, close, whether the prompt opened it) or None.
+        self._thinking = thinking
+        self._answer_from: int | None = None if thinking else prompt_tokens
+        self._inside = bool(thinking and thinking[2])
         self._stops = tuple(stops)
         self._last_chars = frozenset(stop[-1] for stop in stops)
         # Some decoders (SentencePiece's) drop the leading space of a lone token's text, so
@@ -55,6 +66,10 @@ class _StopStringWatch:
         self._candidates: dict[int, bool] = {}
 
     def hit(self, input_ids: Any) -> bool:
+        if self._answer_from is None:
+            self._answer_from = self._answer_start(input_ids)
+            if self._answer_from is None:
+                return False
         token = int(input_ids[0, -1])
         candidate = self._candidates.get(token)
         if candidate is None:
@@ -66,9 +81,32 @@ class _StopStringWatch:
             self._candidates[token] = candidate
         if not candidate:
             return False
-        start = max(self._prompt_tokens, int(input_ids.shape[1]) - self._window)
+        start = max(self._answer_from, int(input_ids.shape[1]) - self._window)
         tail = self._tokenizer.decode(input_ids[0, start:].tolist(), **DECODE_OPTIONS)
         return any(stop in tail for stop in self._stops)
+
+    def _answer_start(self, input_ids: Any) -> int | None:
+        """Where the answer starts (a token index), or None while the model still thinks
+        or may yet open its thinking. Decodes a few tokens per step, only until then."""
+        assert self._thinking is not None
+        open_tag, close_tag, _ = self._thinking
+        length = int(input_ids.shape[1])
+        if not self._inside:
+            # Has the answer begun with the open tag? Only its first few tokens decide.
+            text = self._tokenizer.decode(
+                input_ids[0, self._prompt_tokens :].tolist(), **DECODE_OPTIONS
+            ).lstrip()
+            if text.startswith(open_tag):
+                self._inside = True
+            elif open_tag.startswith(text):
+                return None  # undecided (nothing yet, or part of the tag)
+            else:
+                return self._prompt_tokens  # no thinking: the answer starts at once
+        window = len(close_tag.encode("utf-8")) + 2
+        tail = self._tokenizer.decode(
+            input_ids[0, max(self._prompt_tokens, length - window) :].tolist(), **DECODE_OPTIONS
+        )
+        return length if close_tag in tail else None
 
 
 def _stop_criteria(control: RunControl, watch: _StopStringWatch | None = None) -> Any:
@@ -178,9 +216,22 @@ class LocalBackend:
                 return value
         return None
 
-    def render_prompt(self, prompt: Any) -> str:
-        """The exact text the model sees: through the chat template when it has one."""
+    def render_prompt(self, prompt: Any, enable_thinking: bool | None = None) -> str:
+        """The exact text the model sees: through the chat template when it has one.
+
+        ``enable_thinking`` goes to a template that takes it (Qwen3, SmolLM3); any other
+        refuses it, before anything starts.
+        """
         template = getattr(self.tokenizer, "chat_template", None)
+        options: dict[str, Any] = {}
+        if enable_thinking is not None:
+            sources = template.values() if isinstance(template, dict) else [template or ""]
+            if not any("enable_thinking" in source for source in sources):
+                raise ValueError(
+                    "enable_thinking: this model's chat template does not take it (the model "
+                    "does not switch its thinking on and off that way); drop enable_thinking"
+                )
+            options["enable_thinking"] = enable_thinking
         if isinstance(prompt, str) and not template:
             return prompt
         if not template:
@@ -191,7 +242,7 @@ class LocalBackend:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         try:
             rendered: str = self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=True
+                list(messages), tokenize=False, add_generation_prompt=True, **options
             )
             return rendered
         except Exception as exc:
@@ -216,7 +267,7 @@ class LocalBackend:
         ``max_new_tokens`` as part of the answer."""
         check_prompt(prompt)
         prefix = self._check_prefix(prefix_ids)
-        text = self.render_prompt(prompt)
+        text = self.render_prompt(prompt, settings.get("enable_thinking"))
         # The chat template already wrote the special tokens; plain text gets the
         # tokenizer's usual ones (e.g. a BOS).
         add_special = not bool(getattr(self.tokenizer, "chat_template", None))
@@ -309,6 +360,7 @@ class LocalBackend:
                 kwargs["pad_token_id"] = pad
         job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
         job.prefix_ids = prefix
+        job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
         job.prompt = prompt
         job.in_effect = in_effect
         job.seed = seed
@@ -316,6 +368,23 @@ class LocalBackend:
         if alternatives:
             job.trace_capture = TraceCapture(alternatives, self.tokenizer)
         return job
+
+    def _thinking_tags(self, asked: list[str] | None) -> tuple[str, str] | None:
+        """The tags around the thinking: those asked for, else the usual pair (which the
+        tokenizer of a reasoning model has as added tokens); None when turned off."""
+        if asked is not None:
+            return (asked[0], asked[1]) if asked else None
+        open_tag, close_tag = DEFAULT_THINKING_TAGS
+        special = set(getattr(self.tokenizer, "all_special_tokens", None) or ())
+        if open_tag in special or close_tag in special:
+            # Decoding skips special tokens, so the reader could never see these tags.
+            logger.warning(
+                "the tokenizer marks %s/%s as special tokens, which decoding leaves out: "
+                "its thinking cannot be told apart from the answer",
+                open_tag,
+                close_tag,
+            )
+        return open_tag, close_tag
 
     def _check_prefix(self, prefix_ids: Any) -> list[int]:
         if prefix_ids is None:
@@ -388,6 +457,8 @@ class LocalJob:
         self.trace_capture: TraceCapture | None = None
         #: A branch's forced first tokens (shown at once, then generated on from).
         self.prefix_ids: list[int] = []
+        #: The tags around a reasoning model's thinking; None: not looked for.
+        self.thinking_tags: tuple[str, str] | None = None
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
@@ -427,7 +498,11 @@ class LocalJob:
             # last, after generate()'s own, and sees the scores argmax picks from.
             kwargs["logits_processor"] = [capture.greedy_processor()]
         stops = self.settings.get("stop")
-        watch = _StopStringWatch(self.backend.tokenizer, stops, prompt_length) if stops else None
+        watch = (
+            _StopStringWatch(self.backend.tokenizer, stops, prompt_length, self.thinking_watch())
+            if stops
+            else None
+        )
         with capture.attached(model) if capture is not None else contextlib.nullcontext():
             model.generate(
                 **inputs,
@@ -442,6 +517,14 @@ class LocalJob:
             if last in self.backend._eos_ids():
                 return "eos"
         return "length"
+
+    def thinking_watch(self) -> tuple[str, str, bool] | None:
+        """For the stop-string watch: the thinking tags and whether the prompt opened them."""
+        if self.thinking_tags is None:
+            return None
+        open_tag, close_tag = self.thinking_tags
+        inside = (self.prompt_text or "").rstrip().endswith(open_tag)
+        return open_tag, close_tag, inside
 
     def step_logits(self, answer_ids: list[int], first: int) -> Any:
         """The raw logits the model gives at answer steps ``first`` to ``len(answer_ids)``
