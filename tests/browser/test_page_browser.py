@@ -502,3 +502,31 @@ def test_max_new_tokens_over_the_context_is_refused_at_its_field_not_the_prompt(
     assert kval(nb, "(w.run_id, w.input_error, w.run.settings['max_new_tokens'])") == (1, "", 4)
     expect(v.locator(".nbstream-input-error")).to_have_count(0)
     assert nb.console_errors() == []
+
+
+def test_wrapped_token_lines_break_between_tokens(lab):
+    """A token with a leading space is never split at the end of a line (its space left
+    there, shaded, on its own): each token is one box on one line."""
+    nb = lab.open_notebook(
+        [
+            SETUP,
+            "model, tokenizer = tiny_model(one_line=True)\n"
+            "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=150, show_tokens=True)\n"
+            "w.prompt = 'Hello'\n"
+            "w",
+        ]
+    )
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = view(nb, 1)
+    button(v, "Run").click()
+    wait_status(v, "complete")
+    tokens = v.locator(".nbstream-token")
+    expect(tokens).to_have_count(kval(nb, "len(w.run.token_ids)"))
+    lines = tops(tokens)
+    assert len(set(lines)) > 2, "the tokens should wrap onto several lines"
+    split = tokens.evaluate_all(
+        "(ts) => ts.filter((t) => t.getClientRects().length > 1).map((t) => t.textContent)"
+    )
+    assert split == []
+    assert nb.console_errors() == []

@@ -363,6 +363,9 @@ def test_a_run_without_probabilities_says_so(fe_page: Page) -> None:
     root = running(page, show_probabilities=True)
     emit(page, tokens_msg(1, 0, [tok(1, "Hi", None, None), tok(2, "!", None, None)]))
     note = root.locator(".nbstream-token-note")
+    # Still going: said in the present tense (issue 19, item 13), then in the past.
+    expect(note).to_contain_text("This run is going without probabilities")
+    change(page, "status", "complete")
     expect(note).to_have_text("This run was made without probabilities; run again to capture them")
     expect(root.locator(".nbstream-legend")).to_have_count(0)
     assert spans(root).first.evaluate("(e) => e.hasAttribute('data-p')") is False
