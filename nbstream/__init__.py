@@ -14,6 +14,7 @@ from ._version import __version__
 from .backends.remote import Endpoint
 from .chat import ChatWidget
 from .compare import CompareWidget
+from .doctor import doctor
 from .generation import (
     Generation,
     GenerationCancelled,
@@ -48,6 +49,7 @@ __all__ = [
     "StreamWidget",
     "__version__",
     "default_model_dir",
+    "doctor",
     "load_model",
     "rerun",
     "stream",

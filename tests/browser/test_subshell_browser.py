@@ -87,3 +87,25 @@ def test_stop_acts_while_a_cell_waits_for_the_run(lab):
     assert kval(nb, "w.status") == "cancelled"
     expect(v).to_have_attribute("data-status", "cancelled", timeout=STREAM_TIMEOUT * MS)
     assert nb.console_errors() == []
+
+
+def test_doctor_completes_its_report_from_the_page(lab):
+    """The self-check's front-end lines come from the page: the probe widget loaded, in
+    JupyterLab, and its messages arrive on a subshell (what the Stop above relies on)."""
+    nb = lab.open_notebook([SETUP, "checkup = nbstream.doctor()\ncheckup"])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    expect(nb.cell(1).locator("[data-nbstream-probe='loaded']")).to_have_count(1)
+    wait_until(
+        lambda: kval(nb, "checkup.finding('front end').status") == "ok", 60, what="the hello"
+    )
+    assert kval(nb, "checkup.finding('front end').detail") == "widgets load (JupyterLab)"
+    # The page says hello until the kernel has seen one on a subshell (or gives up).
+    verdict = "checkup.finding('Stop while a cell runs').status"
+    wait_until(lambda: kval(nb, verdict) in ("ok", "warning"), 60, what="the subshell check")
+    assert kval(nb, f"({verdict}, checkup.ok)") == ("ok", True)
+    # The table shown in the cell was rewritten with the page's answer.
+    table = nb.cell(1).locator("table")
+    expect(table).to_contain_text("widgets load (JupyterLab)")
+    expect(table).to_contain_text("widget messages arrive on a kernel subshell")
+    assert nb.console_errors() == []
