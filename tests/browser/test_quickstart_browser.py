@@ -64,3 +64,12 @@ def test_quickstart_tour_in_jupyterlab(lab):
     expect(first).to_have_attribute(
         "data-version", nb.kernel_eval("nbstream.__version__").strip("'\"")
     )
+    # The Stop and the budget failure happen in widgets shown in their own cells, each
+    # ending in its kernel object's state (not off-screen in the widget at the top).
+    for name, state in (("story", "cancelled"), ("rainbow", "failed")):
+        cell = 1 + next(i for i, source in enumerate(code) if f"{name} = " in source)
+        own = nb.cell(cell).locator(".nbstream")
+        expect(own).to_have_count(1)
+        assert nb.kernel_eval(f"{name}.status").strip("'\"") == state
+        expect(own).to_have_attribute("data-status", state)
+    expect(nb.cell(cell).locator(".nbstream-error")).to_have_count(1)  # the failure, shown
