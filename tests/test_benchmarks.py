@@ -59,3 +59,22 @@ def test_remote_benchmark_quick(tmp_path):
     assert len(report["samples"]) == 2
     assert all(tokens < 4000 for tokens in report["server_tokens"])
     assert "Stop → `cancelled`" in proc.stdout
+
+
+@pytest.mark.model
+def test_branching_benchmark_quick(tmp_path):
+    out = tmp_path / "branching.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.branching", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    assert set(report["distribution_ms"]) == {"5", "20", "35"} and report["ratio"] > 0
+    assert "Branch at step 35" in proc.stdout
