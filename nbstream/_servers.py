@@ -125,8 +125,10 @@ FAMILIES: dict[str, ServerFamily] = {
             # Both travel inside a GenerationConfig sent as JSON; so does do_sample, without
             # which this server decodes greedily whatever the temperature.
             fields={"top_k": GENERATION_CONFIG, "repetition_penalty": GENERATION_CONFIG},
-            concurrent=True,
-            concurrent_why="transformers serve generates each request on its own thread",
+            concurrent=False,
+            concurrent_why="transformers serve (without --continuous-batching) generates one "
+            "request at a time: a second one waits on the server without a word after its "
+            "first chunk, and its read timeout can run out (measured with transformers 5.24)",
             reproducible=True,
             source="transformers/cli/serving/utils.py (_validate_request refuses unknown "
             "fields; _build_generation_config takes generation_config as JSON and sets "

@@ -181,7 +181,7 @@ def test_transformers_serve_is_told_to_sample_and_takes_top_k(server, no_leftove
     # transformers serve decodes greedily at any temperature unless its GenerationConfig
     # says do_sample, and refuses a top_k field: nbstream sends both in a generation_config.
     endpoint = server.endpoint()
-    assert endpoint.family == "transformers" and endpoint.concurrent
+    assert endpoint.family == "transformers"
 
     def answer(**settings: Any) -> nbstream.Generation:
         run = nbstream.stream(endpoint, None, STORY, max_new_tokens=24, **settings)
@@ -199,6 +199,20 @@ def test_transformers_serve_is_told_to_sample_and_takes_top_k(server, no_leftove
     assert narrow.record["settings"]["top_k"] == 1
     assert narrow.record["server"]["family"] == "transformers"
     assert narrow.record["settings_unconfirmed"] == {} and narrow.record["warnings"] == []
+
+
+def test_two_runs_on_transformers_serve_wait_their_turn_in_the_notebook(server, no_leftover_runs):
+    # transformers serve generates one request at a time: a second request got its first
+    # chunk, then nothing until the first was done (long enough, for a long first answer,
+    # to run out its read timeout). nbstream queues it instead, where it shows queued.
+    endpoint = server.endpoint()
+    assert endpoint.concurrent is False
+    first = nbstream.stream(endpoint, None, STORY, max_new_tokens=30, temperature=0)
+    until_text(first)
+    second = nbstream.stream(server.endpoint(), None, COLORS, max_new_tokens=5)
+    assert first.wait(180) and second.wait(180), second.error
+    assert second.metrics["queued_s"] > 0  # it waited for the first in the notebook
+    assert second.metrics["finish_reason"] == "length"
 
 
 def test_the_api_key_is_never_shown(server, fake, caplog, no_leftover_runs):
@@ -682,7 +696,8 @@ def test_the_server_says_what_it_is_once(fake, listing, family):
     before = fake.listings_served
     endpoint = nbstream.Endpoint(fake.url(scenario), "fake-model")
     assert endpoint.family == family
-    assert endpoint.concurrent is (family not in ("generic", "llama-cpp-python"))
+    # One at a time on the servers that do not serve two requests side by side.
+    assert endpoint.concurrent is (family not in ("generic", "llama-cpp-python", "transformers"))
     # Asked once per server: another Endpoint on it does not ask again.
     again = nbstream.Endpoint(fake.url(scenario), "fake-model")
     assert again.family == family

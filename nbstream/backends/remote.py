@@ -237,11 +237,13 @@ class Endpoint:
     (from this process): a second run waits ``queued``, first in first out, as runs on a
     local model do, and a ``CompareWidget``'s columns run one after the other.
     ``concurrent=True`` sends every run at once and lets the server schedule them. The
-    default (``None``) follows the server: at once on vLLM, SGLang, TGI, llama-server and
-    ``transformers serve``, which batch or queue requests themselves; one at a time on
-    llama-cpp-python's server, which ends the stream in progress when another request
-    arrives, and on a server nbstream cannot identify. A stream that ends early while
-    another request to the same server started says that this is the likely cause.
+    default (``None``) follows the server: at once on vLLM, SGLang, TGI and llama-server,
+    which batch requests or hold them for a free slot; one at a time on llama-cpp-python's
+    server, which ends the stream in progress when another request arrives, on
+    ``transformers serve``, which generates one request at a time and leaves a second one
+    silent until then (long enough for its read timeout to run out), and on a server
+    nbstream cannot identify. A stream that ends early while another request to the same
+    server started says that this is the likely cause.
 
     **Settings** map onto the request: ``max_new_tokens`` to ``max_tokens`` (nbstream's
     default of 256 when unset, as for a local model without one), ``temperature`` (0 is
