@@ -19,6 +19,7 @@ from typing import Any, overload
 import traitlets
 
 from ._display import chat_fallback_bundle
+from ._errors import input_checked
 from ._widget_base import RunWidget, error_summary
 from .conversation import Conversation, check_system, check_text
 from .generation import TERMINAL, Generation
@@ -77,6 +78,7 @@ class ChatWidget(RunWidget):
         self.system = self._conversation.system
 
     # -- Python API ---------------------------------------------------------------------------
+    @input_checked
     def generate(self, text: str, **settings: Any) -> Generation:
         """Add a user message; its answer streams into a new message. Returns the run.
 
@@ -109,10 +111,12 @@ class ChatWidget(RunWidget):
         super().send(content, buffers)
         return None
 
+    @input_checked
     def edit_last(self, text: str, **settings: Any) -> Generation:
         """Replace the last user message (and its answer) by ``text``, and answer it."""
         return self._send_turn(text, settings, replace_last=True)
 
+    @input_checked
     def regenerate(self, **settings: Any) -> Generation:
         """Answer the last user message again; the new answer replaces the old one."""
         with self._lock:
@@ -121,6 +125,7 @@ class ChatWidget(RunWidget):
             text = self._conversation.turns[-1].user
         return self._send_turn(text, settings, replace_last=True)
 
+    @input_checked
     def keep_partial(self, turn: int = -1) -> None:
         """Keep a cancelled or failed answer (the newest by default) in the ``history``.
 

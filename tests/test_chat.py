@@ -285,6 +285,25 @@ def test_bad_messages_start_nothing(chat):
     assert chat.run is None and chat.transcript == []
 
 
+def test_bad_input_from_code_points_at_the_callers_line(chat):
+    """As on StreamWidget (issue 19, item 10): the one line that says what to do comes
+    straight after the caller's own frame, not after the chat's and the engine's."""
+    import traceback
+
+    chat.generate("Hello")
+    chat.wait()
+    wait_threads()
+    calls = (lambda: chat.generate(""), lambda: chat.edit_last("  "),
+             lambda: chat.generate("Hi", max_tokens=3), lambda: chat.keep_partial(0))  # fmt: skip
+    for call in calls:
+        with pytest.raises((TypeError, ValueError)) as caught:
+            call()
+        frames = traceback.extract_tb(caught.value.__traceback__)
+        inside = [f for f in frames if "/nbstream/" in f.filename.replace("\\", "/")]
+        assert len(inside) == 1, [f"{f.filename}:{f.name}" for f in frames]
+    assert len(chat.transcript) == 2
+
+
 def test_a_conversation_over_the_context_is_an_error_before_generation(chat):
     long_turn = [user("word " * 9000), assistant("ok")]  # ~9,000 tokens; the context is 8,192
     chat.history = long_turn
