@@ -55,6 +55,9 @@ _MIN_WAKE_INTERVAL_S = 0.02
 _INTERRUPT_GRACE_S = 10.0
 #: Every thread nbstream starts for a run (its worker, its budget's timer) is named so.
 RUN_THREAD_PREFIX = "nbstream-run-"
+#: The reason a run gives when a KeyboardInterrupt (Ctrl-C, the kernel's interrupt button)
+#: reached the code following it.
+INTERRUPTED = "the kernel was interrupted (Ctrl-C or its interrupt button)"
 
 
 class GenerationError(Exception):
@@ -957,7 +960,7 @@ class Generation:
         except KeyboardInterrupt:
             # Ctrl-C (the kernel's interrupt) while following the run: stop it too, as
             # wait() does, rather than leave the model generating for nobody.
-            self.stop()
+            self.stop(INTERRUPTED)
             raise
         self._raise_for_end()
 
@@ -973,8 +976,12 @@ class Generation:
                 if ended:
                     break
                 await self._buffer.wait_for_more_async(seen)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            self.stop()  # the task following the run was cancelled: nobody reads it any more
+        except KeyboardInterrupt:
+            self.stop(INTERRUPTED)
+            raise
+        except asyncio.CancelledError:
+            # The task following the run was cancelled: nobody reads it any more.
+            self.stop("the task following it was cancelled")
             raise
         self._raise_for_end()
 
@@ -989,7 +996,7 @@ class Generation:
         try:
             finished = self._done.wait(timeout)
         except KeyboardInterrupt:
-            self.stop()
+            self.stop(INTERRUPTED)
             self._done.wait(_INTERRUPT_GRACE_S)
             raise
         if not finished:
