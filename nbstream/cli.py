@@ -1,4 +1,5 @@
-"""The terminal front end: ``python -m nbstream "prompt"``, ``chat`` and ``prepare``.
+"""The terminal front end: ``python -m nbstream "prompt"``, ``chat``, ``prepare`` and
+``doctor``.
 
 Streams with the same engine as the widgets, ends with the state and a metrics line, and
 exits non-zero when the run failed (1) or was cancelled (130, as for Ctrl-C).
@@ -25,9 +26,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="nbstream",
         description="Stream a language model's answer to the terminal. "
         "`nbstream chat` starts a conversation (see nbstream chat --help); "
-        "`nbstream prepare` converts the embedded default model ahead of time.",
+        "`nbstream prepare` converts the embedded default model ahead of time; "
+        "`nbstream doctor` checks what nbstream needs here.",
     )
-    parser.add_argument("prompt", help="the prompt (or `chat`, or `prepare`)")
+    parser.add_argument("prompt", help="the prompt (or `chat`, `prepare` or `doctor`)")
     parser.add_argument("--model", help="hub id or folder (default: the embedded SmolLM2-135M)")
     parser.add_argument("--max-new-tokens", type=int)
     parser.add_argument("--temperature", type=float)
@@ -51,10 +53,21 @@ def prepare() -> int:
     return 0
 
 
+def doctor() -> int:
+    """Print nbstream.doctor()'s report; exit 1 if it found a problem."""
+    from .doctor import doctor as check
+
+    checkup = check()
+    sys.stdout.write(f"{checkup}\n")
+    return 0 if checkup.ok else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["prepare"]:
         return prepare()
+    if args == ["doctor"]:
+        return doctor()
     if args[:1] == ["chat"]:
         # Imported here: the one-shot path does not need the chat's modules.
         from .terminal import main as chat

@@ -48,3 +48,20 @@ def test_a_missing_package_and_an_unconverted_model_say_what_to_do(monkeypatch, 
     model = checkup.finding("default model")
     assert model.status == WARN and "python -m nbstream prepare" in model.advice
     assert not checkup.ok
+
+
+def test_the_command_line_prints_the_same_report():
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbstream", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "✓ torch:" in proc.stdout and "✓ default model: ready in" in proc.stdout
+    assert "front end: not in a notebook kernel" in proc.stdout
