@@ -119,7 +119,9 @@ def test_stop_during_a_busy_cell_says_why_it_waits_and_when_it_will_act(lab):
     v = view(nb, 1)
     button(v, "Run").click()
     wait_status(v, "running")
-    wait_until(lambda: kval(nb, "len(w.run.partial_text)") > 0, STREAM_TIMEOUT, what="text streaming")
+    wait_until(
+        lambda: kval(nb, "len(w.run.partial_text)") > 0, STREAM_TIMEOUT, what="text streaming"
+    )
     nb.run_cell(2, wait=False)
     wait_until(lambda: nb.kernel_state().get("status") == "busy", 30, what="kernel busy")
     button(v, "Stop").click()
@@ -211,8 +213,10 @@ def test_edit_says_resend_and_the_button_is_named_resend(lab):
     box.fill("Hello again")
     resend.click()
     wait_until(
-        lambda: kval(nb, "[m['content'] for m in chat.history if m['role'] == 'user']")
-        == ["Hello again"],
+        lambda: (
+            kval(nb, "[m['content'] for m in chat.history if m['role'] == 'user']")
+            == ["Hello again"]
+        ),
         30,
         what="edited",
     )
@@ -253,7 +257,9 @@ _LINE_BREAKS = """(el) => {
 
 
 def tops(locator) -> list[float]:
-    return locator.evaluate_all("(els) => els.map((e) => Math.round(e.getBoundingClientRect().top))")
+    return locator.evaluate_all(
+        "(els) => els.map((e) => Math.round(e.getBoundingClientRect().top))"
+    )
 
 
 def test_layout_is_stable_and_text_wraps_between_words(lab):
@@ -290,7 +296,9 @@ def test_layout_is_stable_and_text_wraps_between_words(lab):
     ]
     metric = v.locator(".nbstream-metrics .nbstream-metric")
     expect(metric.first).to_be_visible()
-    assert all(n == 1 for n in metric.evaluate_all("(es) => es.map((e) => e.getClientRects().length)"))
+    assert all(
+        n == 1 for n in metric.evaluate_all("(es) => es.map((e) => e.getClientRects().length)")
+    )
     # Each answer has Copy answer: exactly the kernel's text.
     button(v.locator(".nbstream-message").nth(1), "Copy answer").click()
     answer = kval(nb, "chat.history[-1]['content']")
@@ -344,7 +352,9 @@ def test_four_compare_columns_lay_out_in_balanced_rows_with_compact_tools(lab):
     button(head, "Run all").click()
     roots = nb.cell(1).locator(".nbstream-column .nbstream")
     for i in range(4):
-        expect(roots.nth(i)).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+        expect(roots.nth(i)).to_have_attribute(
+            "data-status", "complete", timeout=STREAM_TIMEOUT * MS
+        )
     for width in (1280, 1000, 700):
         nb.page.set_viewport_size({"width": width, "height": 900})
         top = tops(nb.cell(1).locator(".nbstream-column"))
