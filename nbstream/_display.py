@@ -57,15 +57,37 @@ def _state(
     return status, _UNFINISHED
 
 
+#: How much of a reasoning model's thinking a plain-text fallback shows (the Markdown one
+#: folds all of it).
+THINKING_PREVIEW = 200
+
+
+def _thinking_parts(thinking: str, metrics: dict[str, Any]) -> tuple[str, str]:
+    """(plain, markdown) for a run's thinking: summarised in plain text, folded in Markdown
+    (a ``<details>`` block: closed on GitHub, nbviewer and in exported HTML)."""
+    tokens = metrics.get("thinking_tokens")
+    count = f", {tokens} token" + ("" if tokens == 1 else "s") if tokens is not None else ""
+    flat = " ".join(thinking.split())
+    preview = flat[:THINKING_PREVIEW] + ("…" if len(flat) > THINKING_PREVIEW else "")
+    plain = f"[Thinking{count}, not part of the answer: {preview}]"
+    markdown = (
+        f"<details><summary>Thinking{count} (not part of the answer)</summary>\n\n"
+        f"{thinking}\n\n</details>"
+    )
+    return plain, markdown
+
+
 def fallback_bundle(
     status: str,
     text: str,
     metrics: dict[str, Any] | None = None,
     error_info: dict[str, str] | None = None,
+    thinking: str | None = None,
 ) -> dict[str, str]:
     """``{"text/plain": ..., "text/markdown": ...}`` for a widget in ``status`` showing ``text``.
 
     ``status`` is ``"idle"`` for a widget that never ran; otherwise a run's state.
+    ``thinking`` (a reasoning model's) comes before the answer, summarised or folded.
     """
     if status == "idle":
         line = "nbstream · idle · no run yet"
@@ -76,6 +98,9 @@ def fallback_bundle(
     md_head = " · ".join(
         ["**nbstream**", f"**{state}**", *([f"*{note}*"] if note else []), *figures]
     )
+    if thinking:
+        plain_thinking, md_thinking = _thinking_parts(thinking, metrics or {})
+        plain_head, md_head = f"{plain_head}\n\n{plain_thinking}", f"{md_head}\n\n{md_thinking}"
     if not text:
         return {"text/plain": plain_head, "text/markdown": md_head}
     return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}

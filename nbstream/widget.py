@@ -137,7 +137,10 @@ class StreamWidget(RunWidget):
         # ended run is final, so a state read first never labels unfinished text complete).
         status = run.status
         text = run.partial_text
-        return status, fallback_bundle(status, text, run.metrics, error_summary(run.error))
+        bundle = fallback_bundle(
+            status, text, run.metrics, error_summary(run.error), thinking=run.thinking
+        )
+        return status, bundle
 
     def __repr__(self) -> str:
         # The default repr serializes every trait; this one stays cheap.

@@ -164,3 +164,16 @@ def test_the_split_does_not_depend_on_how_the_text_was_cut(data, thought, answer
     if not plain.lstrip().startswith("<think>"):
         # Text that does not open with the tag is the answer, untouched.
         assert _split(data.draw(cut(plain))) == ("", plain, False)
+
+
+def test_the_saved_output_shows_the_answer_with_the_thinking_folded(thinker):
+    w = nbstream.StreamWidget(*thinker, max_new_tokens=80)
+    w.generate("What is 2+2?")
+    w.wait()
+    _, bundle = w._fallback()
+    markdown, plain = bundle["text/markdown"], bundle["text/plain"]
+    tokens = w.run.metrics["thinking_tokens"]
+    assert markdown.endswith(f"</details>\n\n{ANSWER}")
+    assert f"<details><summary>Thinking, {tokens} tokens (not part of the answer)" in markdown
+    assert THOUGHT in markdown and "<think>" not in markdown
+    assert plain.endswith(ANSWER) and f"[Thinking, {tokens} tokens, not part" in plain
