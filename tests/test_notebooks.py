@@ -73,3 +73,10 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "more picks off the favourite at 1.3 than at 0.3: True" in outputs
         assert outputs.count(": complete\n") == 4
         assert "same seed, same answers: True" in outputs
+        # What the sliders do (run.distribution) and what if (run.branch, cw.divergence).
+        assert "every stage sums to 1: True" in outputs
+        assert "top-p kept no more than top-k: True" in outputs
+        assert "a lower temperature gives the favourite more: True" in outputs
+        assert "the branch starts with the kept tokens: True" in outputs
+        assert "rerun repeats the branch: True" in outputs
+        assert "before it they agree: True" in outputs
