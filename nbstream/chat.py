@@ -70,12 +70,33 @@ class ChatWidget(RunWidget):
     system = traitlets.Any(None, allow_none=True).tag(sync=True)
 
     def __init__(
-        self, model: Any = None, tokenizer: Any = None, system: str | None = None, **settings: Any
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        system: str | None = None,
+        *,
+        keep_thinking: bool = False,
+        **settings: Any,
     ) -> None:
+        if not isinstance(keep_thinking, bool):
+            raise TypeError(f"keep_thinking must be True or False, got {keep_thinking!r:.80}")
         # The turns and the rules of what the model gets, shared with the terminal chat.
-        self._conversation = Conversation(system)
+        self._conversation = Conversation(system, keep_thinking=keep_thinking)
         super().__init__(model, tokenizer, **settings)
         self.system = self._conversation.system
+
+    @property
+    def keep_thinking(self) -> bool:
+        """Whether a reasoning model's earlier thinking goes back to it in ``history`` (in
+        its tags, before each answer). Off by default: the model gets its answers only;
+        ``transcript`` keeps the thinking either way, under ``"thinking"``."""
+        return bool(self._conversation.keep_thinking)
+
+    @keep_thinking.setter
+    def keep_thinking(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"keep_thinking must be True or False, got {value!r:.80}")
+        self._conversation.keep_thinking = value
 
     # -- Python API ---------------------------------------------------------------------------
     @input_checked

@@ -156,9 +156,13 @@ class Conversation:
         >>> chat.history          # the system message, the question and its answer
     """
 
-    def __init__(self, system: str | None = None) -> None:
+    def __init__(self, system: str | None = None, *, keep_thinking: bool = False) -> None:
         self.system: Any = check_system(system)
         self.turns: list[Turn] = []
+        #: Whether a reasoning model's earlier thinking goes back to it in the history, in
+        #: its tags before the answer (for models trained to see it); by default only the
+        #: answers do.
+        self.keep_thinking = keep_thinking
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -171,29 +175,42 @@ class Conversation:
         for t in turns:
             if t.in_history:
                 history.append({"role": "user", "content": t.user})
-                history.append({"role": "assistant", "content": t.text})
+                history.append({"role": "assistant", "content": self._answer_of(t)})
         return history
+
+    def _answer_of(self, turn: Turn) -> str:
+        run = turn.run
+        if not self.keep_thinking or run is None:
+            return turn.text
+        thinking, tags = run.thinking, run.thinking_tags
+        if thinking is None or tags is None:
+            return turn.text
+        return f"{tags[0]}{thinking}{tags[1]}\n\n{turn.text}"
 
     @property
     def transcript(self) -> list[dict[str, Any]]:
         """Every message, in order, with the state of each answer.
 
         User messages are ``{"role": "user", "content", "in_history"}``; answers add
-        ``"status"`` and ``"kept"``. ``in_history``: whether the next answer gets it.
+        ``"status"`` and ``"kept"``, and ``"thinking"`` for an answer of a reasoning model
+        that thought (its thinking, kept apart from the content). ``in_history``: whether
+        the next answer gets it.
         """
         out: list[dict[str, Any]] = []
         for t in list(self.turns):
             status, text, used = t.status, t.text, t.in_history
             out.append({"role": "user", "content": t.user, "in_history": used})
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": text,
-                    "status": status,
-                    "kept": t.kept,
-                    "in_history": used,
-                }
-            )
+            answer = {
+                "role": "assistant",
+                "content": text,
+                "status": status,
+                "kept": t.kept,
+                "in_history": used,
+            }
+            thinking = t.run.thinking if t.run is not None else None
+            if thinking is not None:
+                answer["thinking"] = thinking
+            out.append(answer)
         return out
 
     def start(

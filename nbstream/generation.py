@@ -545,6 +545,12 @@ class Generation:
         return "".join(self._thinking_chunks)
 
     @property
+    def thinking_tags(self) -> tuple[str, str] | None:
+        """The tags this run looked for around a reasoning model's thinking (None: off)."""
+        thinker = self._thinker
+        return (thinker.open_tag, thinker.close_tag) if thinker is not None else None
+
+    @property
     def partial_text(self) -> str:
         """The text decoded so far (all of it once the run has ended)."""
         self._pump()

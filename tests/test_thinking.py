@@ -177,3 +177,16 @@ def test_the_saved_output_shows_the_answer_with_the_thinking_folded(thinker):
     assert f"<details><summary>Thinking, {tokens} tokens (not part of the answer)" in markdown
     assert THOUGHT in markdown and "<think>" not in markdown
     assert plain.endswith(ANSWER) and f"[Thinking, {tokens} tokens, not part" in plain
+
+
+def test_the_transcript_keeps_the_thinking_and_a_setting_sends_it_back(thinker):
+    chat = nbstream.ChatWidget(*thinker, max_new_tokens=80)
+    chat.generate("What is 2+2?")
+    chat.wait()
+    answer = chat.transcript[-1]
+    assert answer["content"] == ANSWER and answer["thinking"] == THOUGHT
+    assert chat.transcript[0].get("thinking") is None  # the user's message has none
+    chat.keep_thinking = True  # for a model trained to see its earlier thinking
+    assert chat.history[-1]["content"] == f"<think>{THOUGHT}</think>\n\n{ANSWER}"
+    with pytest.raises(TypeError, match="keep_thinking must be True or False"):
+        nbstream.ChatWidget(*thinker, keep_thinking="yes")
