@@ -39,8 +39,6 @@ def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -
         time.sleep(0.005)
 
 
-
-
 # -- the shaker ---------------------------------------------------------------------------------
 
 
@@ -495,3 +493,70 @@ def test_the_whole_text_is_not_rebuilt_per_chunk(monkeypatch, probe):
     assert run.wait(0).count("word") == 100
     # Built once per read of the whole text (the final decode, wait()), never per chunk.
     assert builds["n"] <= 5
+
+
+# -- a reasoning model's thinking and a branch's trace, shaken ----------------------------------
+
+THOUGHT = "Two and two make four; say it plainly."
+ANSWER = "Four."
+
+
+def _read_thinking(run: nbstream.Generation, problems: list[str]) -> None:
+    """While it streams: the thinking only grows, the answer never shows a tag."""
+    last_thinking = ""
+    while True:
+        done = run.done
+        thinking = run.thinking or ""
+        text = run.partial_text
+        if not thinking.startswith(last_thinking) or not THOUGHT.startswith(thinking):
+            problems.append(f"thinking went from {last_thinking!r} to {thinking!r}")
+        if "<" in text or not ANSWER.startswith(text):
+            problems.append(f"the answer showed {text!r}")
+        last_thinking = thinking
+        if done:
+            return
+
+
+def test_shaken_thinking_runs_keep_the_answer_and_the_thinking_apart(shaken):
+    from nbstream.testing import forced_model
+
+    model, tokenizer = forced_model(f"<think>{THOUGHT}</think>\n{ANSWER}")
+    problems: list[str] = []
+    for i in range(max(SHAKE_RUNS // 10, 5)):
+        run = nbstream.stream(model, tokenizer, "2+2?", max_new_tokens=60)
+        out: dict[str, Any] = {}
+        readers = [
+            threading.Thread(target=_read_thinking, args=(run, problems)),
+            threading.Thread(target=_iterate, args=(run, out)),
+        ]
+        for reader in readers:
+            reader.start()
+        run.wait(60)
+        for reader in readers:
+            reader.join(60)
+        if "".join(out.get("chunks", [])) != run.result or run.result != ANSWER:
+            problems.append(f"run {i}: chunks {out.get('chunks')!r}, result {run.result!r}")
+        if run.thinking != THOUGHT or run.metrics["thinking_tokens"] is None:
+            problems.append(f"run {i}: thinking {run.thinking!r}")
+    assert problems == [], problems[:10]
+
+
+def test_shaken_branch_traces_stay_aligned_with_their_tokens(tiny_line, shaken):
+    model, tokenizer = tiny_line
+    parent = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=12, alternatives=3)
+    parent.wait(60)
+    problems: list[str] = []
+    for i in range(max(SHAKE_RUNS // 20, 5)):
+        step = i % 6
+        branch = parent.branch(step, parent.trace[step].alternatives[1])
+        while True:
+            done = branch.done
+            trace = branch.trace or []
+            ids = branch.token_ids  # read after the trace: it can only be longer
+            if [s.id for s in trace] != ids[: len(trace)]:
+                problems.append(f"branch {i}: trace {[s.id for s in trace]} vs ids {ids}")
+            if done:
+                break
+        if [s.id for s in branch.trace] != branch.token_ids:
+            problems.append(f"branch {i}: the final trace is not aligned")
+    assert problems == [], problems[:10]
