@@ -55,6 +55,7 @@ Commands:
   /clear                 start a new conversation (the system message stays)
   /history               show what the model gets with the next message
   /keep                  keep the last stopped or failed answer in the conversation
+  /system [TEXT]         show the system message, or set it (/system - removes it)
   /save FILE             write the transcript, with each answer's state and run record (JSON)
   /settings [name=value ...]   show or change settings (name= unsets one), e.g.
                          /settings temperature=0.7 max_new_tokens=200 stop=["\\n\\n"]
@@ -383,10 +384,26 @@ class ChatSession:
             self.save(rest)
         elif name == "/settings":
             self.change_settings(rest.split())
+        elif name == "/system":
+            self.change_system(rest)
         else:
             raise _Refused(f"unknown command {name}; /help lists them (write // to send /...)")
         self.info.flush()
         return True
+
+    def change_system(self, text: str) -> None:
+        """``/system``: show the system message; ``/system TEXT`` sets it for the next
+        answers (checked as ChatWidget checks it); ``/system -`` removes it."""
+        if not text:
+            current = self.conversation.system
+            self.info.write(f"system: {current}\n" if current else "(no system message)\n")
+            return
+        try:
+            system = None if text == "-" else check_system(text)
+        except (TypeError, ValueError) as exc:
+            raise _Refused(str(exc)) from None
+        self.conversation.system = system
+        self.info.write("(the system message is removed)\n" if system is None else "(set)\n")
 
     def show_history(self) -> None:
         history = self.conversation.history

@@ -294,6 +294,23 @@ def test_settings_are_checked_as_everywhere(tiny_line_folder):
     quit_chat(child)
 
 
+def test_the_system_message_can_be_shown_changed_and_removed(tiny_line_folder, tmp_path):
+    child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "3", "--plain",
+                  "--system", "Be brief.")  # fmt: skip
+    assert "system: Be brief." in say(child, "/system")
+    assert "(set)" in say(child, "/system Answer in French.")
+    say(child, "Hello")
+    assert "removed" in say(child, "/system -")
+    assert "(no system message)" in say(child, "/system")
+    say(child, "Again")
+    path = tmp_path / "system.json"
+    say(child, f"/save {path}")
+    quit_chat(child)
+    first, second = answers(saved(path))
+    assert first["record"]["prompt"][0] == {"role": "system", "content": "Answer in French."}
+    assert second["record"]["prompt"][0]["role"] == "user"  # no system message any more
+
+
 def test_ctrl_c_twice_at_the_prompt_or_ctrl_d_quits(tiny_line_folder):
     child = spawn("--model", str(tiny_line_folder), "--max-new-tokens", "4", "--plain")
     child.sendintr()
