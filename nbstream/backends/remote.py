@@ -822,7 +822,7 @@ class RemoteJob:
         if self.text_chunks == 0:
             return "; no text came at all: the prompt may be longer than the server's " + (
                 f"context ({self._prompt_size()}); shorten it, or raise the server's context "
-                "size (llama.cpp and llama-cpp-python: --n_ctx / -c), and see its log"
+                "size (llama-cpp-python: --n_ctx; llama-server: --ctx-size), and see its log"
             )
         return " (see its log)"
 
