@@ -427,12 +427,18 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """Where the columns part: ``None`` while every column's token ids agree (or a
         column has no run yet), else ``(step, tokens)``: the first step at which the
         columns' token ids are not all equal, and each column's token id there, in column
-        order (``None`` for a column whose answer had already ended)."""
+        order (``None`` for a column whose answer had already ended). While columns stream,
+        only the steps each of them has reached count."""
         runs = [column.run for column in self._columns]
         if any(run is None for run in runs):
             return None
+        # Done first, then the ids: a run read as done has all its tokens in what follows.
+        done = [run.done for run in runs if run is not None]
         answers = [run.token_ids for run in runs if run is not None]
-        longest = max((len(ids) for ids in answers), default=0)
+        # A column still queued or running may yet add tokens: only the steps every such
+        # column has reached are known (a column that ended shorter has None there).
+        going = [len(ids) for ids, ended in zip(answers, done, strict=True) if not ended]
+        longest = min(going) if going else max((len(ids) for ids in answers), default=0)
         for step in range(longest):
             tokens = [ids[step] if step < len(ids) else None for ids in answers]
             if len(set(tokens)) > 1:

@@ -124,8 +124,10 @@ class Distribution:
         for stage, off in (("top_k", 0), ("top_p", 1.0)):
             value = self.settings[stage]
             label = _LABELS[stage]
-            if value == off or temperature == 0:
+            if value == off:
                 parts.append(f"{label} off")
+            elif temperature == 0:
+                parts.append(f"{label} {value:g} changes nothing after greedy")
             else:
                 kept = self.kept(stage)
                 parts.append(f"{label} {value:g} keeps {kept:,} of {self.size:,} tokens")

@@ -57,7 +57,7 @@ _INTERRUPT_GRACE_S = 10.0
 RUN_THREAD_PREFIX = "nbstream-run-"
 #: The reason a run gives when a KeyboardInterrupt (Ctrl-C, the kernel's interrupt button)
 #: reached the code following it.
-INTERRUPTED = "the kernel was interrupted (Ctrl-C or its interrupt button)"
+INTERRUPTED = "interrupted (Ctrl-C, or the kernel's interrupt button)"
 
 
 class GenerationError(Exception):
@@ -1088,7 +1088,6 @@ class Generation:
         return f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
 
 
-@input_checked
 def _thinking_splitter(job: Any, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
     """The splitter for a run's thinking: its tags (the setting, else the job's, else the
     usual ``<think>``/``</think>``), starting inside when the prompt opened the thinking."""
@@ -1103,6 +1102,7 @@ def _thinking_splitter(job: Any, settings: Mapping[str, Any]) -> ThinkingSplitte
     return ThinkingSplitter(open_tag, close_tag, inside=inside)
 
 
+@input_checked
 def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
     """Start generating ``prompt`` on a background thread and return the run at once.
 

@@ -502,11 +502,17 @@ def model_and_tokenizer(model: Any, tokenizer: Any) -> tuple[Any, Any]:
     ``None`` is the embedded default model; a hub id or a folder (a string or a path) is
     loaded with :func:`load_model`; anything else is taken as given.
     """
+    if isinstance(model, str) and "://" in model:
+        raise ValueError(
+            f"{model!r} is a URL: a model on a server is nbstream.Endpoint(url, model_name), "
+            "passed as the model"
+        )
     if model is None or isinstance(model, (str, os.PathLike)):
         if tokenizer is not None:
+            given = "no model" if model is None else "a name or a folder"
             raise TypeError(
-                "a tokenizer goes with a loaded model; given a name or a folder, nbstream "
-                "loads both (drop the tokenizer, or pass the model object)"
+                f"a tokenizer goes with a loaded model; given {given}, nbstream loads the "
+                "model and its tokenizer (drop the tokenizer, or pass the model object too)"
             )
         return load_model(model)
     return model, tokenizer

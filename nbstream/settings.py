@@ -25,8 +25,8 @@ SETTINGS: dict[str, str] = {
     "expect": "'json': the run completes only if its final text parses as JSON (run.value)",
     "alternatives": "int 0..100: capture run.trace, each token's probability and the model's "
     "top k candidates (0: off; local models only)",
-    "thinking_tags": "[open, close]: the tags around a reasoning model's thinking (default: "
-    "the tokenizer's, else <think> and </think>); [] turns detection off",
+    "thinking_tags": "[open, close]: the tags around a reasoning model's thinking at the start "
+    "of an answer (default: <think> and </think>); [] turns detection off",
     "enable_thinking": "passed to a chat template that takes it (Qwen3, SmolLM3...): "
     "whether the model thinks before answering",
 }

@@ -79,7 +79,12 @@ def forced_model(text: str) -> tuple[Any, Any]:
     def force(module: Any, args: Any, kwargs: Any, output: Any) -> Any:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         if input_ids is not None and input_ids.shape[1] > 1:
-            state["step"] = 0  # a prefill: a new run starts
+            # A prefill: a new run starts, after as much of the text as its input already
+            # ends with (a branch's forced tokens), so it goes on from there.
+            ids = input_ids[0].tolist()
+            state["step"] = max(
+                (k for k in range(1, len(targets)) if ids[-k:] == targets[:k]), default=0
+            )
         target = targets[min(state["step"], len(targets) - 1)]
         state["step"] += 1
         last = output.logits[:, -1, :]

@@ -90,8 +90,10 @@ class StreamWidget(RunWidget):
 
     @input_checked
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """Continue the widget's last run as if it had taken ``token`` at ``step``
-        (see :meth:`nbstream.Generation.branch`); the branch streams into the widget.
+        """Continue the widget's last run (its answer, or the branch shown since) as if it
+        had taken ``token`` at ``step`` (see :meth:`nbstream.Generation.branch`); the branch
+        streams into the widget. A branch of a branch is kept too; each one's
+        ``branch_info["parent"]`` says which run it left.
 
         ``settings`` override the run's own for the branch. Each branch made since the
         last :meth:`generate` is kept in :attr:`branches`. Raises ``RuntimeError`` while a
@@ -106,8 +108,9 @@ class StreamWidget(RunWidget):
 
     @property
     def branches(self) -> list[Generation]:
-        """Every branch made (with :meth:`branch`) from this widget's current answer, in
-        the order made; each one's ``branch_info`` says where it left its parent."""
+        """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`,
+        in the order made; each one's ``branch_info`` says where it left its parent (the
+        answer, or an earlier branch)."""
         return list(self._branches)
 
     # -- from the views -----------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_a_branch_on_the_end_token_ends_there(tiny_line):
         (lambda run: run.branch(-1, 1), ValueError, "not a step"),
         (lambda run: run.branch(0, "red"), TypeError, "token must be a token id"),
         (lambda run: run.branch(0, 10**9), ValueError, "is not a token of this model"),
-        (lambda run: run.branch(3, 1, max_new_tokens=4), ValueError, "leaves no room"),
+        (lambda run: run.branch(3, 1, max_new_tokens=3), ValueError, "leaves no room"),
         (lambda run: run.branch(0, 1, temperature=-1), ValueError, "temperature must be"),
         (lambda run: run.distribution(0, top_p=2), ValueError, "top_p must be in"),
         (lambda run: run.distribution(4), ValueError, "steps 0 to 3"),
@@ -263,3 +263,42 @@ def test_divergence_is_the_first_step_where_the_columns_part(tiny_line):
     assert all(run_ids[:step] == ids[0][:step] for run_ids in ids)
     assert tokens == [run_ids[step] if step < len(run_ids) else None for run_ids in ids]
     assert len(set(tokens)) > 1
+
+
+def test_divergence_counts_only_the_steps_every_streaming_column_has_reached(tiny_line, probe):
+    """Columns on one model queue: a column still queued has no tokens yet, which is not
+    'its answer ended'."""
+    model, tokenizer = tiny_line
+    p = probe(model)
+    p.on_call = lambda calls: p.hold() if calls == 4 else None
+    cw = nbstream.CompareWidget(
+        model, tokenizer, "Hi", settings=[{"temperature": 0}, {"temperature": 0}],
+        max_new_tokens=8,
+    )  # fmt: skip
+    cw.generate()
+    try:
+        assert p.held.wait(60)
+        # The first column holds the model mid-answer; the second is queued.
+        assert cw.divergence is None
+    finally:
+        p.release()
+    cw.wait(60)
+    assert cw.divergence is None  # greedy both: the same tokens
+
+
+def test_a_branch_at_the_last_step_of_a_length_cut_answer_ends_at_once(tiny_line):
+    run = nbstream.stream(*tiny_line, "Hi", max_new_tokens=4)
+    run.wait(60)
+    assert run.metrics["finish_reason"] == "length"
+    branch = run.branch(3, run.trace[3].alternatives[1] if run.trace else 7)
+    branch.wait(60)
+    assert branch.status == "complete" and branch.metrics["finish_reason"] == "length"
+    assert branch.token_ids[:3] == run.token_ids[:3] and len(branch.token_ids) == 4
+
+
+def test_filters_asked_of_a_greedy_step_say_they_change_nothing(parent):
+    d = parent.distribution(2, top_k=5, top_p=0.5)
+    assert d.settings["temperature"] == 0.0 and d.kept("top_p") == 1
+    words = d.describe()
+    assert "top-k 5 changes nothing after greedy" in words
+    assert "top-p 0.5 changes nothing after greedy" in words

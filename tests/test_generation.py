@@ -278,7 +278,7 @@ def test_keyboard_interrupt_in_wait_stops_the_run(tiny_line):
     assert run.metrics["tokens"] < LONG
     assert run.result is None
     # The run says why, in its message and its record.
-    assert run.cancel_reason == "the kernel was interrupted (Ctrl-C or its interrupt button)"
+    assert run.cancel_reason == "interrupted (Ctrl-C, or the kernel's interrupt button)"
     assert run.record["cancel_reason"] == run.cancel_reason
 
 

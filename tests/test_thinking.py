@@ -190,3 +190,23 @@ def test_the_transcript_keeps_the_thinking_and_a_setting_sends_it_back(thinker):
     assert chat.history[-1]["content"] == f"<think>{THOUGHT}</think>\n\n{ANSWER}"
     with pytest.raises(TypeError, match="keep_thinking must be True or False"):
         nbstream.ChatWidget(*thinker, keep_thinking="yes")
+
+
+def test_a_branch_past_the_thinking_stops_at_a_stop_string_in_its_answer():
+    """The close tag is in the branch's forced tokens: the generating side must still find
+    where the answer starts, or a stop string would not halt the model (only the reader's
+    side would cut the text, after max_new_tokens of work)."""
+    said = "The answer is 4, and that is all there is to say about it, really."
+    text = f"<think>{THOUGHT}</think>\n\n{said} END and then a great deal more"
+    model, tokenizer = forced_model(text + " filler" * 200)
+    run = nbstream.stream(model, tokenizer, "2+2?", max_new_tokens=400)
+    run.wait(60)
+    ids = run.token_ids
+    thought = len(tokenizer.encode(f"<think>{THOUGHT}</think>", add_special_tokens=False))
+    # Far enough past the close tag that the newest few tokens no longer show it.
+    step = thought + 14
+    branch = run.branch(step, ids[step], stop=["END"])
+    branch.wait(60)
+    assert branch.result == f"{said} " and branch.thinking == THOUGHT
+    # The model was halted at the stop string, not run on to max_new_tokens.
+    assert branch.metrics["finish_reason"] == "stop" and branch.metrics["tokens"] < 60

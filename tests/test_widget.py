@@ -583,8 +583,13 @@ def test_bad_input_from_code_points_at_the_callers_line(tiny):
     import traceback
 
     w = nbstream.StreamWidget(*tiny)
-    for call in (lambda: w.generate(""), lambda: nbstream.stream(*tiny, "")):
-        with pytest.raises(ValueError, match="prompt is empty") as caught:
+    calls = (
+        lambda: w.generate(""),
+        lambda: nbstream.stream(*tiny, ""),
+        lambda: nbstream.stream(*tiny, "Hi", temperature=-1),
+    )
+    for call in calls:
+        with pytest.raises(ValueError, match="prompt is empty|temperature must be") as caught:
             call()
         frames = traceback.extract_tb(caught.value.__traceback__)
         inside = [f for f in frames if "/nbstream/" in f.filename.replace("\\", "/")]
@@ -610,6 +615,10 @@ def test_a_model_name_is_loaded_and_a_missing_one_says_where_it_looked(tmp_path,
         nbstream.stream("no-such-owner/no-such-model", None, "Hi")
     with pytest.raises(TypeError, match="a tokenizer goes with a loaded model"):
         nbstream.StreamWidget("no-such-owner/no-such-model", object())
+    with pytest.raises(TypeError, match="given no model"):
+        nbstream.StreamWidget(tokenizer=object())
+    with pytest.raises(ValueError, match=r"is a URL: a model on a server is nbstream.Endpoint"):
+        nbstream.StreamWidget("http://127.0.0.1:8000/v1")
 
 
 def test_a_widget_given_a_folder_loads_the_model_in_it(tiny, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from typing import Any
 
@@ -54,6 +55,7 @@ class _StopStringWatch:
         self._thinking = thinking
         self._answer_from: int | None = None if thinking else prompt_tokens
         self._inside = bool(thinking and thinking[2])
+        self._scanned = False
         self._stops = tuple(stops)
         self._last_chars = frozenset(stop[-1] for stop in stops)
         # Some decoders (SentencePiece's) drop the leading space of a lone token's text, so
@@ -91,22 +93,41 @@ class _StopStringWatch:
         assert self._thinking is not None
         open_tag, close_tag, _ = self._thinking
         length = int(input_ids.shape[1])
+        ids = input_ids[0, self._prompt_tokens :].tolist()
         if not self._inside:
-            # Has the answer begun with the open tag? Only its first few tokens decide.
-            text = self._tokenizer.decode(
-                input_ids[0, self._prompt_tokens :].tolist(), **DECODE_OPTIONS
-            ).lstrip()
+            # Has the answer begun with the open tag? Only its first few tokens decide (a
+            # branch's forced tokens are all there at the first step).
+            text = self._tokenizer.decode(ids, **DECODE_OPTIONS).lstrip()
             if text.startswith(open_tag):
                 self._inside = True
             elif open_tag.startswith(text):
                 return None  # undecided (nothing yet, or part of the tag)
             else:
                 return self._prompt_tokens  # no thinking: the answer starts at once
+        if not self._scanned:
+            # The first look inside: the close tag may be anywhere in what is already there
+            # (a branch's forced tokens), not only in the newest few.
+            self._scanned = True
+            if close_tag in self._tokenizer.decode(ids, **DECODE_OPTIONS):
+                return self._prompt_tokens + self._tokens_through(ids, close_tag)
+            return None
         window = len(close_tag.encode("utf-8")) + 2
         tail = self._tokenizer.decode(
             input_ids[0, max(self._prompt_tokens, length - window) :].tolist(), **DECODE_OPTIONS
         )
         return length if close_tag in tail else None
+
+    def _tokens_through(self, ids: list[int], tag: str) -> int:
+        """How many of ``ids`` it takes for their text to contain ``tag`` (it does for all
+        of them): a binary search, a few decodes."""
+        low, high = 1, len(ids)
+        while low < high:
+            middle = (low + high) // 2
+            if tag in self._tokenizer.decode(ids[:middle], **DECODE_OPTIONS):
+                high = middle
+            else:
+                low = middle + 1
+        return low
 
 
 def _stop_criteria(control: RunControl, watch: _StopStringWatch | None = None) -> Any:
@@ -303,7 +324,7 @@ class LocalBackend:
                 context,
             )
 
-        if len(prefix) >= effective["max_new_tokens"]:
+        if len(prefix) > effective["max_new_tokens"]:
             raise ValueError(
                 f"the branch keeps {len(prefix)} tokens, which leaves no room under "
                 f"max_new_tokens={effective['max_new_tokens']}; pass a larger max_new_tokens"
@@ -481,6 +502,8 @@ class LocalJob:
             inputs, streamer = self._start_from_prefix(inputs, buffer)
             if self.prefix_ids[-1] in self.backend._eos_ids():
                 return "eos"  # the chosen token ends the answer: nothing to generate
+            if self.kwargs["max_new_tokens"] <= 0:
+                return "length"  # the forced tokens fill max_new_tokens
         kwargs = dict(self.kwargs)
         seed = self.seed
         if seed is not None and kwargs.get("do_sample"):
@@ -538,10 +561,15 @@ class LocalJob:
         device = getattr(model, "device", None) or prompt.device
         answer = torch.tensor([list(answer_ids)], dtype=prompt.dtype)
         ids = torch.cat((prompt, answer), dim=-1).to(device)
+        rows = len(answer_ids) - first + 1
+        options: dict[str, Any] = {}
+        if "logits_to_keep" in inspect.signature(running_module(model).forward).parameters:
+            # Only the rows asked for: all of them would be a (length x vocabulary) tensor,
+            # gigabytes for a long prompt and a large vocabulary.
+            options["logits_to_keep"] = rows
         with torch.no_grad():
-            output = model(input_ids=ids, attention_mask=torch.ones_like(ids))
-        start = int(prompt.shape[-1]) - 1 + first
-        return output.logits[0, start:]
+            output = model(input_ids=ids, attention_mask=torch.ones_like(ids), **options)
+        return output.logits[0, -rows:]
 
     def _start_from_prefix(self, inputs: dict[str, Any], buffer: TokenBuffer) -> tuple[Any, Any]:
         """Put the prefix's tokens into the run as its first tokens (readers see them at
