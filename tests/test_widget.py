@@ -589,7 +589,7 @@ def test_bad_input_from_code_points_at_the_callers_line(tiny):
         lambda: nbstream.stream(*tiny, "Hi", temperature=-1),
     )
     for call in calls:
-        with pytest.raises(ValueError, match="prompt is empty|temperature must be") as caught:
+        with pytest.raises(ValueError, match=r"prompt is empty|temperature must be") as caught:
             call()
         frames = traceback.extract_tb(caught.value.__traceback__)
         inside = [f for f in frames if "/nbstream/" in f.filename.replace("\\", "/")]
