@@ -7,8 +7,8 @@ main shell (``time.sleep(30)``, ``w.wait()``). But ipykernel routes a comm's inc
 messages to the subshell from which the kernel last *published* on that comm (the
 ``subshell_id`` in the header of the parent of that publication; see ``BaseComm.publish_msg``
 and ``shell_channel_thread_main`` in ipykernel 7). Everything a widget publishes from a cell,
-or from its view thread (whose parent falls back to the main shell's last request), carries
-no subshell, so every click waited for the busy cell.
+or from its view thread (whose parent falls back to that of the last request any shell
+handled, usually a cell's), carries no subshell, so every click waited for the busy cell.
 
 :class:`PageRoute` remembers the parent of the last message a page sent on the comm (its
 header names the page's subshell) and publishes the widget's comm messages under it. The
@@ -21,12 +21,26 @@ reads first), never through ``Kernel.set_parent``, which would also change the p
 other threads fall back on. Where any of this is missing (an older ipykernel, a front end
 without subshells: VS Code, JupyterLite, classic Notebook, the setting off) nothing changes;
 the page then says a click is waiting for the kernel.
+
+Two consequences are handled here:
+
+- A subshell can go away (JupyterLab's ``perComm`` mode closes a comm's subshell with its
+  page; a second window may have been the one that clicked). Messages routed to a subshell
+  that no longer exists are dropped by ipykernel, so the saved parent is used only while its
+  subshell is listed; otherwise the widget publishes as before and learns the page's next
+  subshell from its next message.
+- Handling a message sets the parent that the print and display streams fall back on, for
+  every thread without one of its own. On a subshell while a cell runs, that would send the
+  prints of the cell's own background threads to the click's message, which no cell shows.
+  So after a page's message handled on a subshell thread, those streams get back the parent
+  of the cell that last started (:meth:`PageRoute.handled`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -34,6 +48,29 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 __all__ = ["PageRoute"]
+
+
+# The parent of the cell that last started (its execute_request), kept by an IPython
+# pre_run_cell hook: what the print and display streams go back to (see the module).
+_cell: dict[str, Any] = {}
+_hook_lock = threading.Lock()
+
+
+def _remember_cells(kernel: Any) -> None:
+    """Register, once per process, the hook that keeps the running cell's parent."""
+    shell = getattr(kernel, "shell", None)
+    events = getattr(shell, "events", None)
+    with _hook_lock:
+        if events is None or _cell.get("hooked") is shell:
+            return
+        _cell["hooked"] = shell
+
+        def started(*_args: Any) -> None:
+            with contextlib.suppress(Exception):
+                _cell["parent"] = kernel.get_parent("shell")
+
+        events.register("pre_run_cell", started)
+        started()  # the cell running now (the one creating the widget)
 
 
 class PageRoute:
@@ -66,13 +103,35 @@ class PageRoute:
             and isinstance(header.get("subshell_id"), str)
         ):
             self._parent = parent
+            _remember_cells(kernel)
+
+    def handled(self, comm: Any) -> None:
+        """Called after a message from the page was handled: on a subshell's thread, give
+        the print and display streams back the running cell's parent (see the module)."""
+        if threading.current_thread() is threading.main_thread():
+            return
+        cell = _cell.get("parent")
+        shell = getattr(getattr(comm, "kernel", None), "shell", None)
+        set_parent = getattr(shell, "set_parent", None)
+        if cell is None or set_parent is None:
+            return
+        try:
+            set_parent(cell)
+        except Exception:  # an unusual shell: outputs keep ipykernel's own routing
+            logger.debug("could not give the streams back the cell's parent", exc_info=True)
 
     @contextlib.contextmanager
     def publishing(self, comm: Any) -> Iterator[None]:
         """Comm messages sent inside carry the page's parent (and so its subshell)."""
         parent = self._parent
-        var = getattr(getattr(comm, "kernel", None), "_shell_parent", None)
+        kernel = getattr(comm, "kernel", None)
+        var = getattr(kernel, "_shell_parent", None)
         if parent is None or not isinstance(var, ContextVar):
+            yield
+            return
+        if not _subshell_exists(kernel, parent["header"]["subshell_id"]):
+            # Gone (its page closed): routing there would drop the page's messages.
+            self._parent = None
             yield
             return
         token = var.set(parent)
@@ -80,3 +139,14 @@ class PageRoute:
             yield
         finally:
             var.reset(token)
+
+
+def _subshell_exists(kernel: Any, subshell_id: str) -> bool:
+    manager = getattr(getattr(kernel, "shell_channel_thread", None), "manager", None)
+    listed = getattr(manager, "list_subshell", None)
+    if listed is None:
+        return False
+    try:
+        return subshell_id in listed()
+    except Exception:
+        return False

@@ -482,6 +482,12 @@ class RunWidget(anywidget.AnyWidget):
         # Possibly on a subshell's thread, while a cell runs on the main one: every branch
         # below only takes the widget's lock (a stop not even that) and sends comm messages.
         self._route.note(self.comm)
+        try:
+            self._handle_view_message(content)
+        finally:
+            self._route.handled(self.comm)
+
+    def _handle_view_message(self, content: Any) -> None:
         if not isinstance(content, dict):
             return
         kind = content.get("type")

@@ -616,6 +616,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         # Possibly on a subshell's thread while a cell runs (see nbstream._route).
         self._header.route.note(self._header.comm)
+        try:
+            self._handle_header_message(content)
+        finally:
+            self._header.route.handled(self._header.comm)
+
+    def _handle_header_message(self, content: Any) -> None:
         if not isinstance(content, dict):
             return
         kind = content.get("type")

@@ -227,7 +227,7 @@ def test_messages_from_the_kernel() -> None:
 
 PAGE_TO_KERNEL = {
     # heading in PROTOCOL.md: (the kernel's handlers, the JS mirror or None)
-    "Page to kernel: every RunWidget view": ([RunWidget._handle_message], None),
+    "Page to kernel: every RunWidget view": ([RunWidget._handle_view_message], None),
     "Page to kernel: StreamWidget": (
         [StreamWidget._on_view_message],
         ("widget.js", "Page to kernel: every RunWidget view"),
@@ -236,7 +236,10 @@ PAGE_TO_KERNEL = {
         [ChatWidget._on_view_message],
         ("chat.js", "Page to kernel: every RunWidget view"),
     ),
-    "Page to kernel: CompareWidget header": ([CompareWidget._handle_message], ("compare.js", None)),
+    "Page to kernel: CompareWidget header": (
+        [CompareWidget._handle_header_message],
+        ("compare.js", None),
+    ),
 }
 
 

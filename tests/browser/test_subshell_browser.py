@@ -38,8 +38,22 @@ def _start_streaming(nb, v) -> None:
     wait_until(lambda: kval(nb, "len(w.run.partial_text)") > 0, STREAM_TIMEOUT, what="text")
 
 
+# The blocking cell starts a thread of its own that prints once the run is over: its print
+# must land in this cell although the Stop that ended the run was handled meanwhile (on a
+# subshell), which resets where threads' prints go.
+BLOCKING = (
+    "def late():\n"
+    "    while not w.run.done:\n"
+    "        time.sleep(0.01)\n"
+    "    print('printed by a thread after the stop')\n"
+    "threading.Thread(target=late).start()\n"
+    "block.wait(600)\n"
+    "'unblocked'"
+)
+
+
 def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
-    nb = lab.open_notebook([SETUP, SLOW, "block.wait(600)\n'unblocked'"])
+    nb = lab.open_notebook([SETUP, SLOW, BLOCKING])
     nb.run_cell(0)
     nb.run_cell(1)
     v = view(nb, 1)
@@ -64,7 +78,9 @@ def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
 
     nb.kernel_eval("block.set()")
     nb.wait_cell(2)
-    assert "unblocked" in nb.output(2)  # the cell's own output went to the cell
+    # The cell's own outputs went to the cell: its result, and its thread's print.
+    assert "unblocked" in nb.output(2)
+    assert "printed by a thread after the stop" in nb.output(2)
     # A run started after the blocking cell ended completes as usual.
     nb.kernel_eval("w.generate(max_new_tokens=4) and None")
     wait_status(v, "complete")
