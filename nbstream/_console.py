@@ -18,8 +18,16 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:.2f} s"
 
     rate = metrics.get("tokens_per_s")
+    tokens = metrics.get("tokens")
+    chunks = metrics.get("text_chunks")
+    if tokens is not None:
+        count = f"{tokens} tokens"
+    elif chunks is not None:  # a server that sent no usage: pieces of text, not tokens
+        count = f"{chunks} chunks (no token count)"
+    else:
+        count = "- tokens"
     parts = [
-        f"{metrics.get('tokens') if metrics.get('tokens') is not None else '-'} tokens",
+        count,
         f"first token {seconds(metrics.get('ttft_s'))}",
         f"{rate:.1f} tok/s" if rate is not None else "- tok/s",
         f"elapsed {seconds(metrics.get('elapsed_s'))}",

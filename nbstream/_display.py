@@ -28,8 +28,11 @@ CUT = "stopped at max_new_tokens"
 def _figures(metrics: dict[str, Any]) -> list[str]:
     parts = []
     tokens = metrics.get("tokens")
+    chunks = metrics.get("text_chunks")
     if tokens is not None:
         parts.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
+    elif chunks is not None:  # a server that sent no usage: pieces of text, not tokens
+        parts.append(f"{chunks} chunk" + ("" if chunks == 1 else "s") + " (no token count)")
     elapsed = metrics.get("elapsed_s")
     if elapsed is not None:
         parts.append(f"{elapsed:.1f} s")

@@ -1076,10 +1076,10 @@ class Generation:
         preview = text[:40] + ("…" if len(text) > 40 else "")
         elapsed = metrics["elapsed_s"]
         elapsed_txt = f"{elapsed:.1f}s" if elapsed is not None else "-"
-        return (
-            f"<Generation {self._status} tokens={metrics['tokens']} elapsed={elapsed_txt} "
-            f"text={preview!r}>"
-        )
+        count = f"tokens={metrics['tokens']}"
+        if metrics["tokens"] is None and metrics.get("text_chunks") is not None:
+            count = f"chunks={metrics['text_chunks']} (no token count)"
+        return f"<Generation {self._status} {count} elapsed={elapsed_txt} text={preview!r}>"
 
     def _repr_markdown_(self) -> str:
         text = self.partial_text

@@ -799,6 +799,13 @@ def test_without_usage_tokens_are_none_and_the_metrics_say_why(fake, no_leftover
     assert metrics["chunks"] == len(PIECES) + 2  # and the opening and closing events
     assert "include_usage" in metrics["tokens_note"]
     assert "3 chunks of text (chunks are not tokens)" in metrics["tokens_note"]
+    # Everywhere the count is shown, it says chunks, never "tokens=None".
+    from nbstream._console import format_metrics
+    from nbstream._display import fallback_bundle
+
+    assert format_metrics(metrics).startswith("3 chunks (no token count) · ")
+    assert "3 chunks (no token count)" in repr(run)
+    assert "3 chunks (no token count)" in fallback_bundle("complete", "x", metrics)["text/plain"]
     with_usage = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "fake-model"), None, "Hi")
     assert with_usage.wait(60)
     assert with_usage.metrics["tokens"] == USAGE["completion_tokens"]
