@@ -804,7 +804,7 @@ def test_without_usage_tokens_are_none_and_the_metrics_say_why(fake, no_leftover
     from nbstream._display import fallback_bundle
 
     assert format_metrics(metrics).startswith("3 chunks (no token count) · ")
-    assert "3 chunks (no token count)" in repr(run)
+    assert "chunks=3 (no token count)" in repr(run)
     assert "3 chunks (no token count)" in fallback_bundle("complete", "x", metrics)["text/plain"]
     with_usage = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "fake-model"), None, "Hi")
     assert with_usage.wait(60)
