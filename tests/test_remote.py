@@ -243,7 +243,16 @@ def test_the_api_key_is_never_shown(server, fake, caplog, no_leftover_runs):
 # -- the fake server: faults on demand ------------------------------------------------------
 
 
-def event(content: str | None = None, finish: str | None = None, usage: Any = None) -> bytes:
+def event(
+    content: str | None = None,
+    finish: str | None = None,
+    usage: Any = None,
+    reasoning: str | None = None,
+    field: str = "reasoning_content",
+) -> bytes:
+    delta: dict[str, Any] = {} if content is None else {"content": content}
+    if reasoning is not None:  # a reasoning parser's separate field (vLLM, SGLang, DeepSeek)
+        delta[field] = reasoning
     chunk: dict[str, Any] = {
         "id": "fake",
         "object": "chat.completion.chunk",
@@ -252,7 +261,7 @@ def event(content: str | None = None, finish: str | None = None, usage: Any = No
         "choices": [
             {
                 "index": 0,
-                "delta": {} if content is None else {"content": content},
+                "delta": delta,
                 "finish_reason": finish,
             }
         ],
@@ -263,6 +272,7 @@ def event(content: str | None = None, finish: str | None = None, usage: Any = No
 
 
 PIECES = ["Hello", ",", " wor"]
+REASONING = ["The user wants 2+2. ", "That is 4; STOP here is ", "not the end."]
 #: What each family's server answers GET /models with (the shapes of their own schemas).
 LISTINGS: dict[str, Any] = {
     "vllm": {
@@ -368,6 +378,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         pieces = {"json": ['{"a": ', "[1, 2]}"]}.get(scenario, PIECES)
         self.chunk(event())  # the role-only opening event, as servers send
+        if scenario in ("reasoning", "reasoning-vllm"):
+            # The thinking in its own field, the answer in content (a JSON one, with a stop
+            # string inside the thinking that must not end the run).
+            field = "reasoning" if scenario == "reasoning-vllm" else "reasoning_content"
+            for piece in REASONING:
+                self.chunk(event(reasoning=piece, field=field))
+            pieces = ['{"answer": ', "4}"]
         for piece in pieces:
             self.chunk(event(piece))
         if scenario == "drop":
@@ -388,7 +405,9 @@ class Handler(BaseHTTPRequestHandler):
         elif scenario == "nousage":  # a server that ignores stream_options.include_usage
             self.chunk(event(finish="stop"))
             self.chunk(b"data: [DONE]\n\n")
-        elif scenario in ("ok", "json", "length", "filter") or scenario.startswith("finish-"):
+        elif scenario in ("ok", "json", "length", "filter", "reasoning", "reasoning-vllm") or (
+            scenario.startswith("finish-")
+        ):
             finish = {"length": "length", "filter": "content_filter"}.get(scenario, "stop")
             if scenario.startswith("finish-"):  # finish-<the server's finish_reason>
                 finish = scenario.removeprefix("finish-")
@@ -1088,3 +1107,26 @@ def test_a_malformed_event_fails_the_run(before, bad, data):
     assert isinstance(run.error, EndpointError), repr(run.error)
     assert "malformed event" in str(run.error)
     assert run.partial_text == "".join(before)
+
+
+@pytest.mark.parametrize("scenario", ["reasoning", "reasoning-vllm"])
+def test_a_reasoning_servers_thinking_is_kept_apart(fake, no_leftover_runs, scenario):
+    """vLLM, SGLang and DeepSeek-style servers send the thinking in its own delta field
+    (reasoning_content, or vLLM's newer reasoning): it is the run's thinking, never its text,
+    and a stop string inside it does not end the run."""
+    endpoint = nbstream.Endpoint(fake.url(scenario), "fake-model")
+    run = nbstream.stream(endpoint, None, "2+2?", expect="json", stop=["STOP"])
+    assert run.wait(60) == '{"answer": 4}' and run.value == {"answer": 4}
+    assert run.thinking == "".join(REASONING)
+    assert run.metrics["finish_reason"] == "eos" and run.record["thinking"] == run.thinking
+
+
+def test_enable_thinking_goes_where_a_server_takes_it_and_is_refused_elsewhere(fake):
+    vllm = nbstream.Endpoint(fake.url("ok+vllm"), "fake-model")
+    run = nbstream.stream(vllm, None, "Hi", enable_thinking=False)
+    run.wait(60)
+    body = fake.requests[-1][2]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    tgi = nbstream.Endpoint(fake.url("ok+tgi"), "fake-model")
+    with pytest.raises(ValueError, match="takes no chat-template options"):
+        nbstream.stream(tgi, None, "Hi", enable_thinking=True)

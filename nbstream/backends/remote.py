@@ -28,10 +28,14 @@ from typing import Any
 
 from .. import _servers
 from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
-from ..settings import DEFAULT_MAX_NEW_TOKENS, samples
-from ..streaming import StopFilter, TextDecoder, TokenBuffer
+from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
+from ..streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
 from .base import RunControl
 from .local import check_prompt
+
+# The server families whose chat API takes chat-template options (``enable_thinking``), as
+# ``chat_template_kwargs``: vLLM's and SGLang's OpenAI servers, llama.cpp's llama-server.
+_CHAT_TEMPLATE_KWARGS = ("vllm", "sglang", "llama.cpp")
 
 logger = logging.getLogger(__name__)
 
@@ -430,6 +434,15 @@ class Endpoint:
                 body[field] = value
             if not family.confirmed:
                 unconfirmed[name] = value
+        thinking = effective.get("enable_thinking")
+        if thinking is not None:
+            if family.name not in _CHAT_TEMPLATE_KWARGS:
+                raise ValueError(
+                    f"enable_thinking: {family.title} takes no chat-template options in its "
+                    "API (vLLM, SGLang and llama-server take them as chat_template_kwargs); "
+                    "drop enable_thinking, or name the server with Endpoint(server=...)"
+                )
+            body["chat_template_kwargs"] = {"enable_thinking": thinking}
         if GENERATION_CONFIG in family.fields.values() and (in_config or do_sample):
             # transformers serve samples only when its GenerationConfig says so.
             if do_sample is not None:
@@ -591,6 +604,14 @@ class RemoteJob:
         self.warnings: list[str] = []
         self._usage_seen = False
         self._request_number = 0
+        # A reasoning parser's separate field (vLLM, SGLang, DeepSeek-style servers) goes
+        # into the text between the run's thinking tags, so that the reader side keeps it
+        # apart as it does a local model's: None (none yet), "open", then "closed".
+        tags = settings.get("thinking_tags")
+        self.thinking_tags: tuple[str, str] = (tags[0], tags[1]) if tags else DEFAULT_THINKING_TAGS
+        self._reasoning: str | None = None
+        # Stop strings apply to the answer only: the watch is fed the answer's part.
+        self._answer_split = ThinkingSplitter(*self.thinking_tags) if tags != [] else None
 
     def decoder(self) -> TextDecoder:
         return TextDecoder()
@@ -732,7 +753,8 @@ class RemoteJob:
                             self.text_chunks += 1
                             buffer.put(text)
                             if watch is not None:
-                                watch.feed(text)
+                                split = self._answer_split
+                                watch.feed(split.feed(text)[1] if split is not None else text)
                                 if watch.found:
                                     # The answer is over: leaving closes the connection, so
                                     # the server stops; the reader side cuts the text itself.
@@ -894,14 +916,34 @@ class RemoteJob:
             content = delta.get("content") if delta is not None else None
             if content is not None and not isinstance(content, str):
                 raise self._malformed("a 'content' that is not a string", data)
+            reasoning = ""
+            for key in ("reasoning_content", "reasoning"):
+                piece = delta.get(key) if delta is not None else None
+                if piece is not None and not isinstance(piece, str):
+                    raise self._malformed(f"a '{key}' that is not a string", data)
+                reasoning += piece or ""
+            if reasoning:
+                text += self._thinking_opens() + reasoning
             finished = choice.get("finish_reason")
             if finished is not None and not isinstance(finished, str):
                 raise self._malformed("a 'finish_reason' that is not a string", data)
             if content:
-                text += content
+                text += self._thinking_closes() + content
             if finished:
                 reason = finished
         return text, reason
+
+    def _thinking_opens(self) -> str:
+        if self._reasoning is None:
+            self._reasoning = "open"
+            return self.thinking_tags[0]
+        return ""
+
+    def _thinking_closes(self) -> str:
+        if self._reasoning == "open":
+            self._reasoning = "closed"
+            return self.thinking_tags[1]
+        return ""
 
     def _answered(self, model: str) -> None:
         """Keep the model name a chunk carried; warn when it is not the one asked for."""
