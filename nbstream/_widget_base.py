@@ -293,6 +293,10 @@ class RunWidget(anywidget.AnyWidget):
     def _setting_changed(self, change: dict[str, Any]) -> None:
         self._check_setting(change["name"])
 
+    @traitlets.observe("settings_defaults")
+    def _defaults_changed(self, _change: dict[str, Any]) -> None:
+        self._check_setting("max_new_tokens")  # the context it must fit in is known now
+
     @traitlets.observe("temperature", "do_sample", "settings_defaults")
     def _sampling_changed(self, _change: dict[str, Any]) -> None:
         panel = {"temperature": self.temperature, "do_sample": self.do_sample}
@@ -306,12 +310,25 @@ class RunWidget(anywidget.AnyWidget):
         """Put the setting's problem, if any, in ``settings_errors`` (shown next to its field)."""
         errors = dict(self.settings_errors)
         message = self._setting_error(name, getattr(self, name))
+        if message is None and name == "max_new_tokens":
+            message = self._over_context(getattr(self, name))
         if message is None:
             errors.pop(name, None)
         else:
             errors[name] = message
         if errors != self.settings_errors:
             self.settings_errors = errors
+
+    def _over_context(self, value: Any) -> str | None:
+        """A max_new_tokens no run could use: more than the model's whole context (the page
+        refuses it at the field in the same words, js/src/settings.js limitOf)."""
+        context = (self.settings_defaults or {}).get("context_length")
+        if not isinstance(value, int) or not isinstance(context, int) or value <= context:
+            return None
+        return (
+            f"max_new_tokens={value} is more than the model's whole context ({context} tokens, "
+            f"the prompt included); use less than {context}"
+        )
 
     def _run_settings(self, per_call: dict[str, Any]) -> dict[str, Any]:
         """The settings of the next run: the widget's, then those given to the call.

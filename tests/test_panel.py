@@ -3,6 +3,8 @@ number too large for a JavaScript number travels as its digits, both ways (issue
 
 from __future__ import annotations
 
+import pytest
+
 import nbstream
 
 BIG = 2**64 - 1  # the largest seed a torch generator takes
@@ -37,3 +39,21 @@ def test_a_big_integer_reaches_the_page_exactly_and_other_text_stays_refused(tin
     w.max_new_tokens = str(2**60)
     assert w.max_new_tokens == 2**60
     assert "absurd" in w.settings_errors["max_new_tokens"]
+
+
+def test_a_max_new_tokens_over_the_context_is_refused_by_the_kernel_too(tiny):
+    """The page refuses it at the field; the kernel holds the same verdict (one state), so
+    a run from code is refused as a run from the panel is."""
+    model, tokenizer = tiny
+    context = model.config.max_position_embeddings
+    w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=context + 1)
+    message = w.settings_errors["max_new_tokens"]
+    assert message == (
+        f"max_new_tokens={context + 1} is more than the model's whole context ({context} "
+        f"tokens, the prompt included); use less than {context}"
+    )
+    with pytest.raises(ValueError, match="more than the model's whole context"):
+        w.generate("Hi")
+    w.max_new_tokens = 5
+    assert "max_new_tokens" not in w.settings_errors
+    assert w.generate("Hi").wait(60) is not None

@@ -26,7 +26,8 @@
  * @property {"user" | "assistant"} role
  * @property {string} content
  * @property {number} turn            index of the turn (a user message and its answer)
- * @property {boolean} in_history     whether the next send gives it to the model
+ * @property {boolean} in_history     false: the turn ended out of the conversation (stopped or
+ *   failed, not kept); true otherwise, also while its answer is being generated
  * @property {Status} [status]        assistant: the answer's end state (or its state when it started)
  * @property {number | null} [run_id] assistant: the run that produced it (null: seeded from Python)
  * @property {boolean} [kept]         assistant: a partial answer the user kept in the history

@@ -686,6 +686,9 @@ function showMetrics(el, s, m, liveTokens, liveElapsed) {
   const elapsed = live ? (liveElapsed ?? m.elapsed_s) : (m.elapsed_s ?? liveElapsed);
   const parts = [];
   if (isNum(tokens)) parts.push(`${tokens} ${tokens === 1 ? "token" : "tokens"}`);
+  // A server that sent no usage: pieces of text, never called tokens.
+  else if (!live && isNum(m.text_chunks))
+    parts.push(`${m.text_chunks} ${m.text_chunks === 1 ? "chunk" : "chunks"} (no token count)`);
   if (isNum(m.ttft_s)) parts.push(`first token ${fmtSeconds(m.ttft_s)}`);
   if (!live && isNum(m.tokens_per_s)) parts.push(`${m.tokens_per_s.toFixed(1)} tok/s`);
   if (isNum(elapsed)) parts.push(fmtSeconds(elapsed));
@@ -705,6 +708,7 @@ function showMetrics(el, s, m, liveTokens, liveElapsed) {
   const tip = [];
   if (isNum(m.queued_s)) tip.push(`queued ${fmtSeconds(m.queued_s)}`);
   if (isNum(m.first_chunk_s)) tip.push(`first chunk shown ${fmtSeconds(m.first_chunk_s)}`);
+  if (m.tokens_note) tip.push(String(m.tokens_note));
   el.title = tip.join(" · ");
 }
 

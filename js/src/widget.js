@@ -30,6 +30,11 @@
  * @property {number | null} [tokens_per_s]   decode rate
  * @property {number | null} [elapsed_s]      wall time of the run, seconds
  * @property {string | null} [finish_reason]  e.g. "eos", "length", "stop", "error"
+ * @property {number | null} [thinking_tokens] a reasoning model's thinking, in tokens
+ * @property {number | null} [first_answer_s]  time to the answer's first text, seconds
+ * @property {number} [chunks]                 a server's events received (not tokens)
+ * @property {number} [text_chunks]            a server's events that carried text
+ * @property {string | null} [tokens_note]     why `tokens` is null (a server sent no usage)
  */
 
 /**

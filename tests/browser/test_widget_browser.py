@@ -471,7 +471,7 @@ def test_run_button_starts_exactly_one_run(lab):
     run = v.get_by_role("button", name="Run", exact=True)
     # an empty prompt starts nothing and says why
     run.click()
-    expect(v.get_by_role("alert")).to_have_text("the prompt is empty; pass some text")
+    expect(v.get_by_role("alert")).to_have_text("Type a prompt first, then Run.")
     assert kval(nb, "w.run_id") == 0
     expect(v).to_have_attribute("data-status", "idle")
 
