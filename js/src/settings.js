@@ -691,8 +691,15 @@ function promptView({ model, viewId, on, onModel }) {
     const text = model.get("prompt_text");
     const n = model.get("prompt_tokens");
     const has = typeof text === "string";
+    // A run on a model server: the server applies its own chat template, so the text the
+    // model got is not known here (it is not "no run yet").
+    const remote = !has && (model.get("run_id") || 0) > 0;
     // textContent, never HTML: the template's tokens (<|im_start|>) are shown as typed.
-    const shown = has ? text : "No run yet: the prompt appears here when a run starts.";
+    const shown = has
+      ? text
+      : remote
+        ? "This run's server applies its own chat template: the exact text the model got is not known here (run.record has the messages sent)."
+        : "No run yet: the prompt appears here when a run starts.";
     if (pre.textContent !== shown) pre.textContent = shown;
     pre.setAttribute("data-empty", String(!has));
     const words = typeof n === "number" ? `${n} prompt ${n === 1 ? "token" : "tokens"}` : "";
@@ -707,6 +714,7 @@ function promptView({ model, viewId, on, onModel }) {
   });
   onModel("change:prompt_text", update);
   onModel("change:prompt_tokens", update);
+  onModel("change:run_id", update);
   update();
   return { toggle, view };
 }

@@ -187,6 +187,24 @@ def test_prompt_view_shows_the_templated_prompt_as_plain_text(fe_page: Page) -> 
     expect(pre).to_be_hidden()
 
 
+def test_prompt_view_of_a_server_run_does_not_say_no_run_yet(fe_page: Page) -> None:
+    """A run on a model server (a refused connection included) has no prompt text: the
+    server applies its own chat template. The view says that, not 'No run yet'."""
+    page = fe_page
+    mount(page)
+    root = view(page)
+    root.get_by_role("button", name="Prompt view", exact=True).click()
+    pre = root.locator(".nbstream-templated")
+    expect(pre).to_contain_text("No run yet")
+    page.evaluate(
+        "() => window.views[0].model.changeMany({prompt_text: null, prompt_tokens: null,"
+        " run_id: 1, status: 'failed'})"
+    )
+    expect(pre).to_contain_text("server applies its own chat template")
+    expect(pre).not_to_contain_text("No run yet")
+    expect(pre).to_have_attribute("data-empty", "true")
+
+
 def test_chat_panel_has_the_system_prompt_and_blocks_send(chat: Page) -> None:
     page = chat
     mount(page, system="Be brief.", status="idle")
