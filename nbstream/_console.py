@@ -1,9 +1,42 @@
-"""What the terminal front ends (``nbstream "prompt"`` and ``nbstream chat``) say alike:
-their exit statuses and the metrics line after an answer."""
+"""What the terminal front ends (``nbstream "prompt"`` and ``nbstream chat``) share: their
+setting options, exit statuses and the metrics line after an answer."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
+
+#: The settings both take as options (``--max-new-tokens`` ...), by setting name.
+SETTING_OPTIONS = (
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "seed",
+    "budget_s",
+)
+
+
+def add_setting_options(parser: argparse.ArgumentParser, budget_help: str) -> None:
+    """The setting options, on ``parser``."""
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-p", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--repetition-penalty", type=float)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--budget", dest="budget_s", type=float, help=budget_help)
+
+
+def settings_of(options: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as options (unchecked: the caller checks them)."""
+    return {
+        name: getattr(options, name)
+        for name in SETTING_OPTIONS
+        if getattr(options, name) is not None
+    }
+
 
 EXIT_FAILED = 1
 #: Bad input (a setting, an empty message, a conversation over the context): nothing started.

@@ -11,7 +11,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ._console import EXIT_CANCELLED, EXIT_FAILED, EXIT_REFUSED, format_metrics
+from ._console import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    add_setting_options,
+    format_metrics,
+    settings_of,
+)
 
 __all__ = ["EXIT_CANCELLED", "EXIT_FAILED", "EXIT_REFUSED", "format_metrics", "main", "prepare"]
 
@@ -31,13 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("prompt", help="the prompt (or `chat`, `prepare` or `doctor`)")
     parser.add_argument("--model", help="hub id or folder (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--repetition-penalty", type=float)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--budget", dest="budget_s", type=float, help="wall-clock budget, seconds")
+    add_setting_options(parser, "wall-clock budget, seconds")
     return parser
 
 
@@ -79,19 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .backends.local import check_prompt
     from .settings import validate_settings
 
-    settings = {
-        name: getattr(options, name)
-        for name in (
-            "max_new_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "repetition_penalty",
-            "seed",
-            "budget_s",
-        )
-        if getattr(options, name) is not None
-    }
+    settings = settings_of(options)
     # Check what needs no model first: a typo should not wait for a model load (or the
     # default model's first conversion) to be reported.
     try:

@@ -30,7 +30,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from ._console import EXIT_CANCELLED, EXIT_FAILED, EXIT_REFUSED, format_metrics
+from ._console import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    add_setting_options,
+    format_metrics,
+    settings_of,
+)
 from .conversation import Conversation, Turn, check_system, check_text
 from .settings import SETTINGS, validate_settings
 
@@ -105,15 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plain", action="store_true", help="plain text, no Markdown rendering or colour"
     )
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-p", type=float)
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--repetition-penalty", type=float)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument(
-        "--budget", dest="budget_s", type=float, help="wall-clock budget per answer, seconds"
-    )
+    add_setting_options(parser, "wall-clock budget per answer, seconds")
     return parser
 
 
@@ -569,19 +568,7 @@ def main(argv: Sequence[str] | None = None, *, model: Any = None, tokenizer: Any
     ``model``/``tokenizer``: chat with a model already loaded instead of ``--model``.
     """
     options = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    settings = {
-        name: getattr(options, name)
-        for name in (
-            "max_new_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "repetition_penalty",
-            "seed",
-            "budget_s",
-        )
-        if getattr(options, name) is not None
-    }
+    settings = settings_of(options)
     interactive = sys.stdin.isatty() and options.single is None
     single: str | None = None
     # Everything that needs no model is checked first: a typo is not worth a model load.
