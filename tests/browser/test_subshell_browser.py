@@ -15,21 +15,11 @@ import time
 
 import pytest
 from playwright.sync_api import expect
+from test_page_browser import SLOW  # a slowed model still streaming when a cell blocks
 from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
-SLOW = (
-    "import time\n"
-    "model, tokenizer = tiny_model(one_line=True)\n"
-    # Slowed (a fake: the real model is as slow only on a busy machine), so the run is
-    # still streaming when the blocking cell starts.
-    "slow = model.register_forward_hook(lambda *a: time.sleep(0.03))\n"
-    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3000)\n"
-    "w.prompt = 'Hello'\n"
-    "block = threading.Event()\n"
-    "w"
-)
 
 
 def _start_streaming(nb, v) -> None:
