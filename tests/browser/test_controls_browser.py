@@ -240,7 +240,12 @@ def sampling_shown(v) -> dict:
 
 def run_from_panel(nb, v, runs: int) -> None:
     v.get_by_role("button", name="Run", exact=True).click()
-    wait_until(lambda: kval(nb, "w.run_id") == runs, 15, what=f"run {runs} started")
+    # The kernel's run `runs` has ended (the page's "complete" may still be the run before).
+    wait_until(
+        lambda: kval(nb, "(w.run_id, w.status)") == (runs, "complete"),
+        STREAM_TIMEOUT,
+        what=f"run {runs} complete",
+    )
     wait_status(v, "complete")
 
 
