@@ -56,12 +56,20 @@ _cell: dict[str, Any] = {}
 _hook_lock = threading.Lock()
 
 
-def _remember_cells(kernel: Any) -> None:
-    """Register, once per process, the hook that keeps the running cell's parent."""
-    shell = getattr(kernel, "shell", None)
+def _remember_cells() -> None:
+    """Register, once per kernel, the hook that keeps the running cell's parent. Called as
+    a widget is made: on the main thread, in the cell that makes it."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
     events = getattr(shell, "events", None)
+    if kernel is None or events is None:
+        return  # not in a kernel: no subshells, nothing to give back
     with _hook_lock:
-        if events is None or _cell.get("hooked") is shell:
+        if _cell.get("hooked") is shell:
             return
         _cell["hooked"] = shell
 
@@ -70,7 +78,8 @@ def _remember_cells(kernel: Any) -> None:
                 _cell["parent"] = kernel.get_parent("shell")
 
         events.register("pre_run_cell", started)
-        started()  # the cell running now (the one creating the widget)
+        if threading.current_thread() is threading.main_thread():
+            started()  # the cell running now: the one making the widget
 
 
 class PageRoute:
@@ -78,6 +87,7 @@ class PageRoute:
 
     def __init__(self) -> None:
         self._parent: dict[str, Any] | None = None
+        _remember_cells()
 
     @property
     def subshell_id(self) -> str | None:
@@ -103,7 +113,6 @@ class PageRoute:
             and isinstance(header.get("subshell_id"), str)
         ):
             self._parent = parent
-            _remember_cells(kernel)
 
     def handled(self, comm: Any) -> None:
         """Called after a message from the page was handled: on a subshell's thread, give
