@@ -171,9 +171,9 @@ class TraceCapture:
         """A branch's trace starts with its forced tokens ``ids``; ``logits`` are the raw
         logits the model gave at each of their steps (one row per id, from one forward
         pass). Each is recorded as a greedy step is: every alternative but the token taken
-        is cut, since nothing was drawn there. Call on the generating thread, before the
-        prefix's tokens reach the run's buffer (a reader's ``trace[i]`` then always exists
-        for ``token_ids[i]``)."""
+        is cut, since nothing was drawn there. Call on the generating thread before
+        generation starts; until then readers get a shorter trace, still aligned with the
+        tokens (``trace[i].id == token_ids[i]``)."""
         import torch
 
         logprobs = torch.log_softmax(logits.float(), dim=-1)

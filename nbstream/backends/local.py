@@ -496,10 +496,11 @@ class LocalJob:
         streamer: Any = buffer
         capture = self.trace_capture
         if self.prefix_ids:
-            if capture is not None:
-                # Before the prefix reaches the buffer: trace[i] exists for token_ids[i].
-                capture.keep_prefix(self.step_logits(self.prefix_ids[:-1], 0), self.prefix_ids)
+            # The forced tokens first, so they show at once; their trace (one forward pass)
+            # follows, and readers see it aligned with them whenever they look.
             inputs, streamer = self._start_from_prefix(inputs, buffer)
+            if capture is not None:
+                capture.keep_prefix(self.step_logits(self.prefix_ids[:-1], 0), self.prefix_ids)
             if self.prefix_ids[-1] in self.backend._eos_ids():
                 return "eos"  # the chosen token ends the answer: nothing to generate
             if self.kwargs["max_new_tokens"] <= 0:
