@@ -61,7 +61,9 @@ def audit(
             const result = await window.axe.run(roots, options);
             return {violations: result[kind].map((v) => ({
                 id: v.id, impact: v.impact, help: v.help,
-                nodes: v.nodes.map((n) => ({target: n.target.join(" "), summary: n.failureSummary})),
+                nodes: v.nodes.map((n) => ({
+                    target: n.target.join(" "), summary: n.failureSummary,
+                })),
             }))};
         }""",
         [selector, options, kind],
