@@ -128,10 +128,11 @@ class _Probe(anywidget.AnyWidget):
         el.textContent = "nbstream front end: loaded";
         el.setAttribute("data-nbstream-probe", "loaded");
         // JupyterLab opens the subshell for widget messages while the first ones are on
-        // their way: say hello a few times, until the kernel has seen one on a subshell.
+        // their way: say hello a few times, until the kernel has seen one on a subshell
+        // (for up to 8 s: on a busy machine the subshell can take seconds to open).
         let tries = 0;
-        const hello = () => model.send({ type: "hello", host, last: ++tries === 6 });
-        const timer = setInterval(() => (tries < 6 ? hello() : clearInterval(timer)), 500);
+        const hello = () => model.send({ type: "hello", host, last: ++tries === 16 });
+        const timer = setInterval(() => (tries < 16 ? hello() : clearInterval(timer)), 500);
         model.on("msg:custom", (msg) => {
           if (msg && msg.type === "subshell") clearInterval(timer);
         });
