@@ -36,8 +36,8 @@ const BUNDLES = { widget: "StreamWidget", chat: "ChatWidget", compare: "CompareW
  * is only the header and the row.
  */
 const STYLESHEETS = {
-  widget: { title: "StreamWidget", parts: ["widget", "tokens"] },
-  chat: { title: "ChatWidget", parts: ["widget", "tokens", "chat"] },
+  widget: { title: "StreamWidget", parts: ["widget", "tokens", "thinking"] },
+  chat: { title: "ChatWidget", parts: ["widget", "tokens", "chat", "thinking"] },
   compare: { title: "CompareWidget", parts: ["compare"] },
 };
 

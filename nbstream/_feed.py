@@ -4,8 +4,12 @@ One :class:`RunFeed` per widget. It follows the widget's current run on a view t
 sends its text to every view as deltas with an offset (at most ``FRAME_RATE`` a second,
 coalesced), the run's tokens while a teaching view is on, and, when a view asks (``sync``),
 a ``reset`` holding exactly the text already sent, so the next delta continues it without
-a gap. The messages are defined in ``PROTOCOL.md``; the widget decides what its traits say
-(through the two callbacks), the feed decides what crosses the wire and when.
+a gap. A reasoning model's thinking travels the same way, apart from the answer: ``thinking``
+messages (offset, text, live counters, ``done`` once the answer starts or the run ends) in
+the same frames as the answer's deltas, and the ``reset`` carries the thinking sent so far.
+A run that does not think sends none of it. The messages are defined in ``PROTOCOL.md``;
+the widget decides what its traits say (through the two callbacks), the feed decides what
+crosses the wire and when.
 
 Everything the feed writes, and every decision whether a run is still the current one,
 happens under the widget's lock, which the widget also holds when it starts a run: a
@@ -89,6 +93,11 @@ class RunFeed:
         # Tokens of the current run already sent in "tokens" messages (while a view is on).
         self._tokens_sent = 0
         self._pieces: TokenPieces | None = None
+        # The current run's thinking already sent: its characters, and the last thinking
+        # message's counters (None: none sent, the run has not thought): a reset carries
+        # exactly that.
+        self._thinking_sent = 0
+        self._thinking_last: dict[str, Any] | None = None
         self._answer_counts: dict[int, tuple[Generation, int]] = {}
 
     # -- what the widget calls ---------------------------------------------------------------
@@ -101,6 +110,7 @@ class RunFeed:
         self._run, self._run_id = run, run_id
         self._sent = 0
         self._tokens_sent = 0
+        self._thinking_sent, self._thinking_last = 0, None
         self._thread = threading.Thread(
             target=self._follow,
             args=(run, run_id, status),
@@ -115,6 +125,7 @@ class RunFeed:
             self._run, self._run_id = None, run_id
             self._sent = 0
             self._tokens_sent = 0
+            self._thinking_sent, self._thinking_last = 0, None
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -125,14 +136,16 @@ class RunFeed:
         """Answer a view's ``sync``: the text sent so far, then every shown run's tokens."""
         with self._lock:
             run = self._run
-            self._send(
-                {
-                    "type": "reset",
-                    "run_id": self._run_id,
-                    "view": view,
-                    "text": run.partial_text[: self._sent] if run is not None else "",
-                }
-            )
+            message: dict[str, Any] = {
+                "type": "reset",
+                "run_id": self._run_id,
+                "view": view,
+                "text": run.partial_text[: self._sent] if run is not None else "",
+            }
+            thinking = self._thinking_reset(run)
+            if thinking is not None:  # only a run that thought: others' resets stay as they were
+                message["thinking"] = thinking
+            self._send(message)
 
     def send_all_tokens(self, runs: list[tuple[int, Generation]]) -> None:
         """Every run's tokens in full (a view turned on, or a view synced)."""
@@ -148,6 +161,8 @@ class RunFeed:
     def _follow(self, run: Generation, run_id: int, status: str) -> None:
         """Send the run's text to the views as coalesced deltas, then its end state."""
         sent = 0
+        # The thinking's characters sent, and whether its end ("done") was.
+        thought, thought_done = 0, False
         last_frame = 0.0
         try:
             while True:
@@ -163,17 +178,30 @@ class RunFeed:
                 # Read before the text: whatever the model makes after it wakes the wait.
                 progress = run.progress
                 text = run.partial_text
+                # After the answer's text: once that has begun the thinking is whole.
+                thinking = run.thinking
                 # A token can come without new text (a special token, part of a
                 # character, text held back while it may start a stop string).
-                if len(text) > sent or self._tokens_behind(run, run_id):
+                if (
+                    len(text) > sent
+                    or self._tokens_behind(run, run_id)
+                    or _thinking_behind(thinking, thought, thought_done, bool(text) or finished)
+                ):
                     pause = _FRAME_S - (time.perf_counter() - last_frame)
                     if pause > 0 and not finished:
                         # Let more text pile up (one frame, not many), but send at once
                         # when the run ends rather than holding its last text back.
                         finished = run.wait_done(pause)
                         text = run.partial_text
+                        thinking = run.thinking
                     with self._lock:
                         if run_id == self._run_id:  # a newer run owns the views now
+                            if thinking is not None:
+                                # Before the answer's delta: a view closes the thinking
+                                # section as the answer starts.
+                                thought_done = bool(text) or finished
+                                self._send_thinking(run, run_id, thinking, thought_done)
+                                thought = len(thinking)
                             if len(text) > sent:
                                 self._send_delta(run, run_id, sent, text[sent:])
                                 self._sent = len(text)
@@ -200,6 +228,43 @@ class RunFeed:
                     except Exception:  # never at the cost of on_complete below
                         logger.exception("nbstream: publishing the run's end failed")
         self._after_end(run)
+
+    def _send_thinking(self, run: Generation, run_id: int, thinking: str, done: bool) -> None:
+        """Send the thinking the views have not had, with its counters (lock held): its
+        tokens, and its time (the run's so far; once done, the time to the answer)."""
+        if self._thinking_last is not None and self._thinking_last["done"]:
+            return  # its end was sent: the thinking no longer changes
+        offset = self._thinking_sent
+        metrics = run.metrics
+        seconds = metrics["elapsed_s"]
+        if done and metrics["first_answer_s"] is not None:
+            seconds = metrics["first_answer_s"]
+        counters = {
+            "tokens": metrics["thinking_tokens"],
+            # Rounded: the summary shows tenths, and every byte here is per frame.
+            "elapsed_s": None if seconds is None else round(seconds, 2),
+            "done": done,
+        }
+        if len(thinking) <= offset and counters == self._thinking_last:
+            return
+        self._thinking_sent, self._thinking_last = len(thinking), counters
+        if self._is_open():
+            self._send(
+                {
+                    "type": "thinking",
+                    "run_id": run_id,
+                    "offset": offset,
+                    "text": thinking[offset:],
+                    **counters,
+                }
+            )
+
+    def _thinking_reset(self, run: Generation | None) -> dict[str, Any] | None:
+        """The thinking a ``reset`` carries: exactly what was sent (lock held)."""
+        if run is None or self._thinking_last is None:
+            return None
+        thinking = run.thinking or ""
+        return {"text": thinking[: self._thinking_sent], **self._thinking_last}
 
     def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
         if not self._is_open():
@@ -242,7 +307,17 @@ class RunFeed:
         if answer is not None:
             for index, entry in enumerate(tokens, start):
                 entry.append(index >= answer)
-        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
+        message: dict[str, Any] = {
+            "type": "tokens",
+            "run_id": run_id,
+            "offset": start,
+            "tokens": tokens,
+        }
+        thinking = run.metrics["thinking_tokens"]
+        if thinking is not None:
+            # A reasoning model's: its first `thinking` tokens (tags included) are thinking.
+            message["thinking"] = thinking
+        self._send(message)
         return stop
 
     def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
@@ -259,11 +334,14 @@ class RunFeed:
         # The most tokens whose text stays within the answer (a token that holds the
         # answer's last characters and the stop string's first is the stop string's).
         target = len(run.partial_text)
-        low, high = 0, len(ids)
+        # A reasoning model's answer comes after its thinking tokens and the blank text
+        # between the two (neither is in the answer).
+        first = run.metrics["thinking_tokens"] or 0
+        low, high = first, len(ids)
         while low < high:
             middle = (low + high + 1) // 2
-            text = self._tokenizer.decode(ids[:middle], **DECODE_OPTIONS)
-            if len(text) <= target:
+            text = self._tokenizer.decode(ids[first:middle], **DECODE_OPTIONS)
+            if len(text.lstrip() if first else text) <= target:
                 low = middle
             else:
                 high = middle - 1
@@ -287,3 +365,28 @@ class RunFeed:
         if self._tokens_sent == 0 and not run.token_ids:
             return  # nothing yet (an offset-0 message would be a needless replace)
         self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
+
+
+def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: bool) -> bool:
+    """Whether the views should get more of a run's thinking: text, or its end."""
+    if thinking is None:
+        return False
+    return len(thinking) > sent or (done and not done_sent)
+
+
+def thinking_state(run: Generation) -> dict[str, Any] | None:
+    """An ended run's thinking as the views show it (the chat's ``_messages``): ``{text,
+    tokens, elapsed_s, done}``, or None for a run that did not think."""
+    thinking = run.thinking
+    if thinking is None:
+        return None
+    metrics = run.metrics
+    seconds = metrics["first_answer_s"]
+    if seconds is None:
+        seconds = metrics["elapsed_s"]
+    return {
+        "text": thinking,
+        "tokens": metrics["thinking_tokens"],
+        "elapsed_s": None if seconds is None else round(seconds, 2),
+        "done": True,
+    }

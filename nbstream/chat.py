@@ -20,6 +20,7 @@ import traitlets
 
 from ._display import chat_fallback_bundle
 from ._errors import input_checked
+from ._feed import thinking_state
 from ._widget_base import RunWidget, error_summary
 from .conversation import Conversation, check_system, check_text
 from .generation import TERMINAL, Generation
@@ -293,6 +294,11 @@ class ChatWidget(RunWidget):
                     ),
                 }
             )
+            # A reasoning model's thinking, once its answer ended (the live one's streams
+            # as `thinking` messages); absent for an answer that did not think.
+            thinking = thinking_state(t.run) if t.run is not None and ended else None
+            if thinking is not None:
+                out[-1]["thinking"] = thinking
         return out
 
     # -- from the views -----------------------------------------------------------------------

@@ -35,6 +35,9 @@
  * @property {string | null} [finish_reason] assistant: why its run ended ("eos", "length",
  *   "stop", "cancelled", "error", "timeout"; null while it runs and when seeded from Python);
  *   "length" on a complete answer: cut off at max_new_tokens
+ * @property {import("./thinking.js").ThinkingState} [thinking] assistant: a reasoning
+ *   model's thinking, once the answer ended (absent: it did not think; the live answer's
+ *   comes as `thinking` messages)
  */
 
 /**
@@ -101,6 +104,7 @@ import {
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
+import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { makeNote, sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -123,6 +127,7 @@ import { makeNote, sayCapture, tokenViews } from "./tokens.js";
  * @property {HTMLElement} cutEl           assistant: "stopped at max_new_tokens"
  * @property {HTMLElement} actions
  * @property {HTMLElement} note             assistant: "made without probabilities"
+ * @property {ThinkingBox | null} thinking  assistant: its Thinking section (thinking.js)
  */
 
 /** Beside Regenerate when the next run is greedy (next_run_samples false). */
@@ -246,6 +251,25 @@ function render({ model, el }) {
     grew: () => schedule(),
   });
 
+  // The streaming answer's thinking (an ended answer's is in its message).
+  const liveThinking = new LiveThinking(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), () => {
+    const i = entries.length - 1;
+    if (i >= 0) updateThinking(entries[i], i);
+  });
+
+  /**
+   * An answer's Thinking section: from its message once it ended, else (the answer being
+   * generated) from the `thinking` messages; hidden while its tokens show it.
+   * @param {Entry} e @param {number} i
+   */
+  function updateThinking(e, i) {
+    if (!e.thinking) return;
+    const m = e.msg;
+    const t = m.thinking ?? (isLive(e, i) && liveThinking.runId === m.run_id ? liveThinking.state() : null);
+    e.thinking.suppressed = tv.shown && !!listOf(e);
+    e.thinking.show(t, statusOf(e, i), textOf(e, i).length > 0);
+  }
+
   /** @returns {Message[]} */
   function messages() {
     const m = model.get("_messages");
@@ -306,6 +330,7 @@ function render({ model, el }) {
       cutEl: h("div", "nbstream-cut"),
       actions: h("div", "nbstream-message-actions"),
       note: makeNote("capture"),
+      thinking: null,
     };
     if (m.role === "user") {
       e.text = h("div", "nbstream-message-text");
@@ -316,7 +341,9 @@ function render({ model, el }) {
       const rawPre = h("pre", "nbstream-raw");
       e.output = output;
       e.renderer = new TextRenderer(rendered, rawPre);
-      elm.append(output);
+      // A reasoning model's thinking: its own section above the answer.
+      e.thinking = new ThinkingBox();
+      elm.append(e.thinking.el, output);
       showOutput(e);
     }
     elm.append(e.actions);
@@ -351,6 +378,8 @@ function render({ model, el }) {
     const tl = tv.shown ? listOf(e) : null;
     const want = tl ? tl.el : raw.raw ? e.renderer.rawPre : e.renderer.rendered;
     if (e.output.firstChild !== want || e.output.childNodes.length !== 1) e.output.replaceChildren(want);
+    const i = entries.indexOf(e);
+    if (i >= 0) updateThinking(e, i); // the token view shows the thinking, or the section does
   }
 
   /**
@@ -431,6 +460,7 @@ function render({ model, el }) {
       markOutput({ output, partialLabel: e.partialLabel, errorEl: e.errorEl }, s, text.length > 0, error, kept);
       // A complete answer that reached max_new_tokens: a normal end, said in words.
       markCut(output, e.cutEl, isCut(s, m));
+      updateThinking(e, i);
       if (!active && text && (s === "cancelled" || s === "failed") && !m.kept) {
         buttons.push(["Keep partial", "keep", "Keep this partial answer in the conversation"]);
       }
@@ -545,7 +575,13 @@ function render({ model, el }) {
   }
 
   // ---- protocol --------------------------------------------------------------
-  onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
+  onRunMessages(scope, live, {
+    chrome: updateChrome,
+    metrics: updateMetrics,
+    redraw: schedule,
+    tokens: onTokens,
+    thinking: (m) => liveThinking.receive(m),
+  });
   // The answer's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {
     if (msg?.type === "delta" && Number(msg.run_id) === live.runId) stopWaiting.progress();
@@ -560,6 +596,7 @@ function render({ model, el }) {
       setEditing(false);
     }
     pending = null;
+    liveThinking.newRun(Number(model.get("run_id")) || 0);
     live.newRun(Number(model.get("run_id")) || 0);
     updateChrome();
     schedule();

@@ -264,7 +264,8 @@ function modelStatus(model) {
  * counters did, and redraws after a reset. `tokens` messages go to `tokens`.
  * @param {ViewScope} scope @param {LiveText} live
  * @param {{chrome: () => void, metrics: () => void, redraw: () => void,
- *          tokens: (msg: any) => void}} view
+ *          tokens: (msg: any) => void, thinking?: (msg: any) => void}} view
+ *   thinking: `thinking` messages, and the resets this view applied (their thinking)
  */
 function onRunMessages(scope, live, view) {
   scope.onModel("msg:custom", (/** @type {any} */ msg) => {
@@ -274,8 +275,11 @@ function onRunMessages(scope, live, view) {
       if (what === "text") view.chrome();
       else if (what === "counters") view.metrics();
     } else if (msg.type === "reset" && live.reset(msg)) {
+      view.thinking?.(msg); // a reasoning model's thinking so far (js/src/thinking.js)
       view.redraw();
       view.chrome();
+    } else if (msg.type === "thinking") {
+      view.thinking?.(msg);
     } else if (msg.type === "tokens") {
       view.tokens(msg);
     }

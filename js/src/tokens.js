@@ -8,6 +8,7 @@
 // (never as HTML), so a token reading `<img src=x onerror=...>` stays text.
 
 import { h, isNum } from "./common.js";
+import { markThinking, thinkingMark } from "./thinking.js";
 
 /** The toggles: [trait, button name (its accessible name), what it does]. */
 const TOGGLES = [
@@ -276,6 +277,7 @@ class TokenList {
     this.runId = runId;
     /** @type {any[][]} one entry per token: [id, text, kind, logprob, rank, alts] */
     this.tokens = [];
+    this.thinking = 0; // a reasoning model's: how many of the first tokens are its thinking
     this.modes = { tokens: false, probs: false, alts: false };
     this.current = 0; // the token that takes the focus (roving tabindex)
     this.openIndex = -1; // the token whose popover is open, or -1
@@ -357,6 +359,7 @@ class TokenList {
   reset(runId) {
     this.runId = runId;
     this.tokens = [];
+    this.thinking = 0;
     this.current = 0;
     this.close();
     this.list.replaceChildren();
@@ -372,6 +375,9 @@ class TokenList {
     const offset = Number(msg.offset);
     const toks = Array.isArray(msg.tokens) ? msg.tokens.filter((/** @type {unknown} */ t) => Array.isArray(t)) : [];
     const n = this.tokens.length;
+    // Before the tokens are made: they are marked as they are made (thinking.js, issue 17).
+    const before = this.thinking;
+    if (offset === 0 || typeof msg.thinking === "number") this.thinking = markThinking(this, msg.thinking, before);
     if (offset === 0) {
       this.replace(toks);
     } else if (Number.isInteger(offset) && offset > 0 && offset <= n) {
@@ -426,6 +432,7 @@ class TokenList {
     // t[6]: the run ended at a stop string and this token made it (or came after it):
     // generated, but not part of the answer.
     if (t[6] === true) s.setAttribute("data-after-stop", "true");
+    thinkingMark(s, i, this.thinking);
     appendPieces(s, text, k);
     if (isNum(logprob)) {
       const p = Math.exp(logprob);
@@ -451,6 +458,7 @@ class TokenList {
     const [id, text, kind, logprob, rank] = t;
     let title = `token ${id}: ${describe(text, kind)}`;
     if (t[6] === true) title += "\nafter the stop string: not part of the answer";
+    if (i < this.thinking) title += "\nthinking: not part of the answer";
     if (this.modes.probs || this.modes.alts) {
       if (isNum(logprob)) {
         title += `\nprobability ${pct(Math.exp(logprob))}`;

@@ -119,8 +119,21 @@
  * before this delta.
  * @typedef {{type: "delta", run_id: number, offset: number, text: string,
  *            tokens: number | null, elapsed_s: number | null}
- *   | {type: "reset", run_id: number, view: string | null, text: string}
+ *   | {type: "reset", run_id: number, view: string | null, text: string,
+ *      thinking?: import("./thinking.js").ThinkingState}
+ *   | ThinkingMessage
  *   | TokensMessage} IncomingMessage
+ */
+
+/**
+ * A reasoning model's thinking (issue 17), apart from the answer: sent only for a run that
+ * thinks, in the same frames as the answer's deltas (before them), repaired like them
+ * (`offset` in code points of the thinking). `tokens`: its tokens so far (tags included);
+ * `elapsed_s`: the run's time so far, once `done` the time to the answer's first text;
+ * `done`: the answer started or the run ended (the last message of the run's thinking).
+ * A `reset` of such a run carries `thinking` ({text, tokens, elapsed_s, done}: what was sent).
+ * @typedef {{type: "thinking", run_id: number, offset: number, text: string,
+ *            tokens: number | null, elapsed_s: number | null, done: boolean}} ThinkingMessage
  */
 
 /**
@@ -128,11 +141,14 @@
  * `run_id` (StreamWidget: the current run; ChatWidget: the assistant turn with that run_id
  * in the transcript). Offset 0 means "replace this run's token list"; an offset past the
  * tokens a view has is a gap: the view sends a `sync`.
+ * `thinking` (a reasoning model's run only): its first `thinking` tokens are its thinking
+ * (tags included); the count grows while it thinks, and covers every token of the list.
  * Sent only while at least one show_* toggle is on: (a) by the follower thread, in the same
  * frames as the text deltas (at most 20 per second), (b) with offset 0 for every run shown
  * (chat: every turn that had a run) whenever a toggle changes and at least one is on,
  * (c) with offset 0 after answering a view's `sync` (after the `reset`).
- * @typedef {{type: "tokens", run_id: number, offset: number, tokens: Token[]}} TokensMessage
+ * @typedef {{type: "tokens", run_id: number, offset: number, tokens: Token[],
+ *            thinking?: number}} TokensMessage
  */
 
 /**
@@ -199,6 +215,7 @@ import {
 } from "./common.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
+import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -276,7 +293,9 @@ function render({ model, el }) {
   const errorEl = h("div", "nbstream-error", { role: "alert" });
   const cutEl = h("div", "nbstream-cut");
 
-  root.append(promptRow, bar, settings.panel, templated.view, tv.head, output);
+  // A reasoning model's thinking: its own section above the answer (js/src/thinking.js).
+  const thinkBox = new ThinkingBox();
+  root.append(promptRow, bar, settings.panel, templated.view, tv.head, thinkBox.el, output);
   el.append(root);
   // Before the first message (the sync below): a kernel already gone shows at once.
   watchConnection(scope, model, root);
@@ -294,6 +313,20 @@ function render({ model, el }) {
     },
     grew: () => schedule(),
   });
+
+  const thinking = new LiveThinking(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), () =>
+    updateThinking(),
+  );
+  let thinkingRun = thinking.runId;
+  /** The Thinking section: the current run's, hidden while the token view shows it. */
+  function updateThinking() {
+    if (thinking.runId !== thinkingRun) {
+      thinkingRun = thinking.runId;
+      thinkBox.restart();
+    }
+    thinkBox.suppressed = tv.shown;
+    thinkBox.show(thinking.state(), status(), live.text.length > 0);
+  }
 
   // ---- rendering (at most once per animation frame) ------------------------
   const frames = scope.frames(() => {
@@ -324,6 +357,7 @@ function render({ model, el }) {
     markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
     markCut(output, cutEl, cut);
     copyBtn.disabled = live.text.length === 0;
+    updateThinking();
     updateInputError();
     updateMetrics();
   }
@@ -333,7 +367,13 @@ function render({ model, el }) {
   }
 
   // ---- protocol --------------------------------------------------------------
-  onRunMessages(scope, live, { chrome: updateChrome, metrics: updateMetrics, redraw: schedule, tokens: onTokens });
+  onRunMessages(scope, live, {
+    chrome: updateChrome,
+    metrics: updateMetrics,
+    redraw: schedule,
+    tokens: onTokens,
+    thinking: (m) => thinking.receive(m),
+  });
   // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {
     if (msg?.type === "delta" && Number(msg.run_id) === live.runId) stopWaiting.progress();
@@ -359,6 +399,7 @@ function render({ model, el }) {
   onModel("change:run_id", () => {
     const rid = Number(model.get("run_id")) || 0;
     if (rid > (tokens.runId ?? 0)) tokens.reset(rid);
+    thinking.newRun(rid);
     if (!live.newRun(rid)) return;
     stopWaiting.hide();
     schedule();
@@ -422,6 +463,7 @@ function render({ model, el }) {
   function showOutput() {
     const want = tv.shown ? tokens.el : raw.raw ? rawPre : rendered;
     if (output.firstChild !== want || output.childNodes.length !== 1) output.replaceChildren(want);
+    updateThinking();
     follow.stick();
   }
 
