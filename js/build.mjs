@@ -2,7 +2,7 @@
 //   js/src/widget.js  -> nbstream/static/widget.js  (StreamWidget; ESM, minified, all deps bundled)
 //   js/src/chat.js    -> nbstream/static/chat.js    (ChatWidget; likewise)
 //   js/src/compare.js -> nbstream/static/compare.js (CompareWidget's header; likewise)
-//   js/src/widget.css + tokens.css            -> nbstream/static/widget.css
+//   js/src/widget.css + tokens.css + branches.css (+ ...) -> nbstream/static/widget.css
 //   js/src/widget.css + tokens.css + chat.css -> nbstream/static/chat.css
 //   js/src/compare.css                        -> nbstream/static/compare.css
 // The bundles import the shared modules of js/src (markdown.js, incremental.js, common.js,
@@ -36,8 +36,8 @@ const BUNDLES = { widget: "StreamWidget", chat: "ChatWidget", compare: "CompareW
  * is only the header and the row.
  */
 const STYLESHEETS = {
-  widget: { title: "StreamWidget", parts: ["widget", "tokens", "thinking"] },
-  chat: { title: "ChatWidget", parts: ["widget", "tokens", "chat", "thinking"] },
+  widget: { title: "StreamWidget", parts: ["widget", "tokens", "branches", "thinking", "distribution"] },
+  chat: { title: "ChatWidget", parts: ["widget", "tokens", "branches", "chat", "thinking", "distribution"] },
   compare: { title: "CompareWidget", parts: ["compare"] },
 };
 

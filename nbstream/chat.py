@@ -18,10 +18,11 @@ from typing import Any, overload
 
 import traitlets
 
+from ._branching import BranchingWidget
 from ._display import chat_fallback_bundle
 from ._errors import input_checked
 from ._feed import thinking_state
-from ._widget_base import RunWidget, error_summary
+from ._widget_base import error_summary
 from .conversation import Conversation, check_system, check_text
 from .generation import TERMINAL, Generation
 
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 _STATIC = Path(__file__).parent / "static"
 
 
-class ChatWidget(RunWidget):
+class ChatWidget(BranchingWidget):
     """A multi-turn chat: each turn a message, the newest answer streamed with its state and Stop.
 
     ``ChatWidget()`` uses the embedded default model; ``ChatWidget(model, tokenizer,
@@ -41,6 +42,10 @@ class ChatWidget(RunWidget):
     A stopped or failed answer stays in the transcript, marked, and is left out of the
     ``history`` the model sees next unless it is kept (:meth:`keep_partial`, or the "Keep
     partial" button).
+
+    The last answer can be branched (:meth:`branch`, or "Continue with this token" in the
+    alternatives popover): its bubble then switches between the variants (:meth:`show`),
+    and only the variant shown is in ``history`` and ``transcript``.
 
     Example::
 
@@ -148,6 +153,32 @@ class ChatWidget(RunWidget):
         return self._send_turn(text, settings, replace_last=True)
 
     @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """Continue the last answer (the variant shown) as if it had taken ``token`` at
+        ``step`` (see :meth:`nbstream.Generation.branch`); the branch streams into the last
+        bubble and becomes the answer shown, so the ``history`` holds it once it
+        completes. The original and every branch stay (:attr:`branches`, :meth:`show`).
+        Raises ``RuntimeError`` while an answer is generated, ``ValueError`` without an
+        answer that a run made.
+        """
+        return self._launch(lambda: self._conversation.branch_last(step, token, settings))
+
+    @property
+    def branches(self) -> list[Generation]:
+        """Every branch of the last answer, in the order made (the original is not one)."""
+        with self._lock:
+            return list(self._variant_runs()[1:])
+
+    def _variant_runs(self) -> list[Generation]:
+        turns = self._conversation.turns
+        if not turns or turns[-1].run is None:
+            return []
+        return turns[-1].variants or [turns[-1].run]
+
+    def _select(self, run: Generation) -> None:
+        self._conversation.show_variant(self._variant_runs().index(run))
+
+    @input_checked
     def keep_partial(self, turn: int = -1) -> None:
         """Keep a cancelled or failed answer (the newest by default) in the ``history``.
 
@@ -248,6 +279,7 @@ class ChatWidget(RunWidget):
     def _on_start(self, run: Generation, run_id: int) -> None:
         self._conversation.turns[-1].run_id = run_id
         self._messages = self._message_list()
+        super()._on_start(run, run_id)
 
     def _token_runs(self) -> list[tuple[int, Generation]]:
         # Every answer shown that came from a run (seeded history turns have no tokens).
@@ -266,6 +298,7 @@ class ChatWidget(RunWidget):
             with self.hold_sync():
                 self._forget_run()
                 self._messages = self._message_list()
+                self._publish_branches()
             self._publish_fallback()
 
     def _message_list(self) -> list[dict[str, Any]]:
@@ -309,6 +342,9 @@ class ChatWidget(RunWidget):
         if kind == "keep":
             turn: Any = content.get("turn")
             self._report_input_error(lambda: self.keep_partial(turn))
+            return
+        if kind in ("branch", "show_branch"):
+            self._branch_message(kind, content)
             return
         if kind not in ("send", "edit_last", "regenerate"):
             return

@@ -9,6 +9,10 @@ their turns in a :class:`Conversation`, so a conversation holds the same message
   purpose (:meth:`Conversation.keep_partial`); a stopped or failed answer is left out;
 - an answer being generated is not in the history yet, and not left out of it either: it
   joins the history if it completes (:attr:`Turn.left_out` is false while it runs);
+- an answer can be branched (:meth:`Conversation.branch_last`: "what if it had taken this
+  token?"); a turn then holds every variant of its answer, and only the one shown
+  (:attr:`Turn.run`, :meth:`Conversation.show_variant`) is in the history and the
+  transcript;
 - a conversation that no longer fits the model's context is refused before anything
   starts (:class:`~nbstream.backends.local.ContextLengthError`, saying what to do).
 
@@ -19,7 +23,7 @@ the calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .backends.local import ContextLengthError, check_encodable
@@ -38,6 +42,9 @@ class Turn:
     kept: bool = False
     #: The owner's number for the run (a widget's ``run_id``); None for a seeded answer.
     run_id: int | None = None
+    #: Every variant of the answer once it was branched: the original, then each branch in
+    #: the order made; ``run`` is the one shown. Empty while there is only the original.
+    variants: list[Generation] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -270,6 +277,48 @@ class Conversation:
             raise ValueError(f"the answer of turn {turn} is empty: there is nothing to keep")
         t.kept = True
         return t
+
+    def branch_last(self, step: int, token: Any, settings: dict[str, Any]) -> Generation:
+        """Branch the last answer at ``step`` with ``token`` (:meth:`Generation.branch`,
+        ``settings`` overriding the answer's own); the branch becomes the answer shown.
+
+        Raises before anything changes: ``ValueError`` without an answer made by a run (none
+        yet, or seeded from a history), and whatever :meth:`Generation.branch` raises (a
+        bad step or token, an answer still being generated, a model that cannot branch).
+        """
+        if not self.turns:
+            raise ValueError("there is no answer to branch yet; send a message first")
+        turn = self.turns[-1]
+        if turn.run is None:
+            raise ValueError(
+                "the last answer was given in the history, not generated: it has no tokens "
+                "to branch from"
+            )
+        run = turn.run.branch(step, token, **settings)
+        if not turn.variants:
+            turn.variants = [turn.run]
+        turn.variants.append(run)
+        self._show(turn, run)
+        return run
+
+    def show_variant(self, index: int, turn: int = -1) -> Generation:
+        """Show variant ``index`` of a turn's answer (0: the original): the history and the
+        transcript then hold that one. Returns its run."""
+        try:
+            t = self.turns[turn]
+        except IndexError:
+            raise ValueError(f"there is no turn {turn}; the chat has {len(self.turns)}") from None
+        variants = t.variants or ([t.run] if t.run is not None else [])
+        if not 0 <= index < len(variants):
+            raise ValueError(f"the answer of turn {turn} has no variant {index}")
+        self._show(t, variants[index])
+        return variants[index]
+
+    @staticmethod
+    def _show(turn: Turn, run: Generation) -> None:
+        if run is not turn.run:
+            turn.run = run
+            turn.kept = False  # a kept partial was another variant's text
 
     def seed(self, messages: Any) -> None:
         """Replace the conversation by ``messages`` (a history: checked before any change)."""

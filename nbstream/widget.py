@@ -17,10 +17,11 @@ from typing import Any
 
 import traitlets
 
+from ._branching import BranchingWidget
 from ._display import fallback_bundle
 from ._errors import input_checked
 from ._feed import FRAME_RATE, VIEW_THREAD_PREFIX
-from ._widget_base import RunWidget, error_summary
+from ._widget_base import error_summary
 from .generation import Generation, stream
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ _STATIC = Path(__file__).parent / "static"
 __all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "StreamWidget"]
 
 
-class StreamWidget(RunWidget):
+class StreamWidget(BranchingWidget):
     """Stream a model's answer into the notebook, with its state, Stop, and metrics.
 
     ``StreamWidget()`` uses the embedded default model, shared by every widget in the
@@ -51,6 +52,12 @@ class StreamWidget(RunWidget):
 
     While a cell blocks the kernel (for instance in ``w.wait()``), the kernel cannot receive
     the Stop click; use the kernel's interrupt button, which stops the run.
+
+    Branches: :meth:`branch` (or "Continue with this token" in the alternatives popover)
+    continues the answer from another token; the widget keeps every branch of the prompt
+    (:attr:`branches`) and shows one (:meth:`show`, :attr:`shown`, the switcher above the
+    output). ``run``, ``result``, ``record`` and the saved output are those of the answer
+    shown; a new :meth:`generate` forgets the branches.
     """
 
     _esm = _STATIC / "widget.js"
@@ -64,10 +71,15 @@ class StreamWidget(RunWidget):
     #: Whether the view shows the prompt box (Run and Stop stay either way: Run uses
     #: ``prompt``, as in a compare column whose prompt is shared).
     show_prompt = traitlets.Bool(True).tag(sync=True)
+    #: In a compare column (set by CompareWidget): ``{"step", "words"}``, the first step
+    #: where this column's tokens differ from the other columns' and that said in words;
+    #: None when there is nothing to mark.
+    compare_mark = traitlets.Dict(None, allow_none=True).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
+        # The prompt's answers: the original, then its branches in the order made.
+        self._variants: list[Generation] = []
         super().__init__(model, tokenizer, **settings)
-        self._branches: list[Generation] = []
 
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
@@ -84,39 +96,53 @@ class StreamWidget(RunWidget):
         merged = self._run_settings(settings)
         # A string prompt goes into the box, with the run's first state.
         box = {"prompt": prompt} if isinstance(prompt, str) else {}
-        run = self._launch(lambda: stream(self._model, self._tokenizer, prompt, **merged), **box)
-        self._branches = []  # a new answer: the branches were of the one before
-        return run
+
+        def make_run() -> Generation:  # lock held, no run in progress
+            run = stream(self._model, self._tokenizer, prompt, **merged)
+            self._variants = [run]  # a new answer: the branches were of the one before
+            return run
+
+        return self._launch(make_run, **box)
 
     @input_checked
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """Continue the widget's last run (its answer, or the branch shown since) as if it
-        had taken ``token`` at ``step`` (see :meth:`nbstream.Generation.branch`); the branch
-        streams into the widget. A branch of a branch is kept too; each one's
-        ``branch_info["parent"]`` says which run it left.
+        """Continue the answer shown (the original, or the branch shown since) as if it had
+        taken ``token`` at ``step`` (see :meth:`nbstream.Generation.branch`); the branch
+        streams into the widget and is shown. A branch of a branch is kept too; each
+        one's ``branch_info["parent"]`` says which run it left.
 
         ``settings`` override the run's own for the branch. Each branch made since the
         last :meth:`generate` is kept in :attr:`branches`. Raises ``RuntimeError`` while a
         run is in progress or before any run.
         """
-        parent = self._run
-        if parent is None:
-            raise RuntimeError("there is no run to branch from yet: generate() one first")
-        run = self._launch(lambda: parent.branch(step, token, **settings))
-        self._branches.append(run)
-        return run
+
+        def make_run() -> Generation:  # lock held, no run in progress
+            parent = self._run
+            if parent is None:
+                raise RuntimeError("there is no run to branch from yet: generate() one first")
+            run = parent.branch(step, token, **settings)
+            self._variants.append(run)
+            return run
+
+        return self._launch(make_run)
 
     @property
     def branches(self) -> list[Generation]:
         """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`,
         in the order made; each one's ``branch_info`` says where it left its parent (the
-        answer, or an earlier branch)."""
-        return list(self._branches)
+        answer, or an earlier branch). :meth:`show` switches between them."""
+        with self._lock:
+            return list(self._variants[1:])
+
+    def _variant_runs(self) -> list[Generation]:
+        return self._variants
 
     # -- from the views -----------------------------------------------------------------------
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
         if kind == "run":
             self._run_from_view(content.get("prompt"))
+        elif kind in ("branch", "show_branch"):
+            self._branch_message(kind, content)
 
     def _run_from_view(self, prompt: Any) -> None:
         if self._busy():

@@ -151,8 +151,8 @@ def check(*problems: str | None) -> None:
 CLASSES = {
     # class: (its JS mirror: file, typedef), (its PROTOCOL.md tables)
     RunWidget: (("widget.js", "RunWidgetTraits"), ("RunWidget",)),
-    StreamWidget: (("widget.js", "StreamWidgetTraits"), ("RunWidget", "StreamWidget")),
-    ChatWidget: (("chat.js", "ChatWidgetTraits"), ("RunWidget", "ChatWidget")),
+    StreamWidget: (("widget.js", "StreamWidgetTraits"), ("RunWidget", "Branches", "StreamWidget")),
+    ChatWidget: (("chat.js", "ChatWidgetTraits"), ("RunWidget", "Branches", "ChatWidget")),
     _Header: (("compare.js", "CompareHeaderTraits"), ("CompareWidget header",)),
 }
 
@@ -221,6 +221,27 @@ def test_messages_from_the_kernel() -> None:
             "kernel → page",
             ("nbstream/_feed.py", sent),
             ("PROTOCOL.md", set(protocol_tables()["Kernel to page"])),
+        ),
+    )
+
+
+def test_the_sampling_panels_reply() -> None:
+    from nbstream._explain import Explainer
+
+    sent = set(re.findall(r'"type":\s*"(\w+)"', inspect.getsource(Explainer)))
+    panel = (JS / "distribution.js").read_text("utf-8")
+    handled = set(re.findall(r"\bmsg\?*\.type\s*===\s*\"(\w+)\"", panel)) - {"tokens"}
+    check(
+        mismatch("panel reply", ("nbstream/_explain.py", sent), ("distribution.js", handled)),
+        mismatch(
+            "panel reply",
+            ("nbstream/_explain.py", sent),
+            ("distribution.js DistributionReply", js_message_types("distribution.js", "DistributionReply")),
+        ),
+        mismatch(
+            "panel reply",
+            ("nbstream/_explain.py", sent),
+            ("PROTOCOL.md", set(protocol_tables()["Kernel to page: the sampling panel"])),
         ),
     )
 

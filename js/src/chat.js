@@ -52,7 +52,7 @@
 
 /**
  * The synced traits of `ChatWidget`.
- * @typedef {import("./widget.js").RunWidgetTraits & ChatWidgetOwnTraits} ChatWidgetTraits
+ * @typedef {import("./widget.js").RunWidgetTraits & import("./widget.js").BranchTraits & ChatWidgetOwnTraits} ChatWidgetTraits
  */
 
 /**
@@ -63,7 +63,11 @@
  *   | {type: "regenerate", settings: Record<string, unknown>}
  *   | {type: "keep", turn: number}
  *   | {type: "clear"}
+ *   | {type: "branch", run_id: number, step: number, token: number}
+ *   | {type: "show_branch", index: number}
  *   | {type: "stop"}
+ *   | {type: "distribution", view: string, request: number, run_id: number, step: number,
+ *      temperature?: number, top_k?: number, top_p?: number}
  *   | {type: "sync", view: string, page: string}
  *   | {type: "removed", view: string, page: string}} OutgoingMessage
  * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget, and
@@ -102,6 +106,8 @@ import {
   watchConnection,
   watchRemoval,
 } from "./common.js";
+import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
+import { branchAction, branchSwitcher } from "./branches.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
@@ -192,6 +198,7 @@ function render({ model, el }) {
   const tv = tokenViews({
     model,
     scope,
+    viewId, // the sampling panel's replies name this view
     root,
     raw,
     lists: () => tokenLists.values(),
@@ -203,10 +210,14 @@ function render({ model, el }) {
       follow.on = false;
     },
     notes: updateNotes,
+    branch: branchAction({ model, only: onlyLastAnswer, sent: () => switcher.expectNew() }),
   });
+  // The last answer's variants (the original and its branches): a switcher in its bubble.
+  const switcher = branchSwitcher({ model, onModel, label: "Answers to the last message" });
   const { bar } = statusBar([badge, metricsEl], [raw.button, tv.group, templated.toggle, settings.toggle, clearBtn]);
 
-  const list = h("div", "nbstream-messages", { "aria-label": "Conversation", tabindex: "0" });
+  // A named group (a name needs a role); focusable so that the keyboard can scroll it.
+  const list = h("div", "nbstream-messages", { role: "group", "aria-label": "Conversation", tabindex: "0" });
 
   const message = promptBox("nbstream-prompt", "Message", 2, "Message the model… (Shift+Enter to send)");
   const sendBtn = iconButton("nbstream-run nbstream-send", "Send", "▶", "Send (Shift+Enter)");
@@ -229,6 +240,10 @@ function render({ model, el }) {
 
   root.append(bar, settings.panel, templated.view, tv.head, list, promptRow);
   el.append(root);
+  // What a screen reader hears: each answer's state changes once, its end once (announce.js).
+  const announce = announcer(root, scope);
+  const stateKey = () => `${Number(model.get("run_id")) || 0}:${status()}`;
+  announce.seen(stateKey());
   // A restarted kernel: show the chat disconnected, its controls off (common.js).
   watchConnection(scope, model, root);
 
@@ -326,7 +341,7 @@ function render({ model, el }) {
       shown: "",
       shownActive: false,
       partialLabel: h("div", "nbstream-partial-label"),
-      errorEl: h("div", "nbstream-error", { role: "alert" }),
+      errorEl: h("div", "nbstream-error"), // no role=alert: the announcer says it (announce.js)
       cutEl: h("div", "nbstream-cut"),
       actions: h("div", "nbstream-message-actions"),
       note: makeNote("capture"),
@@ -404,6 +419,29 @@ function render({ model, el }) {
     if (tokensOf(rid).apply(msg) === "gap") live.requestSync();
   }
 
+  /**
+   * The popover's "Continue" is for the last answer only (ChatWidget.branch): the reason
+   * said in the popover of an earlier one. @param {import("./tokens.js").TokenList} tl
+   */
+  function onlyLastAnswer(tl) {
+    const last = messages()[messages().length - 1];
+    return last?.role === "assistant" && last.run_id === tl.runId
+      ? ""
+      : "only the last answer can be continued from another token.";
+  }
+
+  /** The branch switcher goes in the last answer's bubble, above its output. */
+  function placeSwitcher() {
+    const last = entries[entries.length - 1];
+    const output = last?.msg.role === "assistant" ? last.output : null;
+    if (output && switcher.el.nextSibling !== output) {
+      const focused = switcher.el.contains(document.activeElement);
+      output.before(switcher.el);
+      switcher.update();
+      if (focused) switcher.el.focus({ preventScroll: true });
+    } else if (!output) switcher.el.remove();
+  }
+
   /** Drop the token lists of runs gone from the transcript (cleared, regenerated). */
   function pruneTokens() {
     const keep = new Set(messages().map((m) => m.run_id));
@@ -428,6 +466,7 @@ function render({ model, el }) {
     entries.forEach((e, i) => {
       if (list.children[i] !== e.el) list.insertBefore(e.el, list.children[i] || null);
     });
+    placeSwitcher();
     while (list.children.length > entries.length) list.lastElementChild?.remove();
     tv.refresh();
     updateChrome();
@@ -602,7 +641,11 @@ function render({ model, el }) {
     schedule();
   });
   onModel("change:_messages", syncEntries);
-  onModel("change:status", () => {
+  onModel("change:status", (/** @type {unknown} */ shared) => {
+    const words = runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
+      liveTokens: live.liveTokens,
+    });
+    announce.say(stateKey(), words, shared);
     // The run ended: render the answer in full now, while it is still aria-busy.
     if (!ACTIVE.has(status())) frames.now();
     // The run ended: open popovers of alternatives close (the text under them is final
@@ -634,11 +677,15 @@ function render({ model, el }) {
   }
   onSubmitKey(scope, message, send);
   on(sendBtn, "click", send);
-  on(stopBtn, "click", () => {
+  const stop = () => {
     if (stopBtn.disabled) return;
     model.send({ type: "stop" });
     stopWaiting.stopped();
-  });
+  };
+  on(stopBtn, "click", stop);
+  // Esc anywhere in the chat stops the answer (a popover, the settings panel or the clear
+  // question open takes it first).
+  stopOnEscape(scope, root, () => !stopBtn.disabled, stop);
 
   /** Show or hide the question under the bar that Clear chat asks. @param {boolean} open */
   function setConfirming(open) {

@@ -9,6 +9,7 @@
 
 import { h, isNum } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
+import { explainPanels } from "./distribution.js";
 
 /** The toggles: [trait, button name (its accessible name), what it does]. */
 const TOGGLES = [
@@ -269,7 +270,9 @@ class TokenList {
   /**
    * @param {number | null} runId the run whose tokens these are
    * @param {{label?: string, changed?: () => void, opened?: () => void,
-   *          closeOthers?: (list: TokenList) => void}} [opts]
+   *          closeOthers?: (list: TokenList) => void,
+   *          branch?: {fill: (list: TokenList, i: number) => void} | null,
+   *          explain?: ReturnType<typeof explainPanels> | null}} [opts]
    *   changed: tokens came or went; opened: a popover opened (the view stops following
    *   the end of the output, so that streaming does not scroll it away)
    */
@@ -284,6 +287,10 @@ class TokenList {
     this.changed = opts.changed || (() => {});
     this.closeOthers = opts.closeOthers || (() => {});
     this.opened = opts.opened || (() => {});
+    // The popover's "Continue with this token" (branches.js, branchAction), or null.
+    this.branch = opts.branch || null;
+    // The popover's "How was this picked?": the sampling panel (distribution.js), or null.
+    this.explain = opts.explain || null;
     this.ac = new AbortController();
 
     this.el = h("div", "nbstream-tokens-view", {
@@ -292,6 +299,7 @@ class TokenList {
       "data-lm-suppress-shortcuts": "true",
     });
     this.list = h("div", "nbstream-tokens", {
+      role: "group", // a name needs a role (axe: aria-prohibited-attr)
       "aria-label": opts.label || "Tokens",
       "data-boundaries": "false",
       "data-probs": "false",
@@ -362,6 +370,7 @@ class TokenList {
     this.thinking = 0;
     this.current = 0;
     this.close();
+    this.explain?.reset(this);
     this.list.replaceChildren();
     this.changed();
   }
@@ -552,6 +561,7 @@ class TokenList {
     s.setAttribute("aria-controls", this.popId);
     s.classList.add("nbstream-token-open");
     this.fill(i);
+    this.explainAction(i);
     this.pop.hidden = false;
     this.opened();
     this.place(s);
@@ -689,6 +699,7 @@ class TokenList {
     });
     table.append(caption, thead, tbody);
     pop.append(table);
+    this.branch?.fill(this, i); // "Continue" on each alternative (branches.js)
     if (!chosenShown) {
       const out = h("div", "nbstream-alt-outside");
       const chosenPiece = h("span", "nbstream-alt-token");
@@ -705,6 +716,27 @@ class TokenList {
       foot.append(m, " the run's settings gave it no chance (temperature, top-k, top-p, or greedy decoding)");
       pop.append(foot);
     }
+  }
+
+  /**
+   * The popover's "How was this picked?" (the sampling panel, distribution.js), or why it
+   * is not offered. @param {number} i
+   */
+  explainAction(i) {
+    const explain = this.explain;
+    if (!explain) return;
+    const why = explain.unavailable();
+    if (why) {
+      const note = h("div", "nbstream-token-note nbstream-alt-explain-note");
+      note.textContent = why;
+      this.pop.append(note);
+      return;
+    }
+    const b = h("button", "nbstream-alt-explain", { type: "button" });
+    b.textContent = "How was this picked?";
+    b.title = "The step's odds as bars, and what temperature, top-k and top-p do to them";
+    b.addEventListener("click", () => explain.open(this, i), { signal: this.ac.signal });
+    this.pop.append(b);
   }
 
   /** Copy the real text of the selected tokens (not the markers, badges or ranks). @param {ClipboardEvent} e */
@@ -742,6 +774,10 @@ class TokenList {
  * @param {() => void} o.switched  the output switched between tokens and text: show the right one
  * @param {() => void} o.redraw  schedule a frame
  * @param {() => void} o.opened  a popover opened: stop following the end of the output
+ * @param {string} [o.viewId]  the view's id: its token popovers offer the sampling panel
+ *   ("How was this picked?", distribution.js), whose replies name this view
+ * @param {{fill: (list: TokenList, i: number) => void}} [o.branch]  the popover's "Continue
+ *   with this token" (branches.js, branchAction)
  * @param {() => boolean} [o.running]  for a view of one run: whether it is still going
  * @param {() => boolean} [o.noCapture]  for a view of one run: whether it ran without
  *   capturing probabilities; the note saying so is in the head, in place of the legend
@@ -755,6 +791,10 @@ function tokenViews(o) {
   const legend = makeLegend();
   const remoteNote = makeNote("remote");
   const captureNote = o.noCapture ? makeNote("capture") : null;
+  // The sampling panel of this view ("How was this picked?" in the popover; distribution.js).
+  const explain = o.viewId
+    ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canTrace(model) })
+    : null;
   let shown = false;
 
   /** The head (and the view's notes), after tokens came or a mode changed. */
@@ -805,6 +845,8 @@ function tokenViews(o) {
       },
       opened: o.opened,
       closeOthers,
+      branch: o.branch,
+      explain,
     });
     t.setModes(tokenModes(model));
     return t;

@@ -93,11 +93,26 @@
  *   e.g. "temperature 0.7" in a compare column)
  * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
  *   re-runs with the `prompt` trait (two-way)
+ * @property {import("./distribution.js").CompareMark | null} compare_mark  in a compare
+ *   column: the first step where its tokens part from the other columns', and the words
+ *   (Python → JS; distribution.js, compareMarkView)
+ */
+
+/**
+ * The branch traits of `StreamWidget` and `ChatWidget` (`BranchingWidget`,
+ * nbstream/_branching.py; issue 16): the answers of the current prompt (a chat: of its last
+ * answer), the original and its branches, one of them shown. All Python → JS.
+ * @typedef {object} BranchTraits
+ * @property {import("./branches.js").BranchEntry[]} _branches  every branch, in the order
+ *   made: where it left its parent (step, the parent's token → the one it took)
+ * @property {number} branch_shown      the answer shown: 0 the original, k the k-th branch
+ * @property {string} branch_unavailable  why the popover offers no "Continue with this
+ *   token" now (a model that cannot branch, an answer still running), or ""
  */
 
 /**
  * The synced traits of `StreamWidget` (nbstream/widget.py).
- * @typedef {RunWidgetTraits & StreamWidgetOwnTraits} StreamWidgetTraits
+ * @typedef {RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits} StreamWidgetTraits
  */
 
 /** @typedef {import("./settings.js").SettingSchema} SettingSchema */
@@ -109,6 +124,10 @@
  * `reset`; `removed` says this page no longer shows the view (see watchRemoval, common.js).
  * @typedef {{type: "run", settings: Record<string, unknown>, prompt?: string}
  *   | {type: "stop"}
+ *   | {type: "branch", run_id: number, step: number, token: number}
+ *   | {type: "show_branch", index: number}
+ *   | {type: "distribution", view: string, request: number, run_id: number, step: number,
+ *      temperature?: number, top_k?: number, top_p?: number}
  *   | {type: "sync", view: string, page: string}
  *   | {type: "removed", view: string, page: string}} OutgoingMessage
  */
@@ -122,7 +141,8 @@
  *   | {type: "reset", run_id: number, view: string | null, text: string,
  *      thinking?: import("./thinking.js").ThinkingState}
  *   | ThinkingMessage
- *   | TokensMessage} IncomingMessage
+ *   | TokensMessage
+ *   | import("./distribution.js").DistributionReply} IncomingMessage
  */
 
 /**
@@ -213,6 +233,9 @@ import {
   watchConnection,
   watchRemoval,
 } from "./common.js";
+import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
+import { branchAction, branchSwitcher } from "./branches.js";
+import { compareMarkView } from "./distribution.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
@@ -264,6 +287,7 @@ function render({ model, el }) {
   const tv = tokenViews({
     model,
     scope,
+    viewId, // the sampling panel's replies name this view
     root,
     raw,
     lists: () => [tokens],
@@ -274,7 +298,10 @@ function render({ model, el }) {
     opened: () => {
       follow.on = false;
     },
+    branch: branchAction({ model, sent: () => switcher.expectNew() }),
   });
+  // The answers of this prompt (the original and its branches), above the output.
+  const switcher = branchSwitcher({ model, onModel });
   const labelEl = h("span", "nbstream-label");
   const copyBtn = copyAnswerButton();
   // The bar: what the run did (status line), then what the user can do (tools); see
@@ -290,13 +317,18 @@ function render({ model, el }) {
   const rendered = h("div", "nbstream-rendered");
   const rawPre = h("pre", "nbstream-raw");
   output.append(rendered);
-  const errorEl = h("div", "nbstream-error", { role: "alert" });
+  // No role=alert: the view's announcer says "Failed: …" once (announce.js).
+  const errorEl = h("div", "nbstream-error");
   const cutEl = h("div", "nbstream-cut");
 
   // A reasoning model's thinking: its own section above the answer (js/src/thinking.js).
   const thinkBox = new ThinkingBox();
-  root.append(promptRow, bar, settings.panel, templated.view, tv.head, thinkBox.el, output);
+  root.append(promptRow, bar, settings.panel, templated.view, tv.head, switcher.el, thinkBox.el, output);
   el.append(root);
+  // What a screen reader hears: each state change once, the end once (announce.js).
+  const announce = announcer(root, scope);
+  const stateKey = () => `${Number(model.get("run_id")) || 0}:${status()}`;
+  announce.seen(stateKey());
   // Before the first message (the sync below): a kernel already gone shows at once.
   watchConnection(scope, model, root);
 
@@ -305,6 +337,8 @@ function render({ model, el }) {
   const renderer = new TextRenderer(rendered, rawPre);
   const tokens = tv.list(Number(model.get("run_id")) || 0);
   scope.defer(() => tokens.dispose());
+  // A compare column: where its tokens part from the other columns' (compare_mark).
+  root.insertBefore(compareMarkView({ model, scope, tokens }), output);
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
     clear() {
@@ -405,7 +439,16 @@ function render({ model, el }) {
     schedule();
     updateChrome();
   });
-  onModel("change:status", () => {
+  onModel("change:status", (/** @type {unknown} */ shared) => {
+    // A compare column (no prompt box) says its end only, with its label: the header says
+    // when the columns run.
+    const column = model.get("show_prompt") === false;
+    const words = runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
+      label: column ? String(model.get("label") ?? "") : "",
+      liveTokens: live.liveTokens,
+      states: !column,
+    });
+    announce.say(stateKey(), words, shared);
     // The run ended: render the open block in full now, while the output
     // is still aria-busy, rather than in the next frame.
     if (!ACTIVE.has(status()) && renderer.frozen) frames.now();
@@ -437,11 +480,14 @@ function render({ model, el }) {
   }
   onSubmitKey(scope, prompt, run);
   on(runBtn, "click", run);
-  on(stopBtn, "click", () => {
+  const stop = () => {
     if (stopBtn.disabled) return;
     model.send({ type: "stop" });
     stopWaiting.stopped();
-  });
+  };
+  on(stopBtn, "click", stop);
+  // Esc anywhere in the view stops the run (a popover or the settings panel open takes it first).
+  stopOnEscape(scope, root, () => !stopBtn.disabled, stop);
 
   // ---- label, prompt box shown or not --------------------------------------------
   function updateLabel() {

@@ -1,0 +1,206 @@
+// nbstream — branches of an answer (issue 16), shared by the StreamWidget and ChatWidget views.
+//
+// Two pieces: the "Continue with this token" action that the alternatives popover
+// (tokens.js, TokenList) shows on each alternative, and the switcher between the answers of
+// one prompt (the original and its branches). The kernel is the source of truth: it says
+// which branches exist and which one is shown (`_branches`, `branch_shown`), and why the
+// action is not offered (`branch_unavailable`); the page only asks (`branch`,
+// `show_branch`). See PROTOCOL.md, "Branches".
+
+import { ACTIVE, h } from "./common.js";
+
+/**
+ * One branch as the kernel describes it (`_branches`).
+ * @typedef {object} BranchEntry
+ * @property {number} step           the token (0-based) where it left its parent
+ * @property {number} parent_token   the parent's token there
+ * @property {string} parent_text    that token decoded
+ * @property {number} token          the token the branch took instead
+ * @property {string} text           that token decoded
+ * @property {number} parent         the answer it left: 0 the original, k the k-th branch
+ * @property {string} status         its run's state
+ */
+
+/** @typedef {import("./tokens.js").TokenList} TokenList */
+
+/**
+ * A token's text quoted so that spaces and line breaks show (' blue', '\n').
+ * @param {unknown} text
+ */
+function quote(text) {
+  const s = String(text ?? "")
+    .replace(/\\/g, "\\\\")
+    .replace(/\n/g, "\\n")
+    .replace(/\r/g, "\\r")
+    .replace(/\t/g, "\\t");
+  return `'${s}'`;
+}
+
+/** @param {any} model @returns {BranchEntry[]} */
+function entriesOf(model) {
+  const b = model.get("_branches");
+  return Array.isArray(b) ? b.filter((e) => e && typeof e === "object") : [];
+}
+
+/**
+ * Where a branch left its parent, in words: "at token 7: ' red' → ' blue'".
+ * @param {BranchEntry} e
+ */
+function whereWords(e) {
+  const from = Number(e.parent) > 0 ? ` (from branch ${e.parent})` : "";
+  return `at token ${Number(e.step) + 1}: ${quote(e.parent_text)} \u2192 ${quote(e.text)}${from}`;
+}
+
+/**
+ * The popover's action: a "Continue" button on each alternative the run did not take, or
+ * the reason it is not offered. Given to the view's token lists (tokenViews' `branch`);
+ * TokenList calls `fill` after it has drawn the popover of token i.
+ * @param {object} o
+ * @param {any} o.model
+ * @param {(list: TokenList) => string} [o.only] the view's own reason for this list ("" if
+ *   none): a chat branches its last answer only
+ * @param {() => void} [o.sent] a branch was asked for (the view moves the focus)
+ */
+function branchAction(o) {
+  return {
+    /** @param {TokenList} list @param {number} i */
+    fill(list, i) {
+      const pop = list.pop;
+      const alts = list.tokens[i]?.[5];
+      const table = pop.querySelector(".nbstream-alt-table");
+      if (!table || !Array.isArray(alts) || alts.length === 0) return;
+      const why = String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
+      if (why) {
+        const note = h("div", "nbstream-branch-unavailable", { role: "note" });
+        note.textContent = `Continue with another token is not offered: ${why}`;
+        table.after(note);
+        return;
+      }
+      const headRow = table.querySelector("thead tr");
+      if (headRow) {
+        const th = h("th", "nbstream-alt-action", { scope: "col" });
+        th.textContent = "Branch";
+        headRow.append(th);
+      }
+      const chosenId = Number(list.tokens[i][0]);
+      const rows = [...table.querySelectorAll("tbody tr.nbstream-alt")];
+      const picks = alts.filter((a) => Array.isArray(a));
+      rows.forEach((tr, k) => {
+        const td = h("td", "nbstream-alt-action");
+        const a = picks[k];
+        const id = Number(a?.[0]);
+        if (a && id !== chosenId && Number.isInteger(id)) {
+          const name = a[2] === "bytes" ? `bytes ${a[1]}` : quote(a[1]);
+          const b = h("button", "nbstream-branch-continue", {
+            type: "button",
+            "aria-label": `Continue with ${name}`,
+            "data-token-id": String(id),
+          });
+          b.textContent = "Continue";
+          b.title = `Continue the answer from step ${i + 1} with ${name} instead (a new branch)`;
+          b.addEventListener("click", () => {
+            if (ACTIVE.has(String(o.model.get("status")))) return;
+            o.model.send({ type: "branch", run_id: list.runId, step: i, token: id });
+            o.sent?.();
+          });
+          td.append(b);
+        }
+        tr.append(td);
+      });
+    },
+  };
+}
+
+/**
+ * The switcher between the answers of the current prompt: "Original" and one button per
+ * branch (where it left its parent), the shown one pressed. Hidden without branches.
+ * @param {object} o
+ * @param {any} o.model
+ * @param {(name: string, cb: Function) => void} o.onModel
+ * @param {string} [o.label]
+ */
+function branchSwitcher(o) {
+  const { model } = o;
+  const el = h("div", "nbstream-branches", {
+    role: "group",
+    "aria-label": o.label || "Answers of this prompt",
+    tabindex: "-1",
+  });
+  const title = h("span", "nbstream-branches-title");
+  title.textContent = "Branches";
+  const list = h("div", "nbstream-branches-list");
+  el.append(title, list);
+  el.hidden = true;
+  /** the index whose button takes the focus once the kernel shows it, or -1 */
+  let focusWanted = -1;
+
+  function update() {
+    const entries = entriesOf(model);
+    const shown = Number(model.get("branch_shown")) || 0;
+    const busy = ACTIVE.has(String(model.get("status")));
+    el.hidden = entries.length === 0;
+    const labels = [
+      "Original",
+      ...entries.map((e, k) => `Branch ${k + 1} ${whereWords(e)}`),
+    ];
+    const want = labels.join("\u0000");
+    if (list.dataset.labels !== want) {
+      list.dataset.labels = want;
+      list.replaceChildren(
+        ...labels.map((label, k) => {
+          const b = h("button", "nbstream-branch", { type: "button", "data-index": String(k) });
+          if (k === 0) {
+            b.textContent = label;
+          } else {
+            const n = h("span", "nbstream-branch-name");
+            n.textContent = `Branch ${k}`;
+            const where = h("span", "nbstream-branch-where");
+            where.textContent = whereWords(entries[k - 1]);
+            b.append(n, " ", where);
+          }
+          b.addEventListener("click", () => {
+            if (b.disabled || b.getAttribute("aria-pressed") === "true") return;
+            focusWanted = k;
+            model.send({ type: "show_branch", index: k });
+          });
+          return b;
+        }),
+      );
+    }
+    [...list.children].forEach((child, k) => {
+      const b = /** @type {HTMLButtonElement} */ (child);
+      const pressed = String(k === shown);
+      if (b.getAttribute("aria-pressed") !== pressed) b.setAttribute("aria-pressed", pressed);
+      b.disabled = busy;
+      b.title = busy
+        ? "An answer is being generated: switch when it has ended"
+        : k === shown
+          ? "This answer is shown"
+          : "Show this answer";
+    });
+    // The focus follows a switch or a new branch (the popover button it was on is gone),
+    // unless it has moved elsewhere meanwhile: the group while the branch streams, then
+    // the answer's button.
+    const free = document.activeElement === document.body || el.contains(document.activeElement);
+    if (focusWanted >= 0 && focusWanted === shown && el.isConnected && free) {
+      if (busy) el.focus({ preventScroll: true });
+      else {
+        /** @type {HTMLElement | undefined} */ (list.children[shown])?.focus({ preventScroll: true });
+        focusWanted = -1;
+      }
+    }
+  }
+
+  for (const name of ["_branches", "branch_shown", "status"]) o.onModel(`change:${name}`, update);
+  update();
+  return {
+    el,
+    update,
+    /** A branch was asked for: its button takes the focus once it is shown. */
+    expectNew() {
+      focusWanted = entriesOf(model).length + 1;
+    },
+  };
+}
+
+export { branchAction, branchSwitcher, quote, whereWords };

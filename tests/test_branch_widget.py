@@ -1,0 +1,234 @@
+"""Branching in the widgets (issue 16): the popover's ``branch`` message, the switcher's
+``show_branch``, and what ``w.run`` / ``w.result`` / the saved output / a chat's history
+follow.
+
+The widgets are driven as their front end drives them (custom messages); what they send to
+their views is captured from ``send``. The browser side is
+tests/browser/test_branch_browser.py. The tiny model: the numbers do not matter here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_widget import Recorder, wait_followers
+
+import nbstream
+from nbstream._branching import MODEL_CANNOT_BRANCH, STILL_RUNNING
+from nbstream.testing import tiny_model
+
+
+@pytest.fixture
+def tiny():
+    return tiny_model()
+
+
+def text_of(recorder: Recorder, run_id: int) -> str:
+    """The text a view holds for run ``run_id`` after applying its deltas in order."""
+    text = ""
+    for m in recorder.deltas(run_id):
+        assert m["offset"] <= len(text), "a gap"
+        text = text[: m["offset"]] + m["text"]
+    return text
+
+
+def answered(tiny, **settings) -> tuple[nbstream.StreamWidget, Recorder]:
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=12, alternatives=5, **settings)
+    rec = Recorder(w)
+    w.generate("Name a color.")
+    w.wait(60)
+    return w, rec
+
+
+def ask(w, **message):
+    """A message from a view, as the comm handler gets it."""
+    w._handle_view_message(message)
+
+
+# -- StreamWidget -------------------------------------------------------------------------------
+
+
+def test_the_popover_message_branches_and_the_branch_streams_into_the_view(tiny):
+    w, rec = answered(tiny)
+    original = w.run
+    alt = original.trace[3].alternatives[1]
+    ask(w, type="branch", run_id=w.run_id, step=3, token=alt.id)
+    assert w.input_error == ""
+    branch = w.run
+    assert branch is not original and w.branches == [branch]
+    w.wait(60)
+    wait_followers()
+    assert branch.token_ids[:4] == [*original.token_ids[:3], alt.id]
+    assert branch.branch_info["parent"] is original
+    # The views got the branch's text, as deltas of its own run id.
+    assert text_of(rec, w.run_id) == branch.result
+    tokenizer = tiny[1]
+    assert w._branches == [
+        {
+            "step": 3,
+            "parent_token": original.token_ids[3],
+            "parent_text": tokenizer.decode([original.token_ids[3]]),
+            "token": alt.id,
+            "text": tokenizer.decode([alt.id]),
+            "parent": 0,
+            "status": "complete",
+        }
+    ]
+    assert w.branch_shown == 1 and w.shown == 1
+    assert w.result == branch.result and w.record["branch"]["step"] == 3
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ({"run_id": -5, "step": 3}, "no longer the one shown"),
+        ({"step": 99}, "step 99 is not a step of this run"),
+        ({"step": "3"}, "step must be an int"),
+        ({"step": 3, "token": "blue"}, "token must be a token id"),
+    ],
+    ids=["stale", "bad-step", "step-not-int", "token-not-id"],
+)
+def test_a_bad_branch_request_is_an_input_error_and_starts_nothing(tiny, message, words):
+    w, rec = answered(tiny)
+    original, run_id = w.run, w.run_id
+    full = {"type": "branch", "run_id": run_id, "token": original.trace[3].alternatives[1].id}
+    full.update(message)
+    ask(w, **full)  # nothing raises into the comm handler
+    assert words in w.input_error
+    assert w.run is original and w.run_id == run_id and w.branches == []
+
+
+def test_a_branch_request_while_a_run_is_in_progress_is_refused_in_words(tiny, probe):
+    w, _ = answered(tiny)
+    run_id, step, token = w.run_id, 3, w.run.trace[3].alternatives[1].id
+    gate = probe(tiny[0])
+    gate.hold()
+    w.generate("Another prompt")
+    assert gate.held.wait(60)
+    try:
+        ask(w, type="branch", run_id=w.run_id, step=step, token=token)
+        assert w.input_error == STILL_RUNNING
+        assert w.branch_unavailable == STILL_RUNNING  # the popover says it too
+        ask(w, type="show_branch", index=0)
+        assert "in progress" in w.input_error
+    finally:
+        gate.release()
+    w.wait(60)
+    wait_followers()
+    assert w.branch_unavailable == "" and w.run_id == run_id + 1 and w.branches == []
+
+
+def test_switching_shows_the_original_and_back_and_everything_follows(tiny):
+    w, rec = answered(tiny)
+    completed: list[str] = []
+    w.on_complete(completed.append)
+    original = w.run
+    branch = w.branch(2, original.trace[2].alternatives[2])
+    w.wait(60)
+    wait_followers()
+    assert completed == [branch.result]
+    assert branch.result != original.result
+
+    ask(w, type="show_branch", index=0)
+    assert w.input_error == ""
+    w.wait(60)
+    wait_followers()
+    assert w.run is original and w.shown == 0 and w.branch_shown == 0
+    assert w.result == original.result and w.record == original.record
+    assert text_of(rec, w.run_id) == original.result  # the view redraws the original
+    assert original.result in w._fallback()[1]["text/plain"]  # and the saved output
+    assert w.branches == [branch]  # switching keeps every branch
+
+    assert w.show(1) is branch
+    w.wait(60)
+    wait_followers()
+    assert w.run is branch and w.branch_shown == 1
+    assert text_of(rec, w.run_id) == branch.result
+    assert completed == [branch.result], "showing an answer again is not a new completion"
+
+
+def test_a_branch_of_a_branch_names_its_parent_and_generate_clears_them(tiny):
+    w, _ = answered(tiny)
+    first = w.branch(1, w.run.trace[1].alternatives[1])
+    w.wait(60)
+    second = w.branch(4, first.trace[4].alternatives[1])
+    w.wait(60)
+    wait_followers()
+    assert second.branch_info["parent"] is first
+    assert [e["parent"] for e in w._branches] == [0, 1]
+    assert w.branches == [first, second] and w.branch_shown == 2
+    w.generate("Name an animal.")
+    w.wait(60)
+    wait_followers()
+    assert w.branches == [] and w._branches == [] and w.branch_shown == 0
+
+
+def test_show_refuses_what_is_not_an_answer_of_the_prompt(tiny):
+    w, _ = answered(tiny)
+    with pytest.raises(ValueError, match="no answer 1: 0 is the original"):
+        w.show(1)
+    with pytest.raises(TypeError, match="show"):
+        w.show("original")
+    ask(w, type="show_branch", index=7)
+    assert "no answer 7" in w.input_error
+
+
+def test_an_endpoint_widget_says_why_it_offers_no_branch():
+    endpoint = nbstream.Endpoint("http://127.0.0.1:9/v1", "some-model")
+    w = nbstream.StreamWidget(endpoint)
+    assert w.branch_unavailable == MODEL_CANNOT_BRANCH
+    assert "remote endpoint" in w.branch_unavailable
+
+
+# -- ChatWidget ---------------------------------------------------------------------------------
+
+
+def test_a_chat_branches_its_last_answer_and_its_history_holds_only_the_one_shown(tiny):
+    chat = nbstream.ChatWidget(*tiny, max_new_tokens=10, alternatives=5)
+    rec = Recorder(chat)
+    first = chat.generate("Hi")
+    chat.wait(60)
+    original = chat.generate("Name a color.")
+    chat.wait(60)
+    alt = original.trace[2].alternatives[1]
+    ask(chat, type="branch", run_id=chat.run_id, step=2, token=alt.id)
+    assert chat.input_error == ""
+    branch = chat.run
+    chat.wait(60)
+    wait_followers()
+    assert branch.token_ids[:3] == [*original.token_ids[:2], alt.id]
+    assert chat.branches == [branch] and chat.branch_shown == 1
+    assert text_of(rec, chat.run_id) == branch.result
+    # Two turns, the second answered by the branch only.
+    assert [m["content"] for m in chat.history] == ["Hi", first.result, "Name a color.", branch.result]
+    assert [m["content"] for m in chat.transcript][-1] == branch.result
+    last = chat._messages[-1]
+    assert last["run_id"] == chat.run_id and last["content"] == branch.result
+
+    ask(chat, type="show_branch", index=0)
+    chat.wait(60)
+    wait_followers()
+    assert chat.history[-1]["content"] == original.result
+    assert len(chat.history) == 4 and chat.transcript[-1]["content"] == original.result
+    assert chat.branch_shown == 0 and chat._messages[-1]["content"] == original.result
+
+    # The next message is answered after the answer shown, and has no branches yet.
+    chat.generate("And another?")
+    chat.wait(60)
+    wait_followers()
+    assert chat._branches == [] and chat.branches == []
+    assert chat.run.prompt[3]["content"] == original.result
+
+
+def test_a_chat_branch_request_for_an_earlier_answer_or_a_seeded_one_is_refused(tiny):
+    chat = nbstream.ChatWidget(*tiny, max_new_tokens=8, alternatives=5)
+    first = chat.generate("Hi")
+    chat.wait(60)
+    first_id = chat.run_id
+    chat.generate("Again")
+    chat.wait(60)
+    ask(chat, type="branch", run_id=first_id, step=1, token=first.trace[1].alternatives[1].id)
+    assert "no longer the one shown" in chat.input_error
+    chat.history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    with pytest.raises(ValueError, match="given in the history"):
+        chat.branch(0, 5)
+    assert chat._branches == []
