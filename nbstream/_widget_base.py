@@ -13,6 +13,7 @@ The traits and messages are defined in PROTOCOL.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import traceback
@@ -24,6 +25,7 @@ import traitlets
 
 from . import _cells as cells
 from ._display import FallbackDisplay
+from ._explain import Explainer
 from ._feed import RunFeed
 from ._panel import (
     PANEL_SETTINGS,
@@ -170,6 +172,15 @@ class RunWidget(anywidget.AnyWidget):
         self.on_msg(self._handle_message)
         cells.register(self)
 
+    @functools.cached_property
+    def _explainer(self) -> Explainer:
+        # The sampling panel's `distribution` requests (nbstream/_explain.py), made at the first.
+        def runs() -> dict[int, Generation]:
+            with self._lock:
+                return dict(self._token_runs())
+
+        return Explainer(runs, lambda content: self._send_msg(content), self._tokenizer)
+
     # -- one state, whatever thread writes it -------------------------------------------------
     # ipywidgets keeps what a hold_sync() holds back per widget, not per thread: a trait
     # written on one thread while another thread's hold_sync ends can be dropped between its
@@ -286,6 +297,8 @@ class RunWidget(anywidget.AnyWidget):
         code reads them).
         """
         self.stop(cells.CLOSED)
+        if "_explainer" in self.__dict__:
+            self._explainer.close()
         super().close()
 
     # -- settings -----------------------------------------------------------------------------
@@ -519,6 +532,8 @@ class RunWidget(anywidget.AnyWidget):
             self.stop()
         elif kind == "removed":
             self._view_removed(content.get("page"), content.get("view"))
+        elif kind == "distribution":
+            self._explainer.request(content)  # answered on its own thread (_explain.py)
         else:
             # A Run / Send carries the panel's values: ipywidgets holds back state updates
             # until the kernel has answered the previous one, but not custom messages, so

@@ -130,6 +130,49 @@ def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> s
     return " · ".join(parts) or "model defaults"
 
 
+def divergence_words(
+    runs: Sequence[Any], tokenizer: Any, step: int, tokens: Sequence[int | None]
+) -> list[str]:
+    """Each column's line for where the columns part (``cw.divergence``'s ``step`` and
+    ``tokens``), e.g. ``"Columns part at token 12: this column took ' red' (41%); the
+    others took ' blue' (22%)"``. The probabilities are the model's own at that step (the
+    same for every column: same prompt, same tokens before it), from one forward pass;
+    without a local model, from the runs' traces, or none."""
+    from ._tokens import TokenPieces
+
+    pieces = TokenPieces(tokenizer) if tokenizer is not None else None
+    probs: dict[int, float] = {}
+    reached = [run for run in runs if run is not None and len(run.token_ids) > step]
+    try:
+        d = reached[0].distribution(step, temperature=1.0, top_k=0, top_p=1.0)
+        probs = {t: d.prob(t, "model") for t in tokens if t is not None}
+    except (ValueError, TypeError, IndexError):
+        # No logits (a model server): a captured trace still knows each column's own pick.
+        for run, token in zip(runs, tokens, strict=True):
+            trace = getattr(run, "trace", None) if token is not None else None
+            if trace is not None and len(trace) > step and token is not None:
+                probs[token] = trace[step].prob
+
+    def said(token: int | None) -> str:
+        if token is None:
+            return "nothing (its answer had ended)"
+        text = pieces.text(token) if pieces is not None else str(token)
+        odds = f" ({probs[token]:.0%})" if token in probs else ""
+        return f"{text!r}{odds}"
+
+    lines = []
+    for i, token in enumerate(tokens):
+        others = [said(t) for j, t in enumerate(tokens) if j != i]
+        mine = (
+            "this column's answer had ended" if token is None else f"this column took {said(token)}"
+        )
+        lines.append(
+            f"Columns part at token {step + 1}: {mine}; "
+            f"the other{'s' if len(others) > 1 else ''} took {', '.join(others)}"
+        )
+    return lines
+
+
 def _draw_seed() -> int:
     # As the engine draws a sampled run's seed: from torch's global generator (so
     # torch.manual_seed(n) before generate() still decides it), below 2**32 (exact in JSON).
@@ -649,9 +692,58 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             except (TypeError, ValueError, RuntimeError) as exc:
                 self._header.input_error = str(exc)
 
-    def _column_changed(self, _change: dict[str, Any]) -> None:
+    def _column_changed(self, change: dict[str, Any]) -> None:
         # A column's state, or the Same seed checkbox: the header's summary follows.
         self._refresh()
+        if change.get("name") == "status":
+            self._mark_divergence()
+
+    # -- where the columns part (each column's compare_mark) ----------------------------------
+    def _mark_divergence(self) -> None:
+        """Mark, in every column, the first step where the columns' tokens part.
+
+        Only once every column has ended: a column still queued has no tokens to compare
+        yet, and the columns of a shared model run one after the other, so a mark made
+        while they stream would only say "none yet" until the last one has begun. A column
+        that starts a run clears every mark (a new Run all, or one column rerun). The words
+        need the model's probabilities at that step (one forward pass), computed on a
+        thread; a newer state of the columns makes that result stale.
+        """
+        with self._view_lock:
+            self._mark_generation = getattr(self, "_mark_generation", 0) + 1
+            generation = self._mark_generation
+            ended = all(
+                c.run is not None and c.status not in (QUEUED, RUNNING) for c in self._columns
+            )
+            divergence = self.divergence if ended else None
+        if divergence is None:
+            self._set_marks(generation, None)
+            return
+        threading.Thread(
+            target=self._words_of_divergence,
+            args=(generation, *divergence),
+            name="nbstream-compare-mark",
+            daemon=True,
+        ).start()
+
+    def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:
+        try:
+            marks = divergence_words(
+                [c.run for c in self._columns], self._columns[0]._tokenizer, step, tokens
+            )
+        except Exception:  # a thread of the widget: say it in the log, never raise
+            logger.exception("nbstream: marking where the compare columns part failed")
+            return
+        self._set_marks(generation, [{"step": step, "words": words} for words in marks])
+
+    def _set_marks(self, generation: int, marks: list[dict[str, Any]] | None) -> None:
+        with self._view_lock:
+            if generation != getattr(self, "_mark_generation", 0):
+                return  # the columns changed since: a newer mark (or none) applies
+            for i, column in enumerate(self._columns):
+                mark = None if marks is None else marks[i]
+                if column.compare_mark != mark:
+                    column.compare_mark = mark  # type: ignore[assignment]
 
     def _column_closed(self, change: dict[str, Any]) -> None:
         # A column closed from elsewhere: its cell ran again (the new widgets close the old

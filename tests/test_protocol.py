@@ -236,7 +236,10 @@ def test_the_sampling_panels_reply() -> None:
         mismatch(
             "panel reply",
             ("nbstream/_explain.py", sent),
-            ("distribution.js DistributionReply", js_message_types("distribution.js", "DistributionReply")),
+            (
+                "distribution.js DistributionReply",
+                js_message_types("distribution.js", "DistributionReply"),
+            ),
         ),
         mismatch(
             "panel reply",

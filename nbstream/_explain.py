@@ -1,0 +1,251 @@
+"""The kernel side of the sampling panel ("How was this picked?"): the ``distribution``
+request a view sends when a token's panel opens or one of its sliders moves, and the
+``distribution`` reply, to that view only. See PROTOCOL.md.
+
+The numbers are :meth:`nbstream.Generation.distribution`'s (transformers' own warpers, via
+:func:`nbstream.distribution.distribution_from_logits`). Only the logits cost anything (one
+forward pass of the prompt and the tokens before the step), and a slider move never changes
+them: they are kept for the last few (run, step) pairs, so only a panel's first request runs
+the model; every later one is a softmax and a sort. Requests are answered on one worker
+thread, never on the comm handler's (a forward pass would hold up Stop and the other
+messages), in order; a request that a newer one from the same view has overtaken is
+skipped (its page would drop the reply anyway). Nothing raises into the comm handler: a bad
+request, or a failure, is answered with an ``error`` the panel shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ._tokens import TokenPieces
+from .distribution import (
+    STAGES,
+    Candidate,
+    Distribution,
+    distribution_from_logits,
+    resolve_settings,
+)
+from .settings import validate_settings
+
+logger = logging.getLogger(__name__)
+
+#: How many tokens the panel draws as bars (the rest is one "everything else" bar).
+TOP_N = 10
+#: How many steps' logits are kept per widget (each is one vocabulary-sized row).
+CACHE_STEPS = 8
+#: The sliders the panel has.
+SLIDERS = ("temperature", "top_k", "top_p")
+
+
+class Explainer:
+    """Answers one widget's ``distribution`` requests.
+
+    ``runs()`` gives the runs the views show, as ``{run_id: run}``; ``send(content)`` sends
+    a message to the widget's views (the reply names its view); ``tokenizer`` names tokens.
+    """
+
+    def __init__(
+        self,
+        runs: Callable[[], dict[int, Any]],
+        send: Callable[[dict[str, Any]], None],
+        tokenizer: Any,
+    ) -> None:
+        self._runs = runs
+        self._send = send
+        self._pieces = TokenPieces(tokenizer) if tokenizer is not None else None
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+        # (run_id, id(run), step) -> (run, the step's raw logits); newest last.
+        self._cache: OrderedDict[tuple[int, int, int], tuple[Any, Any]] = OrderedDict()
+        # The newest request id seen from each view: older ones still queued are skipped.
+        self._latest: dict[str, int] = {}
+        self._worker: ThreadPoolExecutor | None = None
+        #: How many forward passes this explainer ran (the benchmark and tests read it).
+        self.forward_passes = 0
+
+    # -- from the comm handler ------------------------------------------------------------
+    def request(self, content: dict[str, Any]) -> None:
+        """Queue a request (called on the comm handler's thread; never raises)."""
+        try:
+            view = content.get("view")
+            request = content.get("request")
+            if (
+                not isinstance(view, str)
+                or isinstance(request, bool)
+                or not isinstance(request, int)
+            ):
+                logger.debug("distribution request without a view or request id: ignored")
+                return
+            with self._lock:
+                if request < self._latest.get(view, -1):
+                    return  # older than one already seen: its reply would be dropped
+                self._latest[view] = request
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="nbstream-explain")
+                worker = self._worker
+            worker.submit(self._answer, dict(content))
+        except Exception:  # the comm handler must never see an exception
+            logger.exception("nbstream: queuing a distribution request failed")
+
+    def close(self) -> None:
+        """Stop taking requests (the widget closed); one being answered finishes."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+            self._cache.clear()
+        if worker is not None:
+            worker.shutdown(wait=False, cancel_futures=True)
+
+    # -- on the worker thread -------------------------------------------------------------
+    def _answer(self, content: dict[str, Any]) -> None:
+        view, request = content["view"], content["request"]
+        with self._lock:
+            if request < self._latest.get(view, -1):
+                return  # overtaken while it waited
+        reply: dict[str, Any] = {
+            "type": "distribution",
+            "view": view,
+            "request": request,
+            "run_id": content.get("run_id"),
+            "step": content.get("step"),
+        }
+        try:
+            reply.update(self.answer(content))
+            reply["error"] = None
+        except (TypeError, ValueError, LookupError) as exc:
+            reply["error"] = str(exc)
+        except Exception as exc:
+            logger.exception("nbstream: the distribution of a step failed")
+            reply["error"] = f"the distribution could not be computed: {type(exc).__name__}: {exc}"
+        try:
+            self._send(reply)
+        except Exception:
+            logger.exception("nbstream: sending a distribution reply failed")
+
+    def answer(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The reply's fields for a request (raises TypeError / ValueError / LookupError
+        with the words the panel shows)."""
+        run_id = content.get("run_id")
+        if isinstance(run_id, bool) or not isinstance(run_id, int):
+            raise TypeError(f"run_id must be a run's id, got {run_id!r:.40}")
+        run = self._runs().get(run_id)
+        if run is None:
+            raise LookupError(
+                "this answer is no longer shown by the widget (a newer run replaced it)"
+            )
+        step = content.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be a whole number, got {step!r:.40}")
+        asked = validate_settings({name: content.get(name) for name in SLIDERS})
+        d = self.distribution(run_id, run, step, asked)
+        return self.describe(d)
+
+    def distribution(self, run_id: int, run: Any, step: int, asked: dict[str, Any]) -> Distribution:
+        """``run.distribution(step, **asked)``, from cached logits when this step's are kept.
+
+        The same numbers as :meth:`nbstream.Generation.distribution` (a test checks it): its
+        settings logic, with the forward pass done at most once per (run, step).
+        """
+        job = getattr(run, "_job", None)
+        step_logits = getattr(job, "step_logits", None)
+        if step_logits is None:
+            raise ValueError(
+                "this run's model gives no logits (a model server streams text): the sampling "
+                "panel needs a local transformers model"
+            )
+        ids = run.token_ids
+        step = run._check_step(step, len(ids))
+        key = (run_id, id(run), step)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] is run:
+                self._cache.move_to_end(key)
+                logits = hit[1]
+            else:
+                logits = None
+        if logits is None:
+            logits = step_logits(ids[:step], step)[0].detach().float().cpu()
+            with self._lock:
+                self.forward_passes += 1
+                self._cache[key] = (run, logits)
+                while len(self._cache) > CACHE_STEPS:
+                    self._cache.popitem(last=False)
+        # As Generation.distribution: the run's own values are where the sliders start (a
+        # greedy run's temperature is 0), and a repetition penalty is said, not applied.
+        effect = dict(getattr(job, "in_effect", {}))
+        own = (
+            {name: effect.get(name) for name in SLIDERS}
+            if effect.get("do_sample")
+            else {"temperature": 0.0, "top_k": None, "top_p": None}
+        )
+        note = None
+        penalty = effect.get("repetition_penalty")
+        if penalty not in (None, 1.0):
+            note = (
+                f"the run also applied repetition_penalty={penalty:g} before these filters; "
+                "the stages here start from the model's own odds"
+            )
+        return distribution_from_logits(
+            logits,
+            step=step,
+            chosen=ids[step],
+            settings=resolve_settings(asked, own),
+            run_settings=resolve_settings({}, own),
+            tokenizer=self._tokenizer,
+            note=note,
+        )
+
+    def describe(self, d: Distribution) -> dict[str, Any]:
+        """What the panel draws of ``d`` (the reply's fields; PROTOCOL.md)."""
+        top = d.top(TOP_N)
+        ids = [c.id for c in top]
+        if d.chosen is not None and d.chosen not in ids:
+            # The token the run took is always drawn, after the top ones.
+            chosen = d.chosen
+            top.append(
+                Candidate(
+                    id=chosen,
+                    text=self._text(chosen),
+                    probs={stage: d.prob(chosen, stage) for stage in STAGES},
+                    removed_by=d.removed_by(chosen),
+                )
+            )
+        rest = []
+        for stage in STAGES:
+            shown = sum(c.probs[stage] for c in top)
+            rest.append(max(0.0, 1.0 - shown))
+        words = d.describe()
+        # describe() is "<temperature>; <top-k>; <top-p>; <the chosen token's odds>": the
+        # three stage phrases never hold "; ", the token's text may.
+        parts = words.split("; ", 3)
+        phrases = dict(zip((*SLIDERS, "token"), parts, strict=False))
+        return {
+            "chosen": self._entry(d.chosen) if d.chosen is not None else None,
+            "settings": d.settings,
+            "run_settings": d.run_settings,
+            "stages": list(STAGES),
+            "top": [
+                [*self._entry(c.id), [c.probs[stage] for stage in STAGES], c.removed_by]
+                for c in top
+            ],
+            "rest": rest,
+            "kept": [d.kept(stage) for stage in STAGES],
+            "size": d.size,
+            "words": words,
+            "phrases": phrases,
+            "note": d.note,
+        }
+
+    def _text(self, token: int) -> str:
+        return self._pieces.text(token) if self._pieces is not None else str(token)
+
+    def _entry(self, token: int) -> list[Any]:
+        """``[id, shown text, kind]``, as a token entry of the ``tokens`` message."""
+        if self._pieces is None:
+            return [token, str(token), "text"]
+        shown, kind = self._pieces(token)
+        return [token, shown, kind]
