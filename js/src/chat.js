@@ -110,7 +110,7 @@ import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { LiveThinking, ThinkingBox } from "./thinking.js";
+import { LiveThinking, ThinkingBox, thinkingCounters } from "./thinking.js";
 import { makeNote, sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -619,7 +619,10 @@ function render({ model, el }) {
     metrics: updateMetrics,
     redraw: schedule,
     tokens: onTokens,
-    thinking: (m) => liveThinking.receive(m),
+    thinking: (m) => {
+      liveThinking.receive(m);
+      if (thinkingCounters(live, m)) updateMetrics();
+    },
   });
   // The answer's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {

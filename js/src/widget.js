@@ -238,7 +238,7 @@ import { branchAction, branchSwitcher } from "./branches.js";
 import { compareMarkView } from "./distribution.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { LiveThinking, ThinkingBox } from "./thinking.js";
+import { LiveThinking, ThinkingBox, thinkingCounters } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -406,7 +406,10 @@ function render({ model, el }) {
     metrics: updateMetrics,
     redraw: schedule,
     tokens: onTokens,
-    thinking: (m) => thinking.receive(m),
+    thinking: (m) => {
+      thinking.receive(m);
+      if (thinkingCounters(live, m)) updateMetrics();
+    },
   });
   // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {

@@ -112,6 +112,21 @@ def test_the_thinking_section_opens_while_thinking_and_folds_for_the_answer(lab)
     expect_thought(section(view(nb, 3)), tokens)
     expect(view(nb, 3).locator(".nbstream-output")).to_have_text(ANSWER)
 
+    # The token view shows every token of the run, the thinking's marked, the boundary
+    # visible: then the section (the same thinking again) gives way to it.
+    tokens_button = v.get_by_role("button", name="Tokens", exact=True)
+    tokens_button.click()
+    expect(tokens_button).to_have_attribute("aria-pressed", "true")
+    ids = kval(nb, "w.run.token_ids")
+    shown = v.locator(".nbstream-output .nbstream-token")
+    expect(shown).to_have_count(len(ids), timeout=STREAM_TIMEOUT * MS)
+    expect(v.locator('.nbstream-token[data-thinking="true"]')).to_have_count(tokens)
+    expect(v.locator('.nbstream-token[data-answer-start="true"]')).to_have_count(1)
+    assert shown.nth(tokens).get_attribute("data-answer-start") == "true"
+    expect(box).to_be_hidden()
+    tokens_button.click()
+    expect(box).to_be_visible()
+
     # The chat: the live answer's thinking from the messages, an ended one's from the kernel.
     nb.run_cell(4)
     chat = nb.cell(4).locator(".nbstream.nbstream-chat").first
