@@ -20,6 +20,7 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
         "remote.ipynb",
         "chat.ipynb",
         "teaching-sampling.ipynb",
+        "reasoning.ipynb",
     ],
 )
 def test_notebook_runs_top_to_bottom(name, tmp_path):
@@ -64,6 +65,17 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "kept | history messages: 7" in outputs
         assert "the last one is the partial answer: True" in outputs
         assert "the model got the seeded turn: True" in outputs
+    if name == "reasoning.ipynb":
+        # The stand-in's thinking kept apart: the answer alone in result, chunks and history.
+        assert "answer: '17 × 3 = **51**.'" in outputs
+        assert "the chunks join to the answer: True" in outputs
+        assert "thinking kept apart: True" in outputs
+        history = "history: [('user', 'What is 17 * 3?'), ('assistant', '17 × 3 = **51**.')]"
+        assert history in outputs
+        assert "transcript keeps the thinking: True" in outputs
+        assert "refused: enable_thinking: this model's chat template does not take it" in outputs
+        assert "other tags: 'Two.' | thinking: 'Short: 2.'" in outputs
+        assert "detection off, the tags are in the answer: True" in outputs
     if name == "teaching-sampling.ipynb":
         # The lesson's claims hold on the real model: greedy takes the favourite every
         # time and repeats itself; top-p leaves one candidate where the model is sure;
