@@ -88,7 +88,7 @@ def test_the_popover_message_branches_and_the_branch_streams_into_the_view(tiny)
     ids=["stale", "bad-step", "step-not-int", "token-not-id"],
 )
 def test_a_bad_branch_request_is_an_input_error_and_starts_nothing(tiny, message, words):
-    w, rec = answered(tiny)
+    w, _ = answered(tiny)
     original, run_id = w.run, w.run_id
     full = {"type": "branch", "run_id": run_id, "token": original.trace[3].alternatives[1].id}
     full.update(message)
@@ -199,7 +199,8 @@ def test_a_chat_branches_its_last_answer_and_its_history_holds_only_the_one_show
     assert chat.branches == [branch] and chat.branch_shown == 1
     assert text_of(rec, chat.run_id) == branch.result
     # Two turns, the second answered by the branch only.
-    assert [m["content"] for m in chat.history] == ["Hi", first.result, "Name a color.", branch.result]
+    contents = [m["content"] for m in chat.history]
+    assert contents == ["Hi", first.result, "Name a color.", branch.result]
     assert [m["content"] for m in chat.transcript][-1] == branch.result
     last = chat._messages[-1]
     assert last["run_id"] == chat.run_id and last["content"] == branch.result

@@ -66,10 +66,13 @@ function branchAction(o) {
     /** @param {TokenList} list @param {number} i */
     fill(list, i) {
       const pop = list.pop;
+      pop.classList.remove("nbstream-can-branch");
       const alts = list.tokens[i]?.[5];
       const table = pop.querySelector(".nbstream-alt-table");
       if (!table || !Array.isArray(alts) || alts.length === 0) return;
       const why = String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
+      // Room for the Continue column (branches.css): the popover is otherwise narrower.
+      pop.classList.toggle("nbstream-can-branch", !why);
       if (why) {
         const note = h("div", "nbstream-branch-unavailable", { role: "note" });
         note.textContent = `Continue with another token is not offered: ${why}`;
@@ -129,6 +132,9 @@ function branchSwitcher(o) {
   const title = h("span", "nbstream-branches-title");
   title.textContent = "Branches";
   const list = h("div", "nbstream-branches-list");
+  // A model that cannot branch (a remote endpoint) has no popover to say so in: said here
+  // while the Alternatives view is on.
+  const note = h("div", "nbstream-branch-unavailable", { role: "note" });
   el.append(title, list);
   el.hidden = true;
   /** the index whose button takes the focus once the kernel shows it, or -1 */
@@ -138,7 +144,15 @@ function branchSwitcher(o) {
     const entries = entriesOf(model);
     const shown = Number(model.get("branch_shown")) || 0;
     const busy = ACTIVE.has(String(model.get("status")));
-    el.hidden = entries.length === 0;
+    const why = String(model.get("branch_unavailable") || "");
+    const noModel = !!why && model.get("can_trace") === false && model.get("show_alternatives") === true;
+    if (noModel) {
+      const words = `Continue with another token is not offered: ${why}`;
+      if (note.textContent !== words) note.textContent = words;
+      if (!note.isConnected) el.append(note);
+    } else if (note.isConnected) note.remove();
+    title.hidden = list.hidden = entries.length === 0;
+    el.hidden = entries.length === 0 && !noModel;
     const labels = [
       "Original",
       ...entries.map((e, k) => `Branch ${k + 1} ${whereWords(e)}`),
@@ -191,7 +205,9 @@ function branchSwitcher(o) {
     }
   }
 
-  for (const name of ["_branches", "branch_shown", "status"]) o.onModel(`change:${name}`, update);
+  for (const name of ["_branches", "branch_shown", "status", "branch_unavailable", "can_trace", "show_alternatives"]) {
+    o.onModel(`change:${name}`, update);
+  }
   update();
   return {
     el,
