@@ -37,6 +37,22 @@ def _inject(page: Any) -> None:
     page.add_script_tag(path=str(AXE_JS))
 
 
+# JupyterLab's and Notebook 7's <body> has no height (everything in it is positioned
+# absolutely) and overflow: hidden, so axe took every element as clipped by the body, hence
+# invisible, and skipped its colour contrast (it checked none of the text in the page). Sized
+# to the viewport, the body clips nothing that is on screen. (Axe still skips what a scrolled
+# container hides: scroll what you audit into view.)
+_FIT_BODY = """() => {
+  for (const e of [document.documentElement, document.body]) {
+    if (e.offsetHeight === 0) e.style.height = '100%';
+  }
+}"""
+
+
+def _fit_body(page: Any) -> None:
+    page.evaluate(_FIT_BODY)
+
+
 def audit(
     page: Any,
     selector: str = ".nbstream",
@@ -49,6 +65,7 @@ def audit(
     gives what axe could not decide instead (colour contrast over a background image or
     an element it cannot see comes back there, not as a violation: check it too)."""
     _inject(page)
+    _fit_body(page)
     options: dict[str, Any] = (
         {"runOnly": {"type": "rule", "values": rules}}
         if rules

@@ -1,0 +1,330 @@
+"""Every theme (issue 18, part 3): what nbstream draws is legible in JupyterLab's Light, Dark
+and High Contrast themes, in JupyterLab and in Notebook 7.
+
+One notebook holds every widget in every state worth looking at: a StreamWidget complete
+with Tokens, Probabilities and Alternatives on (its probabilities spread from 5% to 100%, so
+the shades run the whole scale) and a popover open; a failed run (error and partial mark); a
+cancelled run (partial mark) with the settings panel open on an invalid field; a ChatWidget
+with two turns; a CompareWidget. The theme is then switched in the running page with
+JupyterLab's own command (`apputils:change-theme`, no reload: one kernel, one set of widgets),
+and axe-core's colour-contrast rule runs over everything nbstream draws. What axe leaves
+undecided (contrast over a semi-transparent layer, say) is computed here by hand instead.
+
+The servers are this module's own: a theme change is saved in the server's user settings,
+and no other test should find its page dark.
+
+With NBSTREAM_UPDATE_SCREENSHOT=1 the JupyterLab test also writes the README gallery's dark
+pictures, docs/dark-stream.png, docs/dark-chat.png and docs/dark-compare.png (always into
+test-artifacts/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+from axe_audit import audit, describe
+from jupyter_harness import Jupyter, JupyterServer
+from playwright.sync_api import expect
+from test_widget_browser import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_until
+
+pytestmark = pytest.mark.browser
+
+#: The themes JupyterLab 4.6 (and Notebook 7.6) ship, by the names the theme manager knows.
+THEMES = ["JupyterLab Light", "JupyterLab Dark", "JupyterLab Dark High Contrast"]
+ARTIFACTS = REPO / "test-artifacts"
+GALLERY = {"stream": 1, "chat": 4, "compare": 5}  # docs/dark-<name>.png: the cell it shows
+
+# Every widget, every state: cells 1-5 (cell 0 is SETUP).
+SPREAD = """\
+base, tokenizer = tiny_model(one_line=True)
+def fresh():
+    m = type(base)(base.config)
+    m.load_state_dict(base.state_dict())
+    m.eval()
+    m.generation_config = base.generation_config
+    return m
+# A model whose chosen token at step n has probability 5% * (n + 1): the shades cover the scale.
+spread = fresh()
+steps = {"n": 0}
+def spread_probs(module, args, output):
+    n = steps["n"]
+    steps["n"] += 1
+    p = min(0.999, 0.05 * (n + 1))
+    last = output.logits[:, -1, :]
+    last.fill_(-1e9)
+    last[:, 1000:1020] = torch.tensor((1 - p) / 20).log()
+    last[:, 2000 + n] = torch.tensor(p).log()
+    return output
+spread.register_forward_hook(spread_probs)
+ws = nbstream.StreamWidget(spread, tokenizer, max_new_tokens=20, alternatives=5,
+                           show_tokens=True, show_probabilities=True, show_alternatives=True)
+ws"""
+FAILED = """\
+bad = fresh()
+calls = [0]
+def fail(module, args, output):
+    calls[0] += 1
+    if calls[0] == 6:
+        raise RuntimeError('injected failure at step 6')
+bad.register_forward_hook(fail)
+wf = nbstream.StreamWidget(bad, tokenizer, max_new_tokens=50)
+wf"""
+CANCELLED = """\
+held = fresh()
+gate = Gate(held, 6)
+wc = nbstream.StreamWidget(held, tokenizer, max_new_tokens=500)
+wc"""
+CHAT = """\
+chat = nbstream.ChatWidget(fresh(), tokenizer, max_new_tokens=6)
+chat.generate('First question')
+chat.wait()
+chat.generate('Second question')
+chat.wait()
+chat"""
+COMPARE = """\
+compared = fresh()
+held_compare = Gate(compared, 4)  # column 1 held running, column 2 queued behind it
+cw = nbstream.CompareWidget(compared, tokenizer, "Hello there",
+                            settings=[{"temperature": 0}, {"temperature": 0.7}],
+                            max_new_tokens=8, seed=1)
+cw"""
+CELLS = [SETUP, SPREAD, FAILED, CANCELLED, CHAT, COMPARE]
+
+AUDITED = ".nbstream, .nbstream-compare"
+
+_SET_THEME = """async (name) => {
+  await window.jupyterapp.commands.execute('apputils:change-theme', {theme: name});
+}"""
+_THEME_READY = """([name, before]) => {
+  const now = getComputedStyle(document.body).getPropertyValue('--jp-layout-color1').trim();
+  return document.body.dataset.jpThemeName === name && now !== '' && now !== before ? now : '';
+}"""
+_LAYOUT = "() => getComputedStyle(document.body).getPropertyValue('--jp-layout-color1').trim()"
+
+# The contrast of the text of each element (by axe's selectors) as the page paints it: its
+# colour over the backgrounds under it, blended by their alpha (and the element's opacity),
+# which is what axe gives up on when a background is semi-transparent or overlaps.
+_CONTRAST_BY_HAND = """(targets) => targets.map((target) => {
+  const el = document.querySelector(target);
+  if (!el) return {target, why: 'not found'};
+  const rgba = (c) => {
+    let m = c.match(/^rgba?\\(([^)]*)\\)$/);
+    if (m) {
+      const v = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+      return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1];
+    }
+    m = c.match(/^color\\(srgb ([^)]*)\\)$/);
+    if (m) {
+      const v = m[1].split(/[\\s\\/]+/).filter(Boolean).map(Number);
+      return [v[0] * 255, v[1] * 255, v[2] * 255, v.length > 3 ? v[3] : 1];
+    }
+    return null;
+  };
+  const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3]));
+  const layers = [];
+  let opacity = 1;
+  for (let e = el; e; e = e.parentElement) {
+    const st = getComputedStyle(e);
+    opacity *= Number(st.opacity);
+    if (st.backgroundImage !== 'none') {
+      return {target, why: `background image ${st.backgroundImage}`};
+    }
+    const c = rgba(st.backgroundColor);
+    if (c === null) return {target, why: `colour ${st.backgroundColor}`};
+    if (c[3] > 0) layers.push(c);
+    if (c[3] >= 1) break;
+  }
+  let bg = [255, 255, 255];
+  for (const c of layers.reverse()) bg = over(c, bg);
+  const fgc = rgba(getComputedStyle(el).color);
+  if (fgc === null) return {target, why: `colour ${getComputedStyle(el).color}`};
+  const fg = over([fgc[0], fgc[1], fgc[2], fgc[3] * opacity], bg);
+  const lum = (rgb) => {
+    const [r, g, b] = rgb.map((x) => {
+      const s = x / 255;
+      return s <= 0.04045 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+  const st = getComputedStyle(el);
+  const size = parseFloat(st.fontSize);
+  const large = size >= 24 || (size >= 18.66 && Number(st.fontWeight) >= 700);
+  // An icon hidden from assistive technology is a graphic (WCAG 1.4.11: 3:1), not text.
+  const graphic = el.closest('[aria-hidden="true"]') !== null;
+  return {target, ratio: (hi + 0.05) / (lo + 0.05), needed: large || graphic ? 3 : 4.5,
+          text: (el.textContent || '').trim().slice(0, 40)};
+})"""
+
+
+# axe's colour-contrast rule over the widgets of each cell in turn, scrolled into view (axe
+# skips what a scrolled container hides): its violations (as axe_audit.audit gives them), the
+# selectors of what it left undecided, and how many elements passed.
+_AUDIT_EACH_CELL = """async (selector) => {
+  const out = {violations: [], incomplete: [], passes: 0};
+  for (const cell of document.querySelectorAll('.jp-Notebook .jp-Cell')) {
+    const roots = [...cell.querySelectorAll(selector)];
+    if (!roots.length) continue;
+    cell.scrollIntoView({block: 'start'});
+    await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+    const r = await window.axe.run(roots, {runOnly: {type: 'rule', values: ['color-contrast']}});
+    out.violations.push(...r.violations.map((v) => ({
+      id: v.id, impact: v.impact, help: v.help,
+      nodes: v.nodes.map((n) => ({target: n.target.join(' '), summary: n.failureSummary})),
+    })));
+    out.incomplete.push(...r.incomplete.flatMap((v) => v.nodes.map((n) => n.target.join(' '))));
+    out.passes += r.passes.reduce((n, v) => n + v.nodes.length, 0);
+  }
+  return out;
+}"""
+
+
+def _server(app: str) -> Iterator[JupyterServer]:
+    server = JupyterServer(app)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def themed_lab(browser: object) -> Iterator[Jupyter]:
+    """JupyterLab on a server of this module's own (its theme setting changes)."""
+    for server in _server("lab"):
+        harness = Jupyter(server, browser)
+        yield harness
+        harness.close()
+
+
+@pytest.fixture(scope="module")
+def themed_notebook7(browser: object) -> Iterator[Jupyter]:
+    """Notebook 7, likewise."""
+    for server in _server("notebook"):
+        harness = Jupyter(server, browser)
+        yield harness
+        harness.close()
+
+
+def set_theme(nb, name: str) -> None:
+    before = nb.page.evaluate(_LAYOUT)
+    if nb.page.evaluate("() => document.body.dataset.jpThemeName") == name:
+        return
+    nb.page.evaluate(_SET_THEME, name)
+    wait_until(lambda: nb.page.evaluate(_THEME_READY, [name, before]), 30, what=f"theme {name}")
+    nb.page.wait_for_timeout(300)  # a frame or two for the restyle
+
+
+def every_state(jupyter: Jupyter):
+    """The notebook with every widget in every state; returns (nb, the popover's dialog)."""
+    nb = jupyter.open_notebook(CELLS, name="Themes.ipynb")
+    # Tall enough for the tallest widget (the chat) to be on screen whole when scrolled to.
+    nb.page.set_viewport_size({"width": 1280, "height": 1600})
+    for i in range(len(CELLS)):
+        nb.run_cell(i)
+    # StreamWidget: complete, three views on, a popover open.
+    ws = view(nb, 1)
+    nb.kernel_eval("ws.generate('Hello') and None")
+    expect(ws).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    tokens = ws.locator(".nbstream-tokens .nbstream-token[data-p]")
+    expect(tokens).to_have_count(20, timeout=15 * MS)
+    shown = [float(p) for p in tokens.evaluate_all("(s) => s.map((e) => e.dataset.p)")]
+    assert min(shown) < 0.1 and max(shown) > 0.95, shown  # the whole scale
+    # Failed: the error and the partial mark.
+    wf = view(nb, 2)
+    nb.kernel_eval("wf.generate('Hello') and None")
+    expect(wf).to_have_attribute("data-status", "failed", timeout=STREAM_TIMEOUT * MS)
+    expect(wf.locator(".nbstream-error")).to_contain_text("injected failure")
+    expect(wf.locator(".nbstream-partial-label")).to_be_visible()
+    # Cancelled mid-run: the partial mark; and the settings panel open on a bad value.
+    wc = view(nb, 3)
+    nb.kernel_eval("wc.generate('Hello') and None")
+    wait_until(lambda: kval(nb, "gate.reached.is_set()"), STREAM_TIMEOUT, what="step 6")
+    nb.kernel_eval("wc.stop() and None")
+    nb.kernel_eval("gate.opened.set()")
+    expect(wc).to_have_attribute("data-status", "cancelled", timeout=STREAM_TIMEOUT * MS)
+    expect(wc.locator(".nbstream-partial-label")).to_be_visible()
+    nb.kernel_eval("setattr(wc, 'temperature', -1)")
+    toggle = wc.get_by_role("button", name="Settings", exact=True)
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(wc.get_by_role("textbox", name="Temperature", exact=True)).to_have_attribute(
+        "aria-invalid", "true"
+    )
+    # Chat: two turns, complete.
+    answers = nb.cell(4).locator(".nbstream-message[data-role='assistant']")
+    expect(answers).to_have_count(2)
+    expect(answers.nth(1)).to_have_attribute("data-status", "complete")
+    # Compare: Run all, the first column held running (its Stop live), the second queued.
+    nb.kernel_eval("cw.run() and None")
+    columns = nb.cell(5).locator(".nbstream-column .nbstream")
+    expect(columns).to_have_count(2)
+    wait_until(lambda: kval(nb, "held_compare.reached.is_set()"), STREAM_TIMEOUT, what="held")
+    expect(columns.nth(0)).to_have_attribute("data-status", "running")
+    expect(columns.nth(1)).to_have_attribute("data-status", "queued")
+    # Last (a click elsewhere would close it): a popover open.
+    tokens.nth(2).click()
+    pop = ws.get_by_role("dialog", name="Alternatives at step 3")
+    expect(pop).to_be_visible()
+    return nb, pop
+
+
+def check_contrast(nb, theme: str) -> None:
+    """axe's colour-contrast rule over everything nbstream draws: no violations, and what
+    axe could not decide passes when computed by hand."""
+    audit(nb.page, AUDITED, rules=["color-contrast"])  # loads axe, sizes the body
+    found = nb.page.evaluate(_AUDIT_EACH_CELL, AUDITED)
+    assert not found["violations"], f"{theme}: axe-core found:\n{describe(found['violations'])}"
+    by_hand = nb.page.evaluate(_CONTRAST_BY_HAND, found["incomplete"])
+    unreadable = [r for r in by_hand if "ratio" not in r or r["ratio"] < r["needed"]]
+    assert not unreadable, f"{theme}: text axe could not decide, computed by hand: {unreadable}"
+    # axe looked at the text (it skips, silently, what it takes for hidden).
+    assert found["passes"] > 100, f"{theme}: axe checked the contrast of {found['passes']}"
+
+
+def shade_contrast(nb) -> list[dict]:
+    """Each shaded token's contrast, computed by hand (its shade is opaque)."""
+    targets = nb.page.evaluate(
+        """() => [...document.querySelectorAll('.nbstream-token[data-p]')].map((e, i) => {
+            e.dataset.themeProbe = String(i);
+            return `.nbstream-token[data-theme-probe="${i}"]`;
+        })"""
+    )
+    return nb.page.evaluate(_CONTRAST_BY_HAND, targets)
+
+
+def run_every_theme(nb) -> None:
+    for theme in THEMES:
+        set_theme(nb, theme)
+        check_contrast(nb, theme)
+        low = [r for r in shade_contrast(nb) if r.get("ratio", 0) < 4.5]
+        assert not low, f"{theme}: probability shades with unreadable text: {low}"
+
+
+def test_every_widget_and_state_is_legible_in_every_jupyterlab_theme(themed_lab):
+    nb, _ = every_state(themed_lab)
+    run_every_theme(nb)
+    nb.kernel_eval("held_compare.opened.set()")
+    columns = nb.cell(5).locator(".nbstream-column .nbstream")
+    for k in range(2):
+        expect(columns.nth(k)).to_have_attribute(
+            "data-status", "complete", timeout=STREAM_TIMEOUT * MS
+        )
+    # The README gallery, in Dark.
+    set_theme(nb, "JupyterLab Dark")
+    ARTIFACTS.mkdir(exist_ok=True)
+    for name, cell in GALLERY.items():
+        shot = ARTIFACTS / f"dark-{name}.png"
+        nb.cell(cell).locator(".jp-OutputArea-output").first.screenshot(path=str(shot))
+        if os.environ.get("NBSTREAM_UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(shot, REPO / "docs" / f"dark-{name}.png")
+    assert nb.console_errors() == []
+
+
+def test_every_widget_and_state_is_legible_in_every_notebook7_theme(themed_notebook7):
+    nb, _ = every_state(themed_notebook7)
+    run_every_theme(nb)
+    assert nb.console_errors() == []
