@@ -306,17 +306,17 @@ function promptBox(cls, label, rows, placeholder) {
 }
 
 /**
- * An output area: a polite live region that announces what is added to it (not the
- * whole text again at each frame); data-partial / data-empty are kept by markOutput.
+ * An output area: a log (aria-busy while a run streams, see markOutput) that does not
+ * announce its fragments (aria-live off: a screen reader cannot follow a stream said a
+ * piece at a time); the view's announcer says the end once (announce.js). data-partial /
+ * data-empty are kept by markOutput.
  * @param {string} label its accessible name
  */
 function outputArea(label) {
   return h("div", "nbstream-output", {
     role: "log",
     "aria-label": label,
-    "aria-live": "polite",
-    "aria-relevant": "additions",
-    "aria-atomic": "false",
+    "aria-live": "off",
     "data-partial": "false",
     "data-empty": "true",
   });
@@ -646,9 +646,12 @@ function stopNotice(scope, after, active) {
 // Badge and metrics line
 // ---------------------------------------------------------------------------
 
-/** The status badge: word and glyph, so the state is never shown by colour alone. */
+/**
+ * The status badge: word and glyph, so the state is never shown by colour alone. Not a live
+ * region: the view's announcer says each state once (announce.js).
+ */
 function makeBadge() {
-  const badge = h("span", "nbstream-badge", { role: "status", "data-status": "idle" });
+  const badge = h("span", "nbstream-badge", { "data-status": "idle" });
   const badgeText = h("span", "nbstream-badge-text");
   const badgeIcon = h("span", "nbstream-badge-icon", { "aria-hidden": "true" });
   badge.append(badgeText, badgeIcon);

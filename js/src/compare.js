@@ -41,6 +41,7 @@ import {
   viewScope,
   watchConnection,
 } from "./common.js";
+import { announcer, compareAnnouncement, comparePhase, stopOnEscape } from "./announce.js";
 
 /**
  * @param {{model: any, el: HTMLElement}} ctx
@@ -77,13 +78,19 @@ function render({ model, el }) {
   actions.append(runBtn, stopBtn);
   const promptRow = h("div", "nbstream-compare-prompt-row");
   promptRow.append(prompt, actions);
-  const summary = h("span", "nbstream-compare-summary", { role: "status" });
+  // Not a live region: it changes at each column's step; the announcer says the start and
+  // the end once (announce.js).
+  const summary = h("span", "nbstream-compare-summary");
   const bar = h("div", "nbstream-compare-bar");
   bar.append(seedGroup, summary);
   const errorId = `nbstream-compare-error-${uid}`;
   const errorEl = h("div", "nbstream-compare-error", { role: "alert", id: errorId });
   root.append(promptRow, bar, errorEl);
   el.append(root);
+  // What a screen reader hears: the columns' start once, their end once (announce.js). The
+  // key is the phase (active / ended / idle): a run goes active then ended, so each of its
+  // phases is said once, also between two views of the header.
+  const announce = announcer(root, scope);
   watchConnection(scope, model, root);
 
   // ---- state -------------------------------------------------------------
@@ -122,6 +129,9 @@ function render({ model, el }) {
   for (const name of ["statuses", "summary", "same_seed", "input_error"]) {
     onModel(`change:${name}`, updateChrome);
   }
+  onModel("change:statuses", (/** @type {unknown} */ shared) => {
+    announce.say(comparePhase(statuses()), compareAnnouncement(statuses()), shared);
+  });
 
   // ---- prompt (two-way; the kernel's value wins unless the user is typing) ---
   const savePrompt = syncedText(scope, model, prompt, "prompt");
@@ -135,7 +145,10 @@ function render({ model, el }) {
     model.send({ type: "run", prompt: prompt.value, same_seed: seedBox.checked });
   };
   on(runBtn, "click", runAll);
-  on(stopBtn, "click", () => model.send({ type: "stop" }));
+  const stopAll = () => model.send({ type: "stop" });
+  on(stopBtn, "click", stopAll);
+  // Esc anywhere in the header: Stop all.
+  stopOnEscape(scope, root, () => !stopBtn.disabled, stopAll);
   on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
     if (e.key === "Enter" && e.shiftKey) {
       e.preventDefault();
@@ -149,6 +162,7 @@ function render({ model, el }) {
   });
 
   updateChrome();
+  announce.seen(comparePhase(statuses()));
   return scope.dispose;
 }
 

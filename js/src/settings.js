@@ -578,6 +578,9 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     on(f.input, "keydown", (/** @type {KeyboardEvent} */ e) => {
       if (e.key === "Enter" && f.input.tagName === "INPUT") save(f);
       if (e.key === "Escape") {
+        // Esc closes the panel only; the next one stops the run (announce.js, stopOnEscape).
+        e.preventDefault();
+        e.stopPropagation();
         setOpen(false);
         toggle.focus();
       }
@@ -616,6 +619,17 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     toggle.setAttribute("aria-expanded", String(open));
   }
   on(toggle, "click", () => setOpen(/** @type {boolean} */ (panel.hidden)));
+  // Esc with the focus in the open panel (or on its toggle) closes it, and goes no further:
+  // the run goes on (the next Esc stops it: announce.js, stopOnEscape).
+  for (const where of [panel, toggle]) {
+    on(where, "keydown", (/** @type {KeyboardEvent} */ e) => {
+      if (e.key !== "Escape" || e.defaultPrevented || panel.hidden) return;
+      e.preventDefault();
+      e.stopPropagation();
+      setOpen(false);
+      toggle.focus();
+    });
+  }
 
   /** Save what was typed (before a run). */
   function flush() {
