@@ -3,7 +3,8 @@
 A forced-output model that "thinks" (nbstream.testing.forced_model) stands in for a
 reasoning model: none can be downloaded here, and what is checked is the view, not the
 reasoning. A `Gate` forward hook (test_widget_browser.py) holds each run mid-thought, so
-the section is seen open while the model thinks, whatever the machine's speed.
+the section is seen open while the model thinks (also after a page reload), whatever the
+machine's speed.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def test_the_thinking_section_opens_while_thinking_and_folds_for_the_answer(lab)
     expect(box).to_be_hidden()
     tokens_button.click()
     expect(box).to_be_visible()
+    expect_open(box, True)  # as the user left it, through the redraws
 
     # The chat: the live answer's thinking from the messages, an ended one's from the kernel.
     nb.run_cell(4)
@@ -135,6 +137,15 @@ def test_the_thinking_section_opens_while_thinking_and_folds_for_the_answer(lab)
     wait_until(lambda: kval(nb, "cgate.reached.is_set()"), STREAM_TIMEOUT, what="answer held")
     answer = chat.locator('.nbstream-message[data-role="assistant"]').last
     expect_thinking(section(answer))
+    # A reloaded page re-creates the views mid-thought: the reset carries the thinking.
+    nb.save()
+    nb.reload()
+    chat = nb.cell(4).locator(".nbstream.nbstream-chat").first
+    answer = chat.locator('.nbstream-message[data-role="assistant"]').last
+    expect_thinking(section(answer))
+    thought = section(answer).locator(".nbstream-thinking-text")
+    expect(thought).to_have_text(kval(nb, "chat.run.thinking"))
+    expect(answer.locator(".nbstream-output")).to_have_attribute("data-empty", "true")
     nb.kernel_eval("cgate.opened.set()")
     expect(chat).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
     tokens = kval(nb, "chat.run.metrics['thinking_tokens']")
