@@ -53,6 +53,8 @@ const STAGE_WORDS = /** @type {Record<string, string>} */ ({
   top_k: "top-k",
   top_p: "top-p",
 });
+/** The keys a range input moves with. */
+const SLIDER_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"]);
 /** How long a slider rests before its change is said in words (one sentence per change). */
 const SETTLE_MS = 450;
 const UNAVAILABLE = "How a token was picked needs a local model: this widget's model is remote.";
@@ -242,7 +244,12 @@ function explainPanels(o) {
     errorEl.textContent = "";
     live.textContent = "";
     state.textContent = "Computing this step's distribution\u2026";
-    for (const [name] of SLIDERS) controls[name].input.disabled = true;
+    // The sliders keep the focus they get (a disabled one could not take it): until the
+    // first reply says the run's settings, a move is ignored (slid) and no value is shown.
+    for (const [name] of SLIDERS) {
+      controls[name].input.disabled = false;
+      controls[name].out.textContent = "\u2026";
+    }
     resetBtn.disabled = true;
     panel.hidden = false;
     ask(null);
@@ -271,7 +278,7 @@ function explainPanels(o) {
     if (panel.hidden || msg.view !== viewId || Number(msg.request) !== request) return; // stale
     panel.setAttribute("data-state", msg.error ? "error" : "ready");
     for (const [name] of SLIDERS) controls[name].input.disabled = !!msg.error && !runSettings;
-    resetBtn.disabled = !!msg.error && !runSettings;
+    resetBtn.disabled = !runSettings && !msg.run_settings;
     if (msg.error) {
       state.textContent = "";
       errorEl.textContent = `Could not show this step: ${msg.error}`;
@@ -308,7 +315,8 @@ function explainPanels(o) {
       const [tid, text, kind, probs, removed] = entry;
       const p = Number(probs[last]) || 0;
       const pm = Number(probs[0]) || 0;
-      const li = h("li", "nbstream-dist-bar", { "data-token-id": String(tid) });
+      // data-p: the probability drawn (the last stage's), exactly as the kernel sent it.
+      const li = h("li", "nbstream-dist-bar", { "data-token-id": String(tid), "data-p": String(p) });
       if (removed) {
         li.setAttribute("data-removed-by", removed);
         li.classList.add("nbstream-dist-cut");
@@ -357,7 +365,10 @@ function explainPanels(o) {
 
   /** @param {string} name */
   function slid(name) {
-    if (!runSettings) return;
+    if (!runSettings) {
+      controls[name].out.textContent = "\u2026"; // the run's settings are not known yet
+      return;
+    }
     showValue(name);
     moved = name;
     scope.cancel(settle);
@@ -375,6 +386,12 @@ function explainPanels(o) {
   });
   scope.on(closeBtn, "click", () => close(true));
   scope.on(panel, "keydown", (/** @type {KeyboardEvent} */ e) => {
+    if (SLIDER_KEYS.has(e.key) && /** @type {HTMLElement} */ (e.target).tagName === "INPUT") {
+      // A slider's own keys: JupyterLab's notebook takes arrows (and prevents their default)
+      // further up, and the slider would not move.
+      e.stopPropagation();
+      return;
+    }
     if (e.key !== "Escape") return;
     e.preventDefault();
     e.stopPropagation();
