@@ -20,7 +20,7 @@ from typing import Any
 
 import traitlets
 
-from ._widget_base import RunWidget
+from ._widget_base import RunWidget, error_summary
 from .generation import Generation
 
 logger = logging.getLogger(__name__)
@@ -114,10 +114,35 @@ class BranchingWidget(RunWidget):
                     "a run is in progress; wait() for it or stop() it before switching answers"
                 )
             run = runs[index]
-            if run is self._run:
-                return run
-            self._select(run)
-            return self._launch(lambda: run)
+            if run is not self._run:
+                self._select(run)
+                self._replay(run)
+            return run
+
+    def _replay(self, run: Generation) -> None:
+        """Make the ended ``run`` the current run again (lock held, no run in progress).
+
+        As :meth:`_launch`, but the views get its end state at once rather than "running"
+        first (it is not running: a badge, a Stop button or an announcement saying so
+        would be wrong), and then its text as deltas, as any run's.
+        """
+        self._run = run
+        with self.hold_sync():
+            self.input_error = ""
+            self.error_info = error_summary(run.error)  # type: ignore[assignment]
+            self.metrics = run.metrics
+            self.prompt_text = run.prompt_text
+            self.prompt_tokens = run.prompt_tokens
+            self.run_id += 1
+            self.status = run.status
+            self._on_start(run, self.run_id)
+        run_id = self.run_id
+        try:
+            self._feed.follow(run, run_id, run.status)
+        except BaseException:
+            # No view thread (the process is out of threads): the end state is known.
+            self._run_ended(run, run_id)
+            raise
 
     # -- what the views get ---------------------------------------------------------------
     def _shown_index(self, runs: list[Generation]) -> int:

@@ -128,11 +128,15 @@ def test_switching_shows_the_original_and_back_and_everything_follows(tiny):
     assert completed == [branch.result]
     assert branch.result != original.result
 
+    statuses: list[str] = []
+    w.observe(lambda change: statuses.append(change["new"]), "status")
     ask(w, type="show_branch", index=0)
     assert w.input_error == ""
     w.wait(60)
     wait_followers()
     assert w.run is original and w.shown == 0 and w.branch_shown == 0
+    # An ended answer shown again is never said to be running (badge, Stop, announcement).
+    assert "running" not in statuses
     assert w.result == original.result and w.record == original.record
     assert text_of(rec, w.run_id) == original.result  # the view redraws the original
     assert original.result in w._fallback()[1]["text/plain"]  # and the saved output
