@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from axe_audit import assert_accessible
 from playwright.sync_api import expect
 from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
@@ -107,6 +108,7 @@ def test_the_thinking_section_opens_while_thinking_and_folds_for_the_answer(lab)
     nb.page.keyboard.press("Enter")
     expect_open(box, True)
     expect(box.locator(".nbstream-thinking-text")).to_be_visible()
+    assert_accessible(nb.page, "an open Thinking section", ".nbstream-thinking")
 
     # A second view of the same widget (traits + one reset) shows the same, folded.
     nb.run_cell(3)
@@ -124,6 +126,7 @@ def test_the_thinking_section_opens_while_thinking_and_folds_for_the_answer(lab)
     expect(v.locator('.nbstream-token[data-thinking="true"]')).to_have_count(tokens)
     expect(v.locator('.nbstream-token[data-answer-start="true"]')).to_have_count(1)
     assert shown.nth(tokens).get_attribute("data-answer-start") == "true"
+    assert_accessible(nb.page, "the token view of a run that thought", ".nbstream-tokens-view")
     expect(box).to_be_hidden()
     tokens_button.click()
     expect(box).to_be_visible()
