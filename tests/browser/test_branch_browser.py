@@ -17,6 +17,7 @@ import os
 import shutil
 
 import pytest
+from axe_audit import assert_accessible
 from playwright.sync_api import expect
 from test_widget_browser import MS, REPO, SETUP, kval, view, wait_status, wait_until
 
@@ -232,6 +233,8 @@ def test_the_readme_picture_of_branching(lab):
     wait_until(lambda: shown_ids(v) == ids, 15, what="the branch's tokens shown")
     spans(v).nth(min(step + 2, len(ids) - 1)).click()
     expect(v.locator(".nbstream-branch-continue").first).to_be_visible()
+    # WCAG 2.1 AA with the switcher shown and the popover's Continue buttons open.
+    assert_accessible(nb.page, "a branch shown, its switcher and the popover's Continue")
     ARTIFACTS.mkdir(exist_ok=True)
     v.screenshot(path=str(SHOT))
     if os.environ.get("NBSTREAM_UPDATE_SCREENSHOT") == "1":
