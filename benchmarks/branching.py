@@ -10,6 +10,11 @@
    (a longer prefill) but shows those tokens at once. Interleaved round by round with a
    fresh parent run, the ratio (branch / parent) is the median of the rounds; the target is
    ≤ 1 (the branch starts streaming no later than its parent did).
+3. The sampling panel's reply (``nbstream/_explain.py``, what a page waits for after it
+   opens the panel on a token or moves a slider): the first request of a step (the forward
+   pass) against a slider move (the step's logits are kept: softmax, warpers, top 10), from
+   the request to the reply handed to the comm, at the same steps as 1. Printed, never
+   asserted.
 
 The default model, greedy, a forced length (end tokens suppressed, as in
 :mod:`benchmarks.engine`).
@@ -71,6 +76,8 @@ def measure(case: Case, rounds: int, steps: list[int]) -> dict[str, Any]:
         calls[step] = statistics.median(times)
         log(f"distribution({step}): {calls[step] * 1000:.0f} ms")
 
+    panel = panel_replies(parent, steps)
+
     at = steps[-1]
     ratios, problems, samples = [], [], []
     for index in range(rounds):
@@ -95,6 +102,7 @@ def measure(case: Case, rounds: int, steps: list[int]) -> dict[str, Any]:
     return {
         "decode_step_ms": step_s * 1000,
         "distribution_ms": {str(k): v * 1000 for k, v in calls.items()},
+        "panel_ms": panel,
         "branch_step": at,
         "ratio": statistics.median(ratios),
         "rounds": samples,
@@ -102,19 +110,77 @@ def measure(case: Case, rounds: int, steps: list[int]) -> dict[str, Any]:
     }
 
 
+def panel_replies(run: Any, steps: list[int], moves: int = 5) -> dict[str, dict[str, float]]:
+    """The sampling panel's reply time at each step: its first request (a forward pass)
+    and the median of ``moves`` slider moves after it (cached logits)."""
+    import threading
+
+    from nbstream._explain import Explainer
+
+    replies: dict[int, threading.Event] = {}
+
+    def send(content: dict[str, Any]) -> None:
+        if content.get("error"):
+            raise RuntimeError(f"the panel's request failed: {content['error']}")
+        replies[content["request"]].set()
+
+    explainer = Explainer(lambda: {1: run}, send, run._backend.tokenizer)
+    request = 0
+
+    def ask(step: int, **sliders: Any) -> float:
+        nonlocal request
+        request += 1
+        replies[request] = threading.Event()
+        started = time.perf_counter()
+        explainer.request(
+            {"view": "bench", "request": request, "run_id": 1, "step": step, **sliders}
+        )
+        if not replies[request].wait(STREAM_TIMEOUT_S):
+            raise RuntimeError("the panel's request got no reply")
+        return time.perf_counter() - started
+
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for step in steps:
+            first = ask(step)
+            moved = [
+                ask(step, temperature=0.5 + 0.1 * i, top_p=0.9 - 0.05 * i) for i in range(moves)
+            ]
+            cached = statistics.median(moved)
+            out[str(step)] = {"first_ms": first * 1000, "move_ms": cached * 1000}
+            log(f"panel at step {step}: first {first * 1000:.0f} ms, move {cached * 1000:.1f} ms")
+    finally:
+        explainer.close()
+    if explainer.forward_passes != len(steps):
+        raise RuntimeError(
+            f"the panel ran {explainer.forward_passes} forward passes for {len(steps)} steps"
+        )
+    return out
+
+
 def render(report: dict[str, Any]) -> str:
     step = report["decode_step_ms"]
     lines = [
         "## Branching: what `run.distribution` costs, and how soon a branch streams",
         "",
-        f"Default model, greedy, {report['new_tokens']} tokens; median decode step "
-        f"{step:.0f} ms.",
+        f"Default model, greedy, {report['new_tokens']} tokens; median decode step {step:.0f} ms.",
         "",
         "| `distribution(step)` at step | time | in decode steps |",
         "|---|---|---|",
     ]
     for at, ms in report["distribution_ms"].items():
         lines.append(f"| {at} | {ms:.0f} ms | {ms / step:.1f} |")
+    lines += [
+        "",
+        "Sampling panel reply (request to reply): a step's first request (forward pass) and a "
+        "slider move after it (cached logits)",
+        "",
+        "| step | first request | slider move | move / first |",
+        "|---|---|---|---|",
+    ]
+    for at, panel in report["panel_ms"].items():
+        first, move = panel["first_ms"], panel["move_ms"]
+        lines.append(f"| {at} | {first:.0f} ms | {move:.1f} ms | {move / first:.2f} |")
     ratio = report["ratio"]
     verdict = "✓" if ratio <= TARGET else "✗"
     lines += [
