@@ -1,4 +1,5 @@
-"""Stop while another cell keeps the kernel busy (issue 18, part 1), in a real JupyterLab.
+"""Stop while another cell keeps the kernel busy (issue 18, part 1), in a real JupyterLab
+and in Notebook 7.
 
 JupyterLab 4.4+ sends widget messages on a kernel subshell; nbstream publishes its comm
 messages under the page's parent, so ipykernel routes the Stop click to that subshell's
@@ -7,6 +8,11 @@ thread, which handles it while the main shell is blocked (see nbstream/_route.py
 Timing-free: the blocking cell waits on an event that the test sets only after it has seen
 the run cancelled, so "cancelled while the cell still runs" holds on any machine. How long
 the Stop took is measured and kept as a figure, never asserted.
+
+Notebook 7 (7.6) is built on the same JupyterLab packages: its kernel connection sends comm
+messages on subshells too (`@jupyterlab/apputils-extension:subshell-settings`, the same
+`commsOverSubshells` setting, default `perCommTarget`, is in its bundle), so every test here
+runs in both front ends (the `jupyter` fixture).
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_stat
 
 pytestmark = pytest.mark.browser
 
+#: The name `nbstream.doctor()` gives each front end.
+FRONT_END = {"lab": "JupyterLab", "notebook": "Notebook 7"}
+
+
+@pytest.fixture(params=["lab", "notebook7"])
+def jupyter(request):
+    """JupyterLab, then Notebook 7 (the `lab` and `notebook7` fixtures)."""
+    return request.getfixturevalue(request.param)
 
 
 def _start_streaming(nb, v) -> None:
@@ -42,8 +56,8 @@ BLOCKING = (
 )
 
 
-def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
-    nb = lab.open_notebook([SETUP, SLOW, BLOCKING])
+def test_stop_acts_while_another_cell_blocks_the_kernel(jupyter, figures):
+    nb = jupyter.open_notebook([SETUP, SLOW, BLOCKING])
     nb.run_cell(0)
     nb.run_cell(1)
     v = view(nb, 1)
@@ -55,7 +69,8 @@ def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
     clicked = time.monotonic()
     v.get_by_role("button", name="Stop", exact=True).click()
     wait_status(v, "cancelled")
-    figures["stop_during_a_busy_cell_s"] = round(time.monotonic() - clicked, 3)
+    key = "stop_during_a_busy_cell_s" + ("" if jupyter.server.app == "lab" else "_notebook7")
+    figures[key] = round(time.monotonic() - clicked, 3)
     # The kernel agrees, and the blocking cell is still running: the Stop did not wait for it.
     assert kval(nb, "(w.status, w.run.status, block.is_set())") == ("cancelled", "cancelled", False)
     # (The page's kernel status may read idle here: the subshell that handled the click
@@ -77,8 +92,8 @@ def test_stop_acts_while_another_cell_blocks_the_kernel(lab, figures):
     assert nb.console_errors() == []
 
 
-def test_stop_acts_while_a_cell_waits_for_the_run(lab):
-    nb = lab.open_notebook([SETUP, SLOW, "w.wait()"])
+def test_stop_acts_while_a_cell_waits_for_the_run(jupyter):
+    nb = jupyter.open_notebook([SETUP, SLOW, "w.wait()"])
     nb.run_cell(0)
     nb.run_cell(1)
     v = view(nb, 1)
@@ -95,23 +110,24 @@ def test_stop_acts_while_a_cell_waits_for_the_run(lab):
     assert nb.console_errors() == []
 
 
-def test_doctor_completes_its_report_from_the_page(lab):
+def test_doctor_completes_its_report_from_the_page(jupyter):
     """The self-check's front-end lines come from the page: the probe widget loaded, in
-    JupyterLab, and its messages arrive on a subshell (what the Stop above relies on)."""
-    nb = lab.open_notebook([SETUP, "checkup = nbstream.doctor()\ncheckup"])
+    which front end, and its messages arrive on a subshell (what the Stop above relies on)."""
+    host = FRONT_END[jupyter.server.app]
+    nb = jupyter.open_notebook([SETUP, "checkup = nbstream.doctor()\ncheckup"])
     nb.run_cell(0)
     nb.run_cell(1)
     expect(nb.cell(1).locator("[data-nbstream-probe='loaded']")).to_have_count(1)
     wait_until(
         lambda: kval(nb, "checkup.finding('front end').status") == "ok", 60, what="the hello"
     )
-    assert kval(nb, "checkup.finding('front end').detail") == "widgets load (JupyterLab)"
+    assert kval(nb, "checkup.finding('front end').detail") == f"widgets load ({host})"
     # The page says hello until the kernel has seen one on a subshell (or gives up).
     verdict = "checkup.finding('Stop while a cell runs').status"
     wait_until(lambda: kval(nb, verdict) in ("ok", "warning"), 60, what="the subshell check")
     assert kval(nb, f"({verdict}, checkup.ok)") == ("ok", True)
     # The table shown in the cell was rewritten with the page's answer.
     table = nb.cell(1).locator("table")
-    expect(table).to_contain_text("widgets load (JupyterLab)")
+    expect(table).to_contain_text(f"widgets load ({host})")
     expect(table).to_contain_text("widget messages arrive on a kernel subshell")
     assert nb.console_errors() == []

@@ -326,5 +326,8 @@ def test_every_widget_and_state_is_legible_in_every_jupyterlab_theme(themed_lab)
 
 def test_every_widget_and_state_is_legible_in_every_notebook7_theme(themed_notebook7):
     nb, _ = every_state(themed_notebook7)
+    # The other WCAG A / AA rules too (test_a11y_browser.py audits them in JupyterLab).
+    found = [v for v in audit(nb.page, AUDITED) if v["id"] != "color-contrast"]
+    assert not found, f"axe-core found in Notebook 7:\n{describe(found)}"
     run_every_theme(nb)
     assert nb.console_errors() == []
