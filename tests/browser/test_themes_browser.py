@@ -13,29 +13,24 @@ undecided (contrast over a semi-transparent layer, say) is computed here by hand
 The servers are this module's own: a theme change is saved in the server's user settings,
 and no other test should find its page dark.
 
-With NBSTREAM_UPDATE_SCREENSHOT=1 the JupyterLab test also writes the README gallery's dark
-pictures, docs/dark-stream.png, docs/dark-chat.png and docs/dark-compare.png (always into
-test-artifacts/).
+The README gallery's dark pictures (docs/dark-*.png, on the default model) are made by
+tests/browser/dark_gallery.py, a script.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 from axe_audit import audit, describe
 from jupyter_harness import Jupyter, JupyterServer
 from playwright.sync_api import expect
-from test_widget_browser import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_until
+from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_until
 
 pytestmark = pytest.mark.browser
 
 #: The themes JupyterLab 4.6 (and Notebook 7.6) ship, by the names the theme manager knows.
 THEMES = ["JupyterLab Light", "JupyterLab Dark", "JupyterLab Dark High Contrast"]
-ARTIFACTS = REPO / "test-artifacts"
-GALLERY = {"stream": 1, "chat": 4, "compare": 5}  # docs/dark-<name>.png: the cell it shows
 
 # Every widget, every state: cells 1-5 (cell 0 is SETUP).
 SPREAD = """\
@@ -307,20 +302,6 @@ def run_every_theme(nb) -> None:
 def test_every_widget_and_state_is_legible_in_every_jupyterlab_theme(themed_lab):
     nb, _ = every_state(themed_lab)
     run_every_theme(nb)
-    nb.kernel_eval("held_compare.opened.set()")
-    columns = nb.cell(5).locator(".nbstream-column .nbstream")
-    for k in range(2):
-        expect(columns.nth(k)).to_have_attribute(
-            "data-status", "complete", timeout=STREAM_TIMEOUT * MS
-        )
-    # The README gallery, in Dark.
-    set_theme(nb, "JupyterLab Dark")
-    ARTIFACTS.mkdir(exist_ok=True)
-    for name, cell in GALLERY.items():
-        shot = ARTIFACTS / f"dark-{name}.png"
-        nb.cell(cell).locator(".jp-OutputArea-output").first.screenshot(path=str(shot))
-        if os.environ.get("NBSTREAM_UPDATE_SCREENSHOT") == "1":
-            shutil.copyfile(shot, REPO / "docs" / f"dark-{name}.png")
     assert nb.console_errors() == []
 
 
