@@ -74,7 +74,7 @@ class StreamWidget(BranchingWidget):
     #: In a compare column (set by CompareWidget): ``{"step", "words"}``, the first step
     #: where this column's tokens differ from the other columns' and that said in words;
     #: None when there is nothing to mark.
-    compare_mark = traitlets.Dict(None, allow_none=True).tag(sync=True)
+    compare_mark = traitlets.Dict(default_value=None, allow_none=True).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         # The prompt's answers: the original, then its branches in the order made.

@@ -205,6 +205,7 @@ def test_compare_columns_mark_where_they_part_with_the_models_odds(real_model):
         max_new_tokens=16,
     )
     try:
+        assert [c.compare_mark for c in cw.columns] == [None, None]  # nothing to mark yet
         cw.generate()
         cw.wait(120)
         assert cw.divergence is not None, "the columns were expected to part"
