@@ -41,7 +41,8 @@ def fresh():
     m.eval()
     m.generation_config = base.generation_config
     return m
-# A model whose chosen token at step n has probability 5% * (n + 1): the shades cover the scale.
+# A model whose favourite token at step n has probability 5% * (n + 1), the other 20 share the
+# rest: sampled, the shades cover the scale, and some picks are not the favourite (a rank mark).
 spread = fresh()
 steps = {"n": 0}
 def spread_probs(module, args, output):
@@ -55,7 +56,7 @@ def spread_probs(module, args, output):
     return output
 spread.register_forward_hook(spread_probs)
 ws = nbstream.StreamWidget(spread, tokenizer, max_new_tokens=20, alternatives=5,
-                           show_tokens=True, show_probabilities=True, show_alternatives=True)
+                           do_sample=True, seed=0, show_tokens=True, show_probabilities=True, show_alternatives=True)
 ws"""
 FAILED = """\
 bad = fresh()
@@ -228,6 +229,7 @@ def every_state(jupyter: Jupyter):
     expect(tokens).to_have_count(20, timeout=15 * MS)
     shown = [float(p) for p in tokens.evaluate_all("(s) => s.map((e) => e.dataset.p)")]
     assert min(shown) < 0.1 and max(shown) > 0.95, shown  # the whole scale
+    assert ws.locator(".nbstream-token-rank").count() > 0  # a pick not the favourite
     # Failed: the error and the partial mark.
     wf = view(nb, 2)
     nb.kernel_eval("wf.generate('Hello') and None")
