@@ -210,10 +210,14 @@ class BranchingWidget(RunWidget):
     def _branch_message(self, kind: str, content: dict[str, Any]) -> None:
         """A ``branch`` or ``show_branch`` message: checked, then done; a problem becomes
         ``input_error`` (nothing raises into the comm handler)."""
-        if kind == "branch":
-            self._report_input_error(lambda: self._branch_from_view(content))
-        else:
-            self._report_input_error(lambda: self.show(content.get("index")))
+        try:
+            if kind == "branch":
+                self._report_input_error(lambda: self._branch_from_view(content))
+            else:
+                self._report_input_error(lambda: self.show(content.get("index")))
+        except Exception as exc:  # not an input error, but still never into the comm handler
+            logger.exception("nbstream: the view's %s request failed", kind)
+            self.input_error = f"That did not work: {type(exc).__name__}: {exc}"
 
     def _branch_from_view(self, content: dict[str, Any]) -> None:
         step: Any = content.get("step")
