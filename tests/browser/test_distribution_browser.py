@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from axe_audit import assert_accessible
 from jupyter_harness import Jupyter
 from playwright.sync_api import expect
 from test_widget_browser import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
@@ -138,6 +139,8 @@ def test_the_sampling_panel_by_mouse_and_keyboard(nb):
     live = panel.locator("[aria-live='polite']")
     expect(live).to_have_text(f"{phrases[2]}; {phrases[3]}", timeout=30 * MS)
     assert phrases[2].startswith("top-p 0.7 keeps ")
+    # axe-core finds nothing wrong with the open panel (its sliders, bars, live region).
+    assert_accessible(nb.page, "the sampling panel", ".nbstream-dist")
     # No run started: the widget still shows the same answer.
     assert kval(nb, "(w.status, w.run.token_ids)") == ("complete", ids)
 
