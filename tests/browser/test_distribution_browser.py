@@ -40,6 +40,13 @@ COMPARE = (
     "cw.generate()\n"
     "cw"
 )
+# A chat on the tiny model (the numbers are checked on the StreamWidget's default model).
+CHAT = (
+    "chat = nbstream.ChatWidget(*tiny_model(one_line=True), max_new_tokens=6,\n"
+    "                           show_alternatives=True)\n"
+    "chat.generate('Hi')\n"
+    "chat"
+)
 # What the kernel says the panel should draw for step `s` at some settings: the bars' ids
 # (top 10, most likely first), those cut, and the words.
 EXPECTED = (
@@ -57,7 +64,7 @@ def nb(lab_server, browser) -> Iterator:
     """One notebook for the module: the widget's answer, then (second test) the compare."""
     harness = Jupyter(lab_server, browser)
     try:
-        notebook = harness.open_notebook([SETUP, WIDGET, COMPARE], name="distribution.ipynb")
+        notebook = harness.open_notebook([SETUP, WIDGET, COMPARE, CHAT], name="distribution.ipynb")
         notebook.run_cell(0)
         notebook.run_cell(1)
         yield notebook
@@ -203,4 +210,29 @@ def test_compare_columns_mark_where_they_part(nb):
         expect(marked).to_have_count(1)
         expect(marked).to_have_attribute("data-index", str(step))
     assert words[0].startswith(f"Columns part at token {step + 1}: this column took ")
+    assert nb.console_errors() == []
+
+
+def test_the_sampling_panel_of_a_chat_answer(nb):
+    nb.run_cell(3)
+    v = nb.cell(3).locator(".nbstream-chat")
+    wait_status(v, "complete")
+    answer = v.locator('.nbstream-message[data-role="assistant"]').last
+    ids = kval(nb, "chat.run.token_ids")
+    wait_until(lambda: spans(answer).count() == len(ids), 30, what="the answer's tokens")
+    spans(answer).nth(1).click()
+    answer.get_by_role("dialog", name="Alternatives at step 2").get_by_role(
+        "button", name="How was this picked?"
+    ).click()
+    panel = answer.get_by_role("region", name="How the token at step 2 was picked")
+    expect(panel).to_be_visible()
+    top = kval(nb, "[c.id for c in chat.run.distribution(1).top(10)]", 60)
+    wait_until(lambda: [b["id"] for b in bars(panel)[:10]] == top, 60, what="the chat's bars")
+    expect(panel.locator(".nbstream-dist-bar[data-chosen='true']")).to_have_attribute(
+        "data-token-id", str(ids[1])
+    )
+    panel.get_by_role("slider", name="Temperature").press("Escape")
+    expect(panel).to_be_hidden()
+    expect(spans(answer).nth(1)).to_be_focused()
+    assert kval(nb, "chat.status") == "complete"  # Escape closed the panel, stopped nothing
     assert nb.console_errors() == []
