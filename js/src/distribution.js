@@ -67,6 +67,7 @@ function percent(p) {
   if (v <= 0) return "0%";
   if (v >= 100) return "100%";
   if (v < 0.1) return "<0.1%";
+  if (v > 99.5) return ">99.5%";
   if (v < 10) return `${v.toFixed(1)}%`;
   return `${Math.round(v)}%`;
 }
