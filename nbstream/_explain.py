@@ -27,8 +27,6 @@ from .distribution import (
     STAGES,
     Candidate,
     Distribution,
-    distribution_from_logits,
-    resolve_settings,
 )
 from .settings import validate_settings
 
@@ -150,15 +148,8 @@ class Explainer:
         The same numbers as :meth:`nbstream.Generation.distribution` (a test checks it): its
         settings logic, with the forward pass done at most once per (run, step).
         """
-        job = getattr(run, "_job", None)
-        step_logits = getattr(job, "step_logits", None)
-        if step_logits is None:
-            raise ValueError(
-                "this run's model gives no logits (a model server streams text): the sampling "
-                "panel needs a local transformers model"
-            )
-        ids = run.token_ids
-        step = run._check_step(step, len(ids))
+        run._require_logits()
+        step = run._check_step(step, len(run.token_ids))
         key = (run_id, id(run), step)
         with self._lock:
             hit = self._cache.get(key)
@@ -168,36 +159,14 @@ class Explainer:
             else:
                 logits = None
         if logits is None:
-            logits = step_logits(ids[:step], step)[0].detach().float().cpu()
+            logits = run._step_logits(step).detach().float().cpu()
             with self._lock:
                 self.forward_passes += 1
                 self._cache[key] = (run, logits)
                 while len(self._cache) > CACHE_STEPS:
                     self._cache.popitem(last=False)
-        # As Generation.distribution: the run's own values are where the sliders start (a
-        # greedy run's temperature is 0), and a repetition penalty is said, not applied.
-        effect = dict(getattr(job, "in_effect", {}))
-        own = (
-            {name: effect.get(name) for name in SLIDERS}
-            if effect.get("do_sample")
-            else {"temperature": 0.0, "top_k": None, "top_p": None}
-        )
-        note = None
-        penalty = effect.get("repetition_penalty")
-        if penalty not in (None, 1.0):
-            note = (
-                f"the run also applied repetition_penalty={penalty:g} before these filters; "
-                "the stages here start from the model's own odds"
-            )
-        return distribution_from_logits(
-            logits,
-            step=step,
-            chosen=ids[step],
-            settings=resolve_settings(asked, own),
-            run_settings=resolve_settings({}, own),
-            tokenizer=self._tokenizer,
-            note=note,
-        )
+        d: Distribution = run._distribution_at(step, asked, logits)
+        return d
 
     def describe(self, d: Distribution) -> dict[str, Any]:
         """What the panel draws of ``d`` (the reply's fields; PROTOCOL.md)."""

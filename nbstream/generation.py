@@ -700,15 +700,30 @@ class Generation:
             (4, 1.0)
             >>> print(d.describe())
         """
+        self._require_logits()
+        step = self._check_step(step, len(self.token_ids))
+        asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+        return self._distribution_at(step, asked, self._step_logits(step))
+
+    def _require_logits(self) -> Any:
         step_logits = getattr(self._job, "step_logits", None)
         if step_logits is None:
             raise ValueError(
-                f"{type(self._backend).__name__} does not give the model's logits; the "
-                "distribution needs a local transformers model"
+                f"{type(self._backend).__name__} does not give the model's logits (a model "
+                "server streams text); the distribution needs a local transformers model"
             )
-        ids = self.token_ids
-        step = self._check_step(step, len(ids))
-        asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+        return step_logits
+
+    def _step_logits(self, step: int) -> Any:
+        """The model's logits for ``step`` (a 1-D tensor over the vocabulary), recomputed
+        with one forward pass of the prompt and the tokens before it."""
+        return self._require_logits()(self.token_ids[:step], step)[0]
+
+    def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
+        """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's
+        sampling panel keeps them, so a slider move needs no forward pass)."""
+        # The run's own values are where the sliders start (a greedy run's temperature is
+        # 0); a repetition penalty is said, not applied (it is not a sampling slider).
         effect = dict(getattr(self._job, "in_effect", {}))
         own = (
             {name: effect.get(name) for name in ("temperature", "top_k", "top_p")}
@@ -723,9 +738,9 @@ class Generation:
                 "the stages here start from the model's own odds"
             )
         return distribution_from_logits(
-            step_logits(ids[:step], step)[0],
+            logits,
             step=step,
-            chosen=ids[step],
+            chosen=self.token_ids[step],
             settings=resolve_settings(asked, own),
             run_settings=resolve_settings({}, own),
             tokenizer=getattr(self._backend, "tokenizer", None),
