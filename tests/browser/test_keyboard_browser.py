@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 from jupyter_harness import Jupyter
 from playwright.sync_api import expect
+from test_a11y_browser import assert_accessible
 from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
@@ -260,3 +261,30 @@ def test_compare_by_keyboard(nb):
         assert kval(nb, "cw.statuses")[0] == "cancelled"
         if where != "textarea":  # Stop all handed the focus back to Run all
             assert is_focused(nb, "button[aria-label='Run all']")
+
+
+def test_notebook7_stream_widget_by_keyboard_and_announced(notebook7):
+    """Notebook 7 has its own page and shortcuts: Run by Enter, Esc on the Stop button stops
+    the run, the end is said once, and axe finds nothing (colour contrast aside: the
+    theme tests')."""
+    nb = notebook7.open_notebook([SETUP, MODELS], name="keyboard7.ipynb")
+    nb.run_cell(0)
+    nb.run_cell(1)
+    v = nb.cell(1).locator(".nbstream").first
+    v.get_by_role("textbox", name="Prompt", exact=True).focus()
+    nb.page.keyboard.type("Hello")
+    assert kval(nb, "hold(4)")
+    tab_to(nb, "button[aria-label='Run']")
+    key(nb, "Enter")
+    held(nb)
+    wait_status(v, "running")
+    assert is_focused(nb, "button[aria-label='Stop']")
+    expect(v.locator(".nbstream-output")).to_have_attribute("aria-busy", "true")
+    key(nb, "Escape")
+    wait_until(lambda: kval(nb, "w.run._control.cancel_event.is_set()"), 30, what="Esc stopped")
+    assert kval(nb, "release()")
+    wait_status(v, "cancelled")
+    tokens = kval(nb, "w.metrics['tokens']")
+    expect(v.locator(".nbstream-announcer")).to_have_text(f"Stopped after {tokens} tokens")
+    expect(v.locator(".nbstream-output")).to_have_attribute("aria-busy", "false")
+    assert_accessible(nb.page, "a cancelled StreamWidget in Notebook 7")
