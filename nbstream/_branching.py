@@ -2,7 +2,10 @@
 
 A :class:`BranchingWidget` (the base of ``StreamWidget`` and ``ChatWidget``) keeps the
 answers of one prompt: the original, then every branch made from it or from another
-branch (:meth:`nbstream.Generation.branch`), in the order made. One of them is *shown*: it
+branch (:meth:`nbstream.Generation.branch`), in the order made. ``w.branches`` lists the
+branches only; the answers are numbered from the original: 0 is the original answer, k is
+``branches[k - 1]`` (``w.show(k)``, ``w.shown``, ``branch_shown``, a ``show_branch``
+message's ``index``, an entry's ``parent``). One of them is *shown*: it
 is the widget's current run (``w.run``, ``w.result``, the saved output, the chat's history
 follow it). Switching shows an ended answer again through the usual run feed, under a new
 ``run_id``, so a view redraws it with the same code that streamed it.
@@ -46,10 +49,10 @@ class BranchingWidget(RunWidget):
 
     #: Kernel to page: every branch of the current prompt's answer, in the order made:
     #: ``{step, parent_token, parent_text, token, text, parent, status}`` (``parent``: the
-    #: index of the answer it left, 0 the original, k ``branches[k - 1]``). Empty without
+    #: answer it left: 0 is the original answer, k is ``branches[k - 1]``). Empty without
     #: branches.
     _branches: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
-    #: Kernel to page: which answer is shown: 0 the original, k ``branches[k - 1]``.
+    #: Kernel to page: the answer shown: 0 is the original answer, k is ``branches[k - 1]``.
     branch_shown = traitlets.Int(0).tag(sync=True)
     #: Kernel to page: why the popover offers no "Continue with this token" now ("" when
     #: it does): a model that cannot branch, or an answer still being generated.
@@ -63,11 +66,15 @@ class BranchingWidget(RunWidget):
         self._model_branches = bool(getattr(backend, "supports_branching", False))
         # Runs whose on_complete callbacks have run: showing an answer again is no new end.
         self._announced: weakref.WeakSet[Generation] = weakref.WeakSet()
+        # The last branch a view asked for, and the run_id its request named: a second
+        # click naming that run_id (a double click, two views) is the same request.
+        self._view_branch: tuple[int, weakref.ref[Generation]] | None = None
         self.branch_unavailable = self._why_no_branch()
 
     # -- for subclasses -----------------------------------------------------------------------
     def _variant_runs(self) -> list[Generation]:
-        """The current prompt's answers: the original, then its branches (lock held)."""
+        """The current prompt's answers (lock held): the original, then its branches, so
+        item 0 is the original answer and item k is ``branches[k - 1]``."""
         raise NotImplementedError
 
     def _select(self, run: Generation) -> None:
@@ -76,13 +83,14 @@ class BranchingWidget(RunWidget):
     # -- Python API ---------------------------------------------------------------------------
     @property
     def shown(self) -> int:
-        """Which answer the widget shows: 0 the original, k ``branches[k - 1]``."""
+        """The answer the widget shows: 0 is the original answer, k is ``branches[k - 1]``
+        (so ``w.show(len(w.branches))`` shows the newest branch)."""
         with self._lock:
             return self._shown_index(self._variant_runs())
 
     def show(self, which: Any) -> Generation:
-        """Show another answer of the current prompt: ``0`` the original, ``k`` the branch
-        ``branches[k - 1]``, or one of those runs; returns it.
+        """Show another answer of the current prompt; returns it. ``which``: 0 is the
+        original answer, k is ``branches[k - 1]``, or one of those runs itself.
 
         What is shown is the widget's current run: ``run``, ``result``, ``record``, the
         saved output (and a chat's ``history``) follow it, and :meth:`branch` continues it.
@@ -208,13 +216,14 @@ class BranchingWidget(RunWidget):
 
     # -- from the views ---------------------------------------------------------------------
     def _branch_message(self, kind: str, content: dict[str, Any]) -> None:
-        """A ``branch`` or ``show_branch`` message: checked, then done; a problem becomes
-        ``input_error`` (nothing raises into the comm handler)."""
+        """A ``branch`` or ``show_branch`` message: ignored while a run is queued or running
+        (PROTOCOL rule 7), else checked, then done; a problem becomes ``input_error`` in
+        the page's words (nothing raises into the comm handler)."""
         try:
             if kind == "branch":
                 self._report_input_error(lambda: self._branch_from_view(content))
             else:
-                self._report_input_error(lambda: self.show(content.get("index")))
+                self._report_input_error(lambda: self._show_from_view(content))
         except Exception as exc:  # not an input error, but still never into the comm handler
             logger.exception("nbstream: the view's %s request failed", kind)
             self.input_error = f"That did not work: {type(exc).__name__}: {exc}"
@@ -222,17 +231,62 @@ class BranchingWidget(RunWidget):
     def _branch_from_view(self, content: dict[str, Any]) -> None:
         step: Any = content.get("step")
         token: Any = content.get("token")
+        named: Any = content.get("run_id")
         with self._lock:
-            if content.get("run_id") != self.run_id or self._run is None:
+            # A run in progress first: the page offers no Continue then (branch_unavailable
+            # says why), so this is a click that overtook the run's start, often the second
+            # of two for the same answer; it is ignored, like a Run click (rule 7).
+            if self._busy():
+                logger.debug("branch ignored: a run is already queued or running")
+                return
+            if named != self.run_id or self._run is None:
+                if self._view_branch is not None:
+                    asked, made = self._view_branch
+                    if asked == named and made() is self._run is not None:
+                        # The branch that request made is shown: this is its twin (a double
+                        # click, two views), whose answer was replaced by it, not an error.
+                        logger.debug("branch ignored: its answer was branched already")
+                        return
                 raise ValueError(
                     "That answer is no longer the one shown, so nothing was branched: open "
                     "the popover on the answer shown now."
                 )
-            if self._busy():
-                raise RuntimeError(STILL_RUNNING)
             if isinstance(token, bool) or not isinstance(token, int):
                 raise TypeError(f"token must be a token id, got {token!r:.80}")
-            self.branch(step, token)
+            run = self.branch(step, token)
+            self._view_branch = (named, weakref.ref(run))
+
+    def _show_from_view(self, content: dict[str, Any]) -> None:
+        index: Any = content.get("index")
+        with self._lock:
+            if self._busy():  # the page disables the switcher then: a click that overtook
+                logger.debug("show_branch ignored: a run is already queued or running")
+                return
+            count = len(self._variant_runs())
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+                raise ValueError(self._no_such_answer(index, count))
+            self.show(index)
+
+    @staticmethod
+    def _no_such_answer(index: Any, count: int) -> str:
+        """Why a switcher request names no answer, in the switcher's own words."""
+        if count == 0:
+            return "Nothing was switched: there is no answer to show yet."
+        branches = {1: "", 2: " and Branch 1"}.get(count, f" and Branch 1 to {count - 1}")
+        names = f"the Original{branches}"
+        return (
+            f"Nothing was switched: there is no answer {index!r:.40} here; this prompt has "
+            f"{names}. If the switcher looks out of date, run the cell again."
+        )
 
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """Continue the answer shown as if it had taken ``token`` at ``step`` (see
+        :meth:`nbstream.Generation.branch`), with ``settings`` overriding its own; the
+        branch streams into the widget, becomes the answer shown, and is added to
+        ``branches`` (so ``show(len(branches))`` shows it again later). Returns its run.
+
+        Raises ``RuntimeError`` while a run is queued or running, ``ValueError`` /
+        ``TypeError`` for a bad step or token (nothing starts). Subclasses say which answer
+        the branch continues (a chat: its last one).
+        """
         raise NotImplementedError

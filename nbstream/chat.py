@@ -44,8 +44,10 @@ class ChatWidget(BranchingWidget):
     partial" button).
 
     The last answer can be branched (:meth:`branch`, or "Continue with this token" in the
-    alternatives popover): its bubble then switches between the variants (:meth:`show`),
-    and only the variant shown is in ``history`` and ``transcript``.
+    alternatives popover): its bubble then switches between the variants (:meth:`show`:
+    0 is the original answer, k is ``branches[k - 1]``), and only the variant shown is in
+    ``history`` and ``transcript``. A partial answer kept stays with its variant: showing
+    that variant again puts it back in ``history``.
 
     Example::
 
@@ -165,7 +167,9 @@ class ChatWidget(BranchingWidget):
 
     @property
     def branches(self) -> list[Generation]:
-        """Every branch of the last answer, in the order made (the original is not one)."""
+        """Every branch of the last answer, in the order made. The original is not one:
+        :meth:`show` and :attr:`shown` count from it, so 0 is the original answer and k is
+        ``branches[k - 1]``."""
         with self._lock:
             return list(self._variant_runs()[1:])
 
@@ -183,7 +187,8 @@ class ChatWidget(BranchingWidget):
         """Keep a cancelled or failed answer (the newest by default) in the ``history``.
 
         The turn's user message and partial answer then reach the model with the next
-        message, as if the answer had completed.
+        message, as if the answer had completed. Of a branched answer, the variant shown
+        is kept, and stays kept: :meth:`show` it again and it is back in ``history``.
         """
         with self._lock:
             self._conversation.keep_partial(turn)

@@ -12,7 +12,8 @@ their turns in a :class:`Conversation`, so a conversation holds the same message
 - an answer can be branched (:meth:`Conversation.branch_last`: "what if it had taken this
   token?"); a turn then holds every variant of its answer, and only the one shown
   (:attr:`Turn.run`, :meth:`Conversation.show_variant`) is in the history and the
-  transcript;
+  transcript; a kept partial belongs to its variant, and is in the history again
+  whenever that variant is shown;
 - a conversation that no longer fits the model's context is refused before anything
   starts (:class:`~nbstream.backends.local.ContextLengthError`, saying what to do).
 
@@ -39,12 +40,27 @@ class Turn:
     user: str
     run: Generation | None = None
     answer: str = ""
-    kept: bool = False
     #: The owner's number for the run (a widget's ``run_id``); None for a seeded answer.
     run_id: int | None = None
-    #: Every variant of the answer once it was branched: the original, then each branch in
-    #: the order made; ``run`` is the one shown. Empty while there is only the original.
+    #: Every variant of the answer once it was branched: the original (variant 0), then
+    #: each branch in the order made (variant k is the k-th branch: a ChatWidget's
+    #: ``branches[k - 1]``); ``run`` is the one shown. Empty while there is only the
+    #: original.
     variants: list[Generation] = field(default_factory=list)
+    #: The variants whose partial answer was kept (:meth:`Conversation.keep_partial`): a
+    #: keep belongs to the answer kept, so showing that variant again brings it back.
+    kept_runs: list[Generation] = field(default_factory=list, repr=False)
+
+    @property
+    def kept(self) -> bool:
+        """Whether the answer shown is a partial one kept in the history on purpose."""
+        return self.run is not None and any(r is self.run for r in self.kept_runs)
+
+    @kept.setter
+    def kept(self, value: bool) -> None:
+        # Compared by identity: two runs are the same answer only if they are one object.
+        others = [r for r in self.kept_runs if r is not self.run]
+        self.kept_runs = [*others, self.run] if value and self.run is not None else others
 
     @property
     def status(self) -> str:
@@ -261,7 +277,9 @@ class Conversation:
         return run
 
     def keep_partial(self, turn: int = -1) -> Turn:
-        """Keep a cancelled or failed answer (the newest by default) in the history."""
+        """Keep a cancelled or failed answer (the newest by default; of a branched answer,
+        the variant shown) in the history. The keep stays with that variant: showing it
+        again (:meth:`show_variant`) puts it back in the history."""
         if not isinstance(turn, int) or isinstance(turn, bool):
             raise TypeError(f"turn must be an int, got {type(turn).__name__}")
         try:
@@ -302,8 +320,10 @@ class Conversation:
         return run
 
     def show_variant(self, index: int, turn: int = -1) -> Generation:
-        """Show variant ``index`` of a turn's answer (0: the original): the history and the
-        transcript then hold that one. Returns its run."""
+        """Show variant ``index`` of a turn's answer: 0 is the original answer, k is the
+        k-th branch (``Turn.variants[k]``; a ChatWidget's ``branches[k - 1]``). The history
+        and the transcript then hold that one, kept if its partial answer was kept.
+        Returns its run."""
         try:
             t = self.turns[turn]
         except IndexError:
@@ -316,9 +336,9 @@ class Conversation:
 
     @staticmethod
     def _show(turn: Turn, run: Generation) -> None:
-        if run is not turn.run:
-            turn.run = run
-            turn.kept = False  # a kept partial was another variant's text
+        # What was kept stays with its variant (Turn.kept_runs): showing one again brings
+        # back exactly what the history held for it.
+        turn.run = run
 
     def seed(self, messages: Any) -> None:
         """Replace the conversation by ``messages`` (a history: checked before any change)."""

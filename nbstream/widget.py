@@ -56,8 +56,9 @@ class StreamWidget(BranchingWidget):
     Branches: :meth:`branch` (or "Continue with this token" in the alternatives popover)
     continues the answer from another token; the widget keeps every branch of the prompt
     (:attr:`branches`) and shows one (:meth:`show`, :attr:`shown`, the switcher above the
-    output). ``run``, ``result``, ``record`` and the saved output are those of the answer
-    shown; a new :meth:`generate` forgets the branches.
+    output: 0 is the original answer, k is ``branches[k - 1]``). ``run``, ``result``,
+    ``record`` and the saved output are those of the answer shown; a new :meth:`generate`
+    forgets the branches.
     """
 
     _esm = _STATIC / "widget.js"
@@ -130,7 +131,9 @@ class StreamWidget(BranchingWidget):
     def branches(self) -> list[Generation]:
         """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`,
         in the order made; each one's ``branch_info`` says where it left its parent (the
-        answer, or an earlier branch). :meth:`show` switches between them."""
+        answer, or an earlier branch). The original is not one: :meth:`show` and
+        :attr:`shown` count from it, so 0 is the original answer and k is
+        ``branches[k - 1]``."""
         with self._lock:
             return list(self._variants[1:])
 

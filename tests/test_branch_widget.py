@@ -39,6 +39,16 @@ def answered(tiny, **settings) -> tuple[nbstream.StreamWidget, Recorder]:
     return w, rec
 
 
+def stopped(w, gate) -> None:
+    """Stop ``w``'s run while ``gate`` holds its model, and wait for the end to be shown."""
+    assert gate.held.wait(60)
+    w.stop()
+    gate.release()
+    with pytest.raises(nbstream.GenerationCancelled):
+        w.wait(60)
+    wait_followers()
+
+
 def ask(w, **message):
     """A message from a view, as the comm handler gets it."""
     w._handle_view_message(message)
@@ -97,24 +107,74 @@ def test_a_bad_branch_request_is_an_input_error_and_starts_nothing(tiny, message
     assert w.run is original and w.run_id == run_id and w.branches == []
 
 
-def test_a_branch_request_while_a_run_is_in_progress_is_refused_in_words(tiny, probe):
+def test_branch_and_show_requests_while_a_run_is_in_progress_are_ignored(tiny, probe):
+    # Rule 7: the page disables the switcher and the popover says why meanwhile
+    # (branch_unavailable), so such a request is a click that overtook the run's start.
     w, _ = answered(tiny)
-    run_id, step, token = w.run_id, 3, w.run.trace[3].alternatives[1].id
+    step, token = 3, w.run.trace[3].alternatives[1].id
     gate = probe(tiny[0])
     gate.hold()
-    w.generate("Another prompt")
+    run = w.generate("Another prompt")
+    run_id = w.run_id
     assert gate.held.wait(60)
     try:
         ask(w, type="branch", run_id=w.run_id, step=step, token=token)
-        assert w.input_error == STILL_RUNNING
-        assert w.branch_unavailable == STILL_RUNNING  # the popover says it too
+        assert w.branch_unavailable == STILL_RUNNING  # the popover says why
         ask(w, type="show_branch", index=0)
-        assert "in progress" in w.input_error
+        assert w.input_error == ""
+        assert w.run is run and w.run_id == run_id
     finally:
         gate.release()
     w.wait(60)
     wait_followers()
-    assert w.branch_unavailable == "" and w.run_id == run_id + 1 and w.branches == []
+    assert w.input_error == "" and w.branch_unavailable == ""
+    assert w.run_id == run_id and w.branches == []
+
+
+def test_a_second_continue_click_for_the_same_answer_is_dropped_quietly(tiny, probe):
+    # Two clicks at once (a double click, two views): the first branches; the second names
+    # the answer the branch replaced. No error, during the branch or after it.
+    w, _ = answered(tiny)
+    original, run_id = w.run, w.run_id
+    alternatives = original.trace[3].alternatives
+    gate = probe(tiny[0])
+    gate.hold()
+    ask(w, type="branch", run_id=run_id, step=3, token=alternatives[1].id)
+    branch = w.run
+    assert branch is not original
+    assert gate.held.wait(60)
+    try:
+        ask(w, type="branch", run_id=run_id, step=3, token=alternatives[2].id)
+        assert w.input_error == ""
+        assert w.run is branch and w.branches == [branch]
+    finally:
+        gate.release()
+    w.wait(60)
+    wait_followers()
+    # A duplicate handled after the branch ended is dropped the same way.
+    ask(w, type="branch", run_id=run_id, step=3, token=alternatives[2].id)
+    assert w.input_error == ""
+    assert w.run is branch and w.branches == [branch] and branch.status == "complete"
+    # A request naming an answer that is really no longer shown still says so.
+    branch_id = w.run_id
+    w.show(0)
+    ask(w, type="branch", run_id=branch_id, step=3, token=alternatives[2].id)
+    assert "no longer the one shown" in w.input_error
+    assert w.run is original and w.branches == [branch]
+
+
+def test_a_refused_switch_is_said_in_the_pages_words(tiny):
+    w, _ = answered(tiny)
+    w.branch(2, w.run.trace[2].alternatives[1])
+    w.wait(60)
+    wait_followers()
+    for index in (7, -1, "1", None):
+        ask(w, type="show_branch", index=index)
+        assert w.input_error.startswith("Nothing was switched"), w.input_error
+        # The Python API's words (show(), branches[k - 1], wait()) are not the page's.
+        assert "show(" not in w.input_error and "branches[" not in w.input_error
+        assert "Original" in w.input_error and "Branch 1" in w.input_error
+    assert w.shown == 1
 
 
 def test_switching_shows_the_original_and_back_and_everything_follows(tiny):
@@ -174,6 +234,7 @@ def test_show_refuses_what_is_not_an_answer_of_the_prompt(tiny):
         w.show("original")
     ask(w, type="show_branch", index=7)
     assert "no answer 7" in w.input_error
+    assert w.run is not None and w.shown == 0
 
 
 def test_an_endpoint_widget_says_why_it_offers_no_branch():
@@ -237,3 +298,53 @@ def test_a_chat_branch_request_for_an_earlier_answer_or_a_seeded_one_is_refused(
     with pytest.raises(ValueError, match="given in the history"):
         chat.branch(0, 5)
     assert chat._branches == []
+
+
+def test_a_kept_partial_comes_back_with_its_answer_after_a_branch(tiny, probe):
+    # Keep partial, try a branch, show the original again: the history holds it, kept, as
+    # before the branch (the keep belongs to that answer, not to the turn).
+    model, tokenizer = tiny_model(one_line=True)
+    chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=200, alternatives=3)
+    gate = probe(model)
+    gate.on_call = lambda calls: calls == 8 and gate.hold()
+    original = chat.generate("Name a color.")
+    stopped(chat, gate)
+    assert original.status == "cancelled" and original.partial_text
+    chat.keep_partial()
+    assert chat.history[-1]["content"] == original.partial_text
+
+    branch = chat.branch(2, original.token_ids[2] + 1, max_new_tokens=4)
+    chat.wait(60)
+    wait_followers()
+    assert branch.status == "complete" and chat.history[-1]["content"] == branch.result
+    assert chat.transcript[-1]["kept"] is False  # the branch completed: nothing to keep
+
+    chat.show(0)
+    assert chat.history[-1]["content"] == original.partial_text
+    assert chat.transcript[-1]["kept"] is True and chat.transcript[-1]["in_history"] is True
+    assert chat._messages[-1]["kept"] is True and chat._messages[-1]["in_history"] is True
+    # Back and forth: each answer keeps what the history held for it.
+    chat.show(1)
+    chat.show(0)
+    assert chat.history[-1]["content"] == original.partial_text
+    assert len(chat.history) == 2
+
+
+def test_a_stopped_branch_of_a_kept_answer_is_not_kept_with_it(tiny, probe):
+    model, tokenizer = tiny_model(one_line=True)
+    chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=200, alternatives=3)
+    gate = probe(model)
+    gate.on_call = lambda calls: calls == 8 and gate.hold()
+    original = chat.generate("Name a color.")
+    stopped(chat, gate)
+    chat.keep_partial()
+    gate.on_call = lambda calls: calls == 16 and gate.hold()
+    branch = chat.branch(2, original.token_ids[2] + 1)
+    stopped(chat, gate)
+    assert branch.status == "cancelled"
+    assert chat.history == [] and chat.transcript[-1]["kept"] is False
+    chat.keep_partial()
+    chat.show(0)
+    assert chat.history[-1]["content"] == original.partial_text
+    chat.show(1)
+    assert chat.history[-1]["content"] == branch.partial_text
