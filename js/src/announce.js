@@ -10,7 +10,8 @@
 //   - the compare header: "Running 3 columns", then "All 3 columns complete" (or what
 //     each ended as).
 // Announcements come from a change of the run's state only, never from a re-render, a
-// reset or a view that opens on a run already going; two views of one widget in the page
+// reset, a view that opens on a run already going, or a switch to another answer (the
+// switcher, `w.show`: an ended run this view never saw queued or running, see `ran`); two views of one widget in the page
 // say it once between them (the dedupe key is kept per widget model, see `announcer`).
 //
 // Esc (stopOnEscape): pressed with the focus anywhere in a widget, it stops the run (Stop
@@ -143,8 +144,21 @@ function announcer(root, timers) {
   let last = "";
   /** @type {any} */
   let pending = null;
+  /** The runs (run ids) this view saw queued or running: only their ends are said. */
+  const active = new Set();
   return {
     el,
+    /**
+     * Whether run `rid` in state `status` is one whose state this view says: a run it saw
+     * queued or running (also one going when the view opened). An ended run that was
+     * never active here is a switch to another answer (the kernel shows a branch or the
+     * original again with its end state): nothing ended then.
+     * @param {number} rid @param {string} status
+     */
+    ran(rid, status) {
+      if (ACTIVE.has(status)) active.add(rid);
+      return active.has(rid);
+    },
     /** @param {string} key */
     seen(key) {
       last = key;
@@ -158,6 +172,10 @@ function announcer(root, timers) {
         return;
       }
       last = key;
+      // A view not shown (its output collapsed: JupyterLab detaches it; a hidden tab) would
+      // say it where nobody hears it: it does not claim the widget's key, so a view that is
+      // shown says it.
+      if (!root.isConnected || root.getClientRects().length === 0) return;
       if (owner) said.set(owner, key);
       if (!words) return;
       if (!el.isConnected) root.append(el);

@@ -7,7 +7,7 @@
 // action is not offered (`branch_unavailable`); the page only asks (`branch`,
 // `show_branch`). See PROTOCOL.md, "Branches".
 
-import { ACTIVE, h } from "./common.js";
+import { ACTIVE, disconnected, h } from "./common.js";
 
 /**
  * One branch as the kernel describes it (`_branches`).
@@ -70,7 +70,8 @@ function branchAction(o) {
       const alts = list.tokens[i]?.[5];
       const table = pop.querySelector(".nbstream-alt-table");
       if (!table || !Array.isArray(alts) || alts.length === 0) return;
-      const why = String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
+      const why =
+        disconnected(list.el) || String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
       // Room for the Continue column (branches.css): the popover is otherwise narrower.
       pop.classList.toggle("nbstream-can-branch", !why);
       if (why) {

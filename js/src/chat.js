@@ -244,6 +244,7 @@ function render({ model, el }) {
   const announce = announcer(root, scope);
   const stateKey = () => `${Number(model.get("run_id")) || 0}:${status()}`;
   announce.seen(stateKey());
+  announce.ran(Number(model.get("run_id")) || 0, status());
   // A restarted kernel: show the chat disconnected, its controls off (common.js).
   watchConnection(scope, model, root);
 
@@ -648,7 +649,9 @@ function render({ model, el }) {
     const words = runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
       liveTokens: live.liveTokens,
     });
-    announce.say(stateKey(), words, shared);
+    // A switch to another answer (an ended run never seen running) says nothing.
+    const ran = announce.ran(Number(model.get("run_id")) || 0, status());
+    announce.say(stateKey(), ran ? words : "", shared);
     // The run ended: render the answer in full now, while it is still aria-busy.
     if (!ACTIVE.has(status())) frames.now();
     // The run ended: open popovers of alternatives close (the text under them is final

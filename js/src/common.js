@@ -864,6 +864,15 @@ function markCut(output, cutEl, cut) {
 // ---------------------------------------------------------------------------
 
 /**
+ * Why `el` (in a view) can ask the kernel nothing, or "": its view is disconnected
+ * (watchConnection marks the root data-connection="lost").
+ * @param {Element} el
+ */
+function disconnected(el) {
+  return el.closest('[data-connection="lost"]') ? `Disconnected: ${DISCONNECTED}` : "";
+}
+
+/**
  * Show the view as disconnected once its kernel is gone, and never let a message to a gone
  * kernel throw. Two signs, as @jupyter-widgets/base and JupyterLab's widget manager give
  * them: the manager sets every model's `comm_live` to false when the kernel restarts (the
@@ -890,7 +899,10 @@ function watchConnection(scope, model, root) {
     }
     for (const busy of root.querySelectorAll("[aria-busy=true]")) busy.setAttribute("aria-busy", "false");
     for (const c of root.querySelectorAll("button, input, textarea, select")) {
-      if (c.closest(".nbstream-output") || c.classList.contains("nbstream-raw-toggle")) continue;
+      // What still works without the kernel: the Raw text toggle, the Copy buttons, and
+      // the sampling panel's Close. Not the token popover's Continue or "How was this
+      // picked?" (inside the output too): they ask the kernel.
+      if (c.matches(".nbstream-raw-toggle, .nbstream-copy, .nbstream-dist-close")) continue;
       const control = /** @type {HTMLButtonElement} */ (c);
       if (!control.disabled) control.disabled = true;
     }
@@ -993,6 +1005,7 @@ export {
   BADGE,
   CUT,
   DISCONNECTED,
+  disconnected,
   LiveText,
   STATUSES,
   STOP_WAITING,

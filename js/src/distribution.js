@@ -11,7 +11,7 @@
 //
 // Token texts are model output: they go into the page with textContent only.
 
-import { h, isNum } from "./common.js";
+import { disconnected, h, isNum } from "./common.js";
 
 /**
  * The request a panel sends (JS → Python). The slider values are absent on the first
@@ -175,8 +175,16 @@ function explainPanels(o) {
   /** @param {Settings | null} s */
   function ask(s) {
     request += 1;
-    panel.setAttribute("data-state", "loading");
     panel.setAttribute("data-request", String(request));
+    // No kernel to answer: say so, rather than "Computing…" for ever.
+    const gone = disconnected(panel);
+    if (gone) {
+      panel.setAttribute("data-state", "error");
+      state.textContent = "";
+      errorEl.textContent = gone;
+      return;
+    }
+    panel.setAttribute("data-state", "loading");
     /** @type {DistributionRequest} */
     const msg = { type: "distribution", view: viewId, request, run_id: runId, step: index };
     if (s) Object.assign(msg, s);
@@ -249,6 +257,7 @@ function explainPanels(o) {
     // first reply says the run's settings, a move is ignored (slid) and no value is shown.
     for (const [name] of SLIDERS) {
       controls[name].input.disabled = false;
+      controls[name].input.removeAttribute("aria-disabled");
       controls[name].out.textContent = "\u2026";
     }
     resetBtn.disabled = true;
@@ -278,7 +287,14 @@ function explainPanels(o) {
   function reply(msg) {
     if (panel.hidden || msg.view !== viewId || Number(msg.request) !== request) return; // stale
     panel.setAttribute("data-state", msg.error ? "error" : "ready");
-    for (const [name] of SLIDERS) controls[name].input.disabled = !!msg.error && !runSettings;
+    // aria-disabled, not disabled: a disabled slider that has the focus (open() put it
+    // there) drops it to the page, and Esc would no longer reach the panel. A move is
+    // ignored all the same while the run's settings are unknown (slid).
+    for (const [name] of SLIDERS) {
+      const off = !!msg.error && !runSettings;
+      if (off) controls[name].input.setAttribute("aria-disabled", "true");
+      else controls[name].input.removeAttribute("aria-disabled");
+    }
     resetBtn.disabled = !runSettings && !msg.run_settings;
     if (msg.error) {
       state.textContent = "";
@@ -422,7 +438,8 @@ function explainPanels(o) {
  * @param {any} o.model
  * @param {import("./common.js").ViewScope} o.scope
  * @param {import("./tokens.js").TokenList} o.tokens
- * @returns {HTMLElement} the line (hidden while there is no mark)
+ * @returns {{line: HTMLElement, update: () => void}} the line (hidden while there is no
+ *   mark), and what draws the mark again (call it once the token list changed)
  */
 function compareMarkView({ model, scope, tokens }) {
   const line = h("div", "nbstream-parted", { role: "note" });
@@ -439,12 +456,11 @@ function compareMarkView({ model, scope, tokens }) {
     if (step >= 0) tokens.span(step)?.classList.add("nbstream-token-parted");
   }
   scope.onModel("change:compare_mark", update);
-  // After the view's own handler has put a `tokens` message's tokens in the list.
-  scope.onModel("msg:custom", (/** @type {any} */ msg) => {
-    if (msg?.type === "tokens") update();
-  });
+  // The view calls `update` itself after a `tokens` message has filled or rebuilt its list
+  // (its onTokens): a listener of our own could run before the view's (Backbone calls them
+  // in the order they were added) and mark a list that is then rebuilt without the mark.
   update();
-  return line;
+  return { line, update };
 }
 
 export { SLIDERS, UNAVAILABLE, compareMarkView, explainPanels, percent, valueText };

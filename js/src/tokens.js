@@ -7,7 +7,7 @@
 // Tokens are model output: every piece of text goes into the page with textContent
 // (never as HTML), so a token reading `<img src=x onerror=...>` stays text.
 
-import { h, isNum } from "./common.js";
+import { disconnected, h, isNum } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
 import { explainPanels } from "./distribution.js";
 
@@ -725,7 +725,7 @@ class TokenList {
   explainAction(i) {
     const explain = this.explain;
     if (!explain) return;
-    const why = explain.unavailable();
+    const why = disconnected(this.el) || explain.unavailable();
     if (why) {
       const note = h("div", "nbstream-token-note nbstream-alt-explain-note");
       note.textContent = why;

@@ -210,6 +210,7 @@ import {
   iconButton,
   inputErrorView,
   isCut,
+  isNum,
   logFrame,
   makeBadge,
   markCut,
@@ -329,6 +330,7 @@ function render({ model, el }) {
   const announce = announcer(root, scope);
   const stateKey = () => `${Number(model.get("run_id")) || 0}:${status()}`;
   announce.seen(stateKey());
+  announce.ran(Number(model.get("run_id")) || 0, status());
   // Before the first message (the sync below): a kernel already gone shows at once.
   watchConnection(scope, model, root);
 
@@ -338,7 +340,8 @@ function render({ model, el }) {
   const tokens = tv.list(Number(model.get("run_id")) || 0);
   scope.defer(() => tokens.dispose());
   // A compare column: where its tokens part from the other columns' (compare_mark).
-  root.insertBefore(compareMarkView({ model, scope, tokens }), output);
+  const partMark = compareMarkView({ model, scope, tokens });
+  root.insertBefore(partMark.line, output);
 
   const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
     clear() {
@@ -359,7 +362,20 @@ function render({ model, el }) {
       thinkBox.restart();
     }
     thinkBox.suppressed = tv.shown;
-    thinkBox.show(thinking.state(), status(), live.text.length > 0);
+    thinkBox.show(thinking.state(), status(), answered());
+  }
+  /**
+   * Whether the current run's answer has begun. An ended run shown again (a switch: the
+   * kernel sends its thinking before its text) says so in its metrics, which come with its
+   * run_id and status: the text that has not arrived yet would have the section open, or
+   * say "stopped while thinking", for a moment.
+   */
+  function answered() {
+    if (live.text.length > 0) return true;
+    if (ACTIVE.has(status())) return false;
+    const m = model.get("metrics") || {};
+    if (m.first_answer_s != null) return true;
+    return isNum(m.tokens) && isNum(m.thinking_tokens) && m.tokens > m.thinking_tokens;
   }
 
   // ---- rendering (at most once per animation frame) ------------------------
@@ -431,13 +447,17 @@ function render({ model, el }) {
       tokens.reset(rid);
     }
     if (tokens.apply(msg) === "gap") live.requestSync();
+    partMark.update(); // the list may have been rebuilt: mark the parting token again
   }
 
   onModel("change:run_id", () => {
     const rid = Number(model.get("run_id")) || 0;
     if (rid > (tokens.runId ?? 0)) tokens.reset(rid);
+    // The answer's text first: the thinking's redraw (thinkBox.restart) must not see the
+    // previous run's text and take the new run as answered.
+    const fresh = live.newRun(rid);
     thinking.newRun(rid);
-    if (!live.newRun(rid)) return;
+    if (!fresh) return;
     stopWaiting.hide();
     schedule();
     updateChrome();
@@ -451,7 +471,9 @@ function render({ model, el }) {
       liveTokens: live.liveTokens,
       states: !column,
     });
-    announce.say(stateKey(), words, shared);
+    // A switch to another answer (an ended run never seen running) says nothing.
+    const ran = announce.ran(Number(model.get("run_id")) || 0, status());
+    announce.say(stateKey(), ran ? words : "", shared);
     // The run ended: render the open block in full now, while the output
     // is still aria-busy, rather than in the next frame.
     if (!ACTIVE.has(status()) && renderer.frozen) frames.now();
