@@ -203,12 +203,20 @@ function branchSwitcher(o) {
         /** @type {HTMLElement | undefined} */ (list.children[shown])?.focus({ preventScroll: true });
         focusWanted = -1;
       }
+    } else if (focusWanted >= 0 && focusWanted === shown && !busy) {
+      // The answer is shown and ended with the focus elsewhere: the user moved on, and a
+      // later switch (from code, another view) must not pull the focus here.
+      focusWanted = -1;
     }
   }
 
   for (const name of ["_branches", "branch_shown", "status", "branch_unavailable", "can_trace", "show_alternatives"]) {
     o.onModel(`change:${name}`, update);
   }
+  // The kernel refused the Continue or the switch (input_error): nothing to follow.
+  o.onModel("change:input_error", () => {
+    if (String(model.get("input_error") || "")) focusWanted = -1;
+  });
   update();
   return {
     el,

@@ -196,9 +196,11 @@ function explainPanels(o) {
     for (const [name, , min, max] of SLIDERS) {
       const c = controls[name];
       const v = Number(s[/** @type {keyof Settings} */ (name)]);
-      // A run's value past the slider's end (temperature 3) widens it.
-      if (v > max) c.input.max = String(v);
-      if (v < min) c.input.min = String(v);
+      // A run's value past the slider's end (temperature 3) widens it, for this run only:
+      // the next panel starts from the slider's own range again.
+      const known = Number.isFinite(v);
+      c.input.min = String(known ? Math.min(min, v) : min);
+      c.input.max = String(known ? Math.max(max, v) : max);
       c.input.value = String(v);
       showValue(name);
     }

@@ -152,3 +152,48 @@ def test_a_disconnected_view_offers_nothing_that_needs_the_kernel(fe_page: Page)
     expect(pop).to_contain_text("Disconnected")
     enabled = pop.locator("button:enabled")
     expect(enabled).to_have_count(0)
+
+
+def test_a_refused_switch_does_not_pull_the_focus_later(fe_page: Page) -> None:
+    page = fe_page
+    mount(page, status="complete", run_id=1, show_alternatives=True, branch_unavailable="")
+    root = view(page)
+    branch = {"step": 2, "parent_token": 253, "parent_text": " a", "token": 262, "text": " the",
+              "parent": 0, "status": "complete"}
+    change(page, "_branches", [branch])
+    change(page, "branch_shown", 1)
+    buttons = root.get_by_role("group", name="Answers of this prompt").get_by_role("button")
+    buttons.nth(0).click()  # asks for the original
+    change(page, "input_error", "This answer is no longer the one shown.")  # the kernel refuses
+    page.evaluate("() => document.activeElement.blur()")
+    # Later, code (or another view) shows the original: the focus stays where it was.
+    change(page, "input_error", "")
+    change(page, "branch_shown", 0)
+    expect(buttons.nth(0)).to_have_attribute("aria-pressed", "true")
+    assert page.evaluate("document.activeElement === document.body")
+
+
+def reply(page: Page, run_settings: dict[str, float]) -> None:
+    """The kernel's first answer to the panel's last request, with the run's settings."""
+    ask = [m for m in sent(page) if m["type"] == "distribution"][-1]
+    emit(page, {"type": "distribution", "view": ask["view"], "request": ask["request"],
+                "run_settings": run_settings, "settings": run_settings, "stages": ["model"],
+                "top": [], "rest": [1.0], "kept": [10], "size": 10})
+
+
+def test_a_widened_slider_is_back_to_its_range_on_the_next_panel(fe_page: Page) -> None:
+    page = fe_page
+    root, panel = open_panel(page)
+    temperature = panel.locator("input").first
+    reply(page, {"temperature": 3.0, "top_k": 50, "top_p": 1.0})
+    expect(temperature).to_have_attribute("max", "3")
+    expect(temperature).to_have_value("3")
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()
+    # Another run's panel (temperature 0.7): the slider's own range, 0 to 2.
+    spans(root).nth(1).click()
+    root.get_by_role("button", name="How was this picked?").click()
+    reply(page, {"temperature": 0.7, "top_k": 50, "top_p": 1.0})
+    expect(panel).to_have_attribute("data-state", "ready")
+    expect(temperature).to_have_attribute("max", "2")
+    expect(temperature).to_have_value("0.7")
