@@ -203,10 +203,6 @@ function branchSwitcher(o) {
         /** @type {HTMLElement | undefined} */ (list.children[shown])?.focus({ preventScroll: true });
         focusWanted = -1;
       }
-    } else if (focusWanted >= 0 && focusWanted === shown && !busy) {
-      // The answer is shown and ended with the focus elsewhere: the user moved on, and a
-      // later switch (from code, another view) must not pull the focus here.
-      focusWanted = -1;
     }
   }
 

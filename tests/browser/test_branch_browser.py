@@ -64,6 +64,21 @@ def other_alternative(nb, run: str, step: int) -> tuple[int, str]:
     raise AssertionError("no alternative other than the chosen token")
 
 
+def branch_ended(nb, v, timeout: float = 60) -> None:
+    """The branch just made has ended, in the kernel and in view `v`. Not the view's
+    data-status alone: until the branch's first state reaches the page it still says the
+    previous answer's "complete", and a popover opened while the branch runs offers no
+    Continue ("still being generated") and closes when the branch ends."""
+    wait_until(lambda: kval(nb, "w.status") in ("complete", "cancelled", "failed"), timeout,
+               what="the branch ended in the kernel")
+    shown = kval(nb, "w.shown")
+    # The switcher's buttons are disabled while a run goes on: enabled, the end has come.
+    button = v.locator(f'.nbstream-branch[data-index="{shown}"]')
+    expect(button).to_have_attribute("aria-pressed", "true", timeout=timeout * MS)
+    expect(button).to_be_enabled(timeout=timeout * MS)
+    wait_status(v, kval(nb, "w.status"), timeout)
+
+
 def test_continue_by_mouse_and_keyboard_and_switch_between_the_answers(lab):
     nb = lab.open_notebook([SETUP, TINY, 'w.generate("Hello"); w.wait()'])
     nb.run_cell(0)
@@ -86,7 +101,7 @@ def test_continue_by_mouse_and_keyboard_and_switch_between_the_answers(lab):
     expect(pop.locator(f'tr[data-token-id="{original[2]}"] button')).to_have_count(0)  # chosen
     button.click()
     wait_until(lambda: kval(nb, "len(w.branches)") == 1, 30, what="a branch made")
-    wait_status(v, "complete")
+    branch_ended(nb, v)
     branch = kval(nb, "w.branches[0].token_ids")
     assert branch[:3] == [*original[:2], alt_id]
     wait_until(lambda: shown_ids(v) == branch, 15, what="the branch's tokens shown")
@@ -130,7 +145,7 @@ def test_continue_by_mouse_and_keyboard_and_switch_between_the_answers(lab):
     assert ring not in ("", "none"), ring
     v.page.keyboard.press("Enter")
     wait_until(lambda: kval(nb, "len(w.branches)") == 2, 30, what="a second branch made")
-    wait_status(v, "complete")
+    branch_ended(nb, v)
     second = kval(nb, "w.branches[1].token_ids")
     assert second[:5] == [*branch[:4], alt_id]
     assert kval(nb, "w.branches[1].branch_info['parent'] is w.branches[0]")
@@ -228,7 +243,7 @@ def test_the_readme_picture_of_branching(lab):
     pop = v.get_by_role("dialog", name=f"Alternatives at step {step + 1}")
     pop.locator(".nbstream-branch-continue").first.click()
     wait_until(lambda: kval(nb, "len(w.branches)") == 1, 60, what="a branch made")
-    wait_status(v, "complete", 300)
+    branch_ended(nb, v, 300)
     ids = kval(nb, "w.run.token_ids")
     wait_until(lambda: shown_ids(v) == ids, 15, what="the branch's tokens shown")
     spans(v).nth(min(step + 2, len(ids) - 1)).click()
