@@ -633,7 +633,10 @@ function render({ model, el }) {
   onModel("change:run_id", () => {
     stopWaiting.hide();
     // A new answer streams in below: no popover of an older one stays open over it.
-    for (const t of tokenLists.values()) t.close();
+    for (const t of tokenLists.values()) {
+      t.close();
+      t.explain?.reset(t); // and its sampling panel
+    }
     if (pending !== null && message.value === pending) {
       message.value = ""; // the message this view sent is in the transcript now
       setEditing(false);

@@ -343,6 +343,9 @@ class TokenList {
   }
 
   dispose() {
+    // A sampling panel open on this list closes with it (a chat answer regenerated,
+    // cleared or switched): it would go on taking replies for tokens no longer shown.
+    this.explain?.reset(this);
     this.ac.abort();
   }
 

@@ -197,3 +197,33 @@ def test_a_widened_slider_is_back_to_its_range_on_the_next_panel(fe_page: Page) 
     expect(panel).to_have_attribute("data-state", "ready")
     expect(temperature).to_have_attribute("max", "2")
     expect(temperature).to_have_value("0.7")
+
+
+def test_a_chat_answers_panel_closes_with_its_answer(fe_browser, fe_server) -> None:
+    from conftest import harness_page
+    from test_chat_frontend import FIRST, answer, user
+
+    with harness_page(fe_browser, fe_server, "chat") as page:
+        page.evaluate("([s]) => window.mount(s, null)",
+                      [{"_messages": FIRST, "status": "complete", "run_id": 1,
+                        "show_alternatives": True}])
+        root = page.locator(".host .nbstream").first
+        emit(page, tokens_msg(1, 0, TOKENS))
+        frame(page)
+        bubble = root.locator('.nbstream-message[data-role="assistant"]').first
+        spans(bubble).nth(2).click()
+        bubble.get_by_role("button", name="How was this picked?").click()
+        panel = root.locator(".nbstream-dist")
+        expect(panel).to_be_visible()
+        page.evaluate("() => { window.__panel = document.querySelector('.nbstream-dist') }")
+        # A new answer starts below: the panel on the older answer closes.
+        second = [*FIRST, user(1, "More?"), answer(1, "", "queued", 2)]
+        change_many(page, {"_messages": second, "status": "queued", "run_id": 2})
+        assert page.evaluate("window.__panel.hidden") is True
+        # Open again, on the first answer, then the chat is cleared: it closes with it.
+        spans(bubble).nth(1).click()
+        bubble.get_by_role("button", name="How was this picked?").click()
+        expect(panel).to_be_visible()
+        change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
+        expect(root.locator(".nbstream-message")).to_have_count(0)
+        assert page.evaluate("window.__panel.hidden") is True
