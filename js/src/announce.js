@@ -9,6 +9,13 @@
 //     "Failed: <message>" / "Stopped at max_new_tokens, 300 tokens";
 //   - the compare header: "Running 3 columns", then "All 3 columns complete" (or what
 //     each ended as).
+// A Run all today gives N+1 ends: each column's "<label>: Answer complete, N tokens", then
+// the header's summary. What a screen-reader user wants there is one summary at the end
+// (the header's), and a column's own end only when that column ran alone. The page cannot
+// tell the two apart reliably (the header and the columns are separate widgets whose
+// states arrive in separate messages), so it needs the kernel to say it: a column trait
+// set while a Run all drives it (nbstream/compare.py), read by the column's announcement
+// in widget.js. Until then the columns say their ends, each with its label.
 // Announcements come from a change of the run's state only, never from a re-render, a
 // reset, a view that opens on a run already going, or a switch to another answer (the
 // switcher, `w.show`: an ended run this view never saw queued or running, see `ran`); two views of one widget in the page
