@@ -5,12 +5,13 @@ request a view sends when a token's panel opens or one of its sliders moves, and
 The numbers are :meth:`nbstream.Generation.distribution`'s (transformers' own warpers, via
 :func:`nbstream.distribution.distribution_from_logits`). Only the logits cost anything (one
 forward pass of the prompt and the tokens before the step), and a slider move never changes
-them: they are kept for the last few (run, step) pairs, so only a panel's first request runs
-the model; every later one is a softmax and a sort. Requests are answered on one worker
-thread, never on the comm handler's (a forward pass would hold up Stop and the other
-messages), in order; a request that a newer one from the same view has overtaken is
-skipped (its page would drop the reply anyway). Nothing raises into the comm handler: a bad
-request, or a failure, is answered with an ``error`` the panel shows.
+them: they are kept for the last few (run, step) pairs, the run known by the object itself
+(an answer shown again by ``show()`` gets a new ``run_id`` but is the same run), so only a
+panel's first request runs the model; every later one is a softmax and a sort. Requests are
+answered on one worker thread, never on the comm handler's (a forward pass would hold up
+Stop and the other messages), in order; a request that a newer one from the same view has
+overtaken is skipped (its page would drop the reply anyway). Nothing raises into the comm
+handler: a bad request, or a failure, is answered with an ``error`` the panel shows.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ TOP_N = 10
 CACHE_STEPS = 8
 #: The sliders the panel has.
 SLIDERS = ("temperature", "top_k", "top_p")
+#: How many views' newest request ids are kept (a view long gone is forgotten: at worst an
+#: old request of it is answered, and its page drops the reply).
+MAX_VIEWS = 64
 
 
 class Explainer:
@@ -58,11 +62,17 @@ class Explainer:
         self._pieces = TokenPieces(tokenizer) if tokenizer is not None else None
         self._tokenizer = tokenizer
         self._lock = threading.Lock()
-        # (run_id, id(run), step) -> (run, the step's raw logits); newest last.
-        self._cache: OrderedDict[tuple[int, int, int], tuple[Any, Any]] = OrderedDict()
-        # The newest request id seen from each view: older ones still queued are skipped.
-        self._latest: dict[str, int] = {}
+        # (id(run), step) -> (run, the step's raw logits); newest last. The entry holds the
+        # run, so its id is not reused while the entry lives (and a hit is checked by
+        # identity); at most CACHE_STEPS runs are kept alive by it.
+        self._cache: OrderedDict[tuple[int, int], tuple[Any, Any]] = OrderedDict()
+        # The newest request id seen from each view (the MAX_VIEWS last to ask): older ones
+        # still queued are skipped.
+        self._latest: OrderedDict[str, int] = OrderedDict()
         self._worker: ThreadPoolExecutor | None = None
+        # Set by close(): a request after it (or during it, on a subshell thread) is ignored
+        # rather than starting a worker thread for a closed widget.
+        self._closed = False
         #: How many forward passes this explainer ran (the benchmark and tests read it).
         self.forward_passes = 0
 
@@ -80,9 +90,15 @@ class Explainer:
                 logger.debug("distribution request without a view or request id: ignored")
                 return
             with self._lock:
+                if self._closed:
+                    logger.debug("distribution request after the widget closed: ignored")
+                    return
                 if request < self._latest.get(view, -1):
                     return  # older than one already seen: its reply would be dropped
                 self._latest[view] = request
+                self._latest.move_to_end(view)
+                while len(self._latest) > MAX_VIEWS:
+                    self._latest.popitem(last=False)
                 if self._worker is None:
                     self._worker = ThreadPoolExecutor(1, thread_name_prefix="nbstream-explain")
                 worker = self._worker
@@ -93,8 +109,10 @@ class Explainer:
     def close(self) -> None:
         """Stop taking requests (the widget closed); one being answered finishes."""
         with self._lock:
+            self._closed = True
             worker, self._worker = self._worker, None
             self._cache.clear()
+            self._latest.clear()
         if worker is not None:
             worker.shutdown(wait=False, cancel_futures=True)
 
@@ -139,10 +157,10 @@ class Explainer:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be a whole number, got {step!r:.40}")
         asked = validate_settings({name: content.get(name) for name in SLIDERS})
-        d = self.distribution(run_id, run, step, asked)
+        d = self.distribution(run, step, asked)
         return self.describe(d)
 
-    def distribution(self, run_id: int, run: Any, step: int, asked: dict[str, Any]) -> Distribution:
+    def distribution(self, run: Any, step: int, asked: dict[str, Any]) -> Distribution:
         """``run.distribution(step, **asked)``, from cached logits when this step's are kept.
 
         The same numbers as :meth:`nbstream.Generation.distribution` (a test checks it): its
@@ -150,7 +168,7 @@ class Explainer:
         """
         run._require_logits()
         step = run._check_step(step, len(run.token_ids))
-        key = (run_id, id(run), step)
+        key = (id(run), step)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and hit[0] is run:
@@ -162,9 +180,10 @@ class Explainer:
             logits = run._step_logits(step).detach().float().cpu()
             with self._lock:
                 self.forward_passes += 1
-                self._cache[key] = (run, logits)
-                while len(self._cache) > CACHE_STEPS:
-                    self._cache.popitem(last=False)
+                if not self._closed:  # a closed widget's cache stays empty
+                    self._cache[key] = (run, logits)
+                    while len(self._cache) > CACHE_STEPS:
+                        self._cache.popitem(last=False)
         d: Distribution = run._distribution_at(step, asked, logits)
         return d
 

@@ -13,7 +13,6 @@ The traits and messages are defined in PROTOCOL.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import traceback
@@ -169,12 +168,14 @@ class RunWidget(anywidget.AnyWidget):
         super().__init__(
             **panel, **views, settings_defaults=model_defaults(model), can_trace=can_trace
         )
+        # The sampling panel's `distribution` requests (nbstream/_explain.py). Made here, not
+        # at the first request: two first requests at once (main shell and subshell) would
+        # make two, and close() would close one. It starts no thread until a request.
+        self._explainer = self._make_explainer()
         self.on_msg(self._handle_message)
         cells.register(self)
 
-    @functools.cached_property
-    def _explainer(self) -> Explainer:
-        # The sampling panel's `distribution` requests (nbstream/_explain.py), made at the first.
+    def _make_explainer(self) -> Explainer:
         def runs() -> dict[int, Generation]:
             with self._lock:
                 return dict(self._token_runs())
@@ -297,8 +298,9 @@ class RunWidget(anywidget.AnyWidget):
         code reads them).
         """
         self.stop(cells.CLOSED)
-        if "_explainer" in self.__dict__:
-            self._explainer.close()
+        explainer = self.__dict__.get("_explainer")  # close() also runs when __init__ failed
+        if explainer is not None:
+            explainer.close()
         super().close()
 
     # -- settings -----------------------------------------------------------------------------

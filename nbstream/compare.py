@@ -146,8 +146,17 @@ def divergence_words(
     try:
         d = reached[0].distribution(step, temperature=1.0, top_k=0, top_p=1.0)
         probs = {t: d.prob(t, "model") for t in tokens if t is not None}
-    except (ValueError, TypeError, IndexError):
-        # No logits (a model server): a captured trace still knows each column's own pick.
+    except Exception as exc:
+        if not isinstance(exc, (ValueError, TypeError, IndexError)):
+            # Not "no logits here" (a model server) but a failure (out of memory): said in
+            # the log; the words go on without the model's odds.
+            logger.warning(
+                "nbstream: the model's odds where the compare columns part failed: %s: %s",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+        # A captured trace still knows each column's own pick.
         for run, token in zip(runs, tokens, strict=True):
             trace = getattr(run, "trace", None) if token is not None else None
             if trace is not None and len(trace) > step and token is not None:
@@ -367,6 +376,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._run_lock = threading.Lock()
         self._view_lock = threading.RLock()
         self._output = FallbackDisplay(self._view_lock, "nbstream-compare")
+        # +1 at every change of the columns' runs (under _view_lock): marks computed for an
+        # older state are stale and never written.
+        self._mark_generation = 0
 
         self._columns: list[_Column] = []
         try:
@@ -399,7 +411,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         for column in self._columns:
             # The shared prompt is every column's prompt, so a column's own Run uses it.
             traitlets.dlink((self._header, "prompt"), (column, "prompt"))
-            column.observe(self._column_changed, names=["status"])
+            # status: a run starts or ends; run_id: also another answer shown (show(i), a
+            # show_branch click), whose status is often the same ("complete"), yet whose
+            # tokens, and so where the columns part, are not.
+            column.observe(self._column_changed, names=["status", "run_id"])
             column.observe(self._column_closed, names=["comm"])
         self._header.observe(self._column_changed, names=["same_seed"])
         super().__init__([self._header, self._row])
@@ -695,55 +710,81 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _column_changed(self, change: dict[str, Any]) -> None:
         # A column's state, or the Same seed checkbox: the header's summary follows.
         self._refresh()
-        if change.get("name") == "status":
-            self._mark_divergence()
+        if change.get("name") in ("status", "run_id"):
+            self._mark_divergence(change.get("owner"))
 
     # -- where the columns part (each column's compare_mark) ----------------------------------
-    def _mark_divergence(self) -> None:
+    def _mark_divergence(self, owner: Any = None) -> None:
         """Mark, in every column, the first step where the columns' tokens part.
 
         Only once every column has ended: a column still queued has no tokens to compare
         yet, and the columns of a shared model run one after the other, so a mark made
         while they stream would only say "none yet" until the last one has begun. A column
-        that starts a run clears every mark (a new Run all, or one column rerun). The words
-        need the model's probabilities at that step (one forward pass), computed on a
-        thread; a newer state of the columns makes that result stale.
+        that starts a run clears every mark (a new Run all, or one column rerun); one that
+        shows another answer gets new marks. The words need the model's probabilities at
+        that step (one forward pass), computed on a thread; a newer state of the columns
+        makes that result stale.
+
+        Called from a column's observer, so with ``owner``'s lock held (traitlets calls
+        observers inside notify_change). Lock order, everywhere: a column's lock, then
+        ``_view_lock``, never the other way, and never two columns' locks at once: so only
+        ``owner``'s own mark is written here; the others' on a thread.
         """
         with self._view_lock:
-            self._mark_generation = getattr(self, "_mark_generation", 0) + 1
+            self._mark_generation += 1
             generation = self._mark_generation
+            # run.done too: a column starting a run has its new run before its new status.
             ended = all(
-                c.run is not None and c.status not in (QUEUED, RUNNING) for c in self._columns
+                c.run is not None and c.run.done and c.status not in (QUEUED, RUNNING)
+                for c in self._columns
             )
             divergence = self.divergence if ended else None
         if divergence is None:
-            self._set_marks(generation, None)
+            if isinstance(owner, _Column):
+                self._write_mark(owner, generation, None)
+            if any(c.compare_mark is not None for c in self._columns if c is not owner):
+                self._start_marking(self._set_marks, generation, None)
             return
-        threading.Thread(
-            target=self._words_of_divergence,
-            args=(generation, *divergence),
-            name="nbstream-compare-mark",
-            daemon=True,
-        ).start()
+        self._start_marking(self._words_of_divergence, generation, *divergence)
+
+    def _start_marking(self, target: Callable[..., None], *args: Any) -> None:
+        try:
+            threading.Thread(
+                target=target, args=args, name="nbstream-compare-mark", daemon=True
+            ).start()
+        except RuntimeError:  # out of threads: the marks stay as they were, said in the log
+            logger.warning("nbstream: no thread to mark where the compare columns part")
 
     def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:
         try:
             marks = divergence_words(
                 [c.run for c in self._columns], self._columns[0]._tokenizer, step, tokens
             )
-        except Exception:  # a thread of the widget: say it in the log, never raise
-            logger.exception("nbstream: marking where the compare columns part failed")
-            return
+        except Exception as exc:  # a thread of the widget: never raise
+            # No words, but still where the columns part: no mark would say they agree.
+            logger.warning(
+                "nbstream: the words of where the compare columns part failed", exc_info=True
+            )
+            failed = f"Columns part at token {step + 1} (its words failed: {type(exc).__name__})"
+            marks = [failed] * len(self._columns)
         self._set_marks(generation, [{"step": step, "words": words} for words in marks])
 
     def _set_marks(self, generation: int, marks: list[dict[str, Any]] | None) -> None:
-        with self._view_lock:
-            if generation != getattr(self, "_mark_generation", 0):
+        # Never with _view_lock held while a column's trait is written (its lock would
+        # then be taken after _view_lock: the other order deadlocks); one column at a time.
+        for i, column in enumerate(self._columns):
+            self._write_mark(column, generation, None if marks is None else marks[i])
+
+    def _write_mark(self, column: _Column, generation: int, mark: dict[str, Any] | None) -> None:
+        """Set ``column``'s mark, unless the columns changed since ``generation``."""
+        # The column's lock (as its own writes take it), then _view_lock, held across the
+        # check and the write: a newer state's marks (or its clearing) come after this one.
+        # What the write sends is held back until hold_sync ends, outside _view_lock.
+        with column.hold_sync(), self._view_lock:
+            if generation != self._mark_generation:
                 return  # the columns changed since: a newer mark (or none) applies
-            for i, column in enumerate(self._columns):
-                mark = None if marks is None else marks[i]
-                if column.compare_mark != mark:
-                    column.compare_mark = mark  # type: ignore[assignment]
+            if column.compare_mark != mark:
+                column.compare_mark = mark  # type: ignore[assignment]
 
     def _column_closed(self, change: dict[str, Any]) -> None:
         # A column closed from elsewhere: its cell ran again (the new widgets close the old

@@ -57,6 +57,23 @@ def wait_followers(timeout: float = 30.0) -> None:
     )
 
 
+def run_steps(p):
+    """The threads of probe ``p``'s forward calls made by runs: not the marks' one forward
+    pass (the model's odds where the columns part), which comes once they have ended,
+    maybe after wait() returned, on a thread that may reuse an ended run thread's id."""
+    names: dict[int, str] = {}
+    p.on_call = lambda calls: names.__setitem__(calls, threading.current_thread().name)
+
+    def threads() -> list[int]:
+        return [
+            ident
+            for call, ident in enumerate(list(p.threads), 1)
+            if names.get(call, "").startswith("nbstream-run")
+        ]
+
+    return threads
+
+
 def send(cw, content) -> None:
     """A custom message from the header's view."""
     cw._header._handle_custom_msg(content, [])
@@ -177,6 +194,7 @@ def test_generate_starts_every_column_and_wait_returns_their_results(line, greed
 def test_runs_on_a_shared_model_queue_in_order_and_never_interleave(line, probe):
     model, tokenizer = line
     p = probe(model)
+    steps = run_steps(p)
     cw = nbstream.CompareWidget(model, tokenizer, "Hello", settings=THREE, max_new_tokens=40)
     runs = cw.generate()
     assert cw.statuses[1:] == ["queued", "queued"]
@@ -185,7 +203,7 @@ def test_runs_on_a_shared_model_queue_in_order_and_never_interleave(line, probe)
     # Every forward call of the model, by the thread of the run that made it: all of the
     # first column's, then all of the second's, then the third's.
     owners = {run._thread.ident: i for i, run in enumerate(runs)}
-    sequence = [owners[ident] for ident in p.threads]
+    sequence = [owners[ident] for ident in steps()]
     assert sequence == sorted(sequence), "the columns' decode steps interleaved"
     assert [sequence.count(i) for i in range(3)] == [40, 40, 40]
     # And in time: each run got the model only after the one before it ended.
@@ -230,6 +248,7 @@ def test_a_queued_column_stopped_never_runs(line, probe):
 def test_stop_all_withdraws_queued_columns_and_stops_the_running_one(line, probe, how):
     model, tokenizer = line
     p = probe(model)
+    steps = run_steps(p)
     cw = nbstream.CompareWidget(model, tokenizer, "Hello", settings=THREE, max_new_tokens=5000)
     runs = cw.generate()
     wait_until(lambda: runs[0].partial_text, what="text in the first column")
@@ -241,7 +260,7 @@ def test_stop_all_withdraws_queued_columns_and_stops_the_running_one(line, probe
     assert cw.statuses == ["cancelled"] * 3
     assert runs[0].metrics["tokens"] < 5000
     # The queued columns never got the model: no decode step on their threads.
-    assert {run._thread.ident for run in runs[1:]}.isdisjoint(p.threads)
+    assert {run._thread.ident for run in runs[1:]}.isdisjoint(steps())
     assert [run.metrics["tokens"] for run in runs[1:]] == [0, 0]
     assert cw.stop() is False  # nothing left to stop
 
@@ -598,4 +617,135 @@ def test_default_model_greedy_column_and_same_seed_columns(real_model, greedy):
     assert texts[1] == texts[2]  # same seed, same sampling: the same text
     assert cw.records[1]["model"]["name"] == cw.records[0]["model"]["name"]
     assert [r["seed"] for r in cw.records] == [None, 11, 11]
+    cw.close()
+
+
+# -- where the columns part: each column's compare_mark -------------------------------------------
+PARTING = [{"temperature": 0.7, "seed": 1}, {"temperature": 1.5, "seed": 2}]
+
+
+def marks_agree(cw) -> bool:
+    """Every column's mark says what cw.divergence says: none, or its step."""
+    divergence = cw.divergence
+    marks = [column.compare_mark for column in cw.columns]
+    if divergence is None:
+        return all(mark is None for mark in marks)
+    return all(mark is not None and mark["step"] == divergence[0] for mark in marks)
+
+
+def test_a_column_starting_a_run_while_the_marks_are_written_does_not_hang(line, monkeypatch):
+    """The marks are written (a thread, once every column has ended) at the moment a
+    column starts a run: the column holds its lock while its state changes, and the
+    compare's header follows that state. Neither may wait for the other (a deadlock hung
+    the kernel: the user's generate() never returned)."""
+    from nbstream import compare
+
+    words_of = compare.divergence_words
+    go = threading.Event()
+
+    def held(*args):  # the marks' forward pass, held until the column below starts
+        assert go.wait(60), "the test never released the marks"
+        return words_of(*args)
+
+    monkeypatch.setattr(compare, "divergence_words", held)
+    cw = nbstream.CompareWidget(*line, "Hello", settings=PARTING, max_new_tokens=6)
+    first, last = cw.columns
+    started = threading.Event()
+    failed: list[BaseException] = []
+
+    def rerun_last_column() -> None:
+        try:
+            # As _launch does: the column's lock held (hold_sync takes it) while its run
+            # starts and its status changes.
+            with last.hold_sync():
+                go.set()  # the marks are written now: the first column's, then this one's
+                wait_until(lambda: first.compare_mark is not None, 60, "the first mark")
+                last.generate()
+            started.set()
+        except BaseException as exc:
+            failed.append(exc)
+
+    cw.generate()
+    cw.wait(60)
+    assert cw.divergence is not None, "the columns were expected to part"
+    rerun = threading.Thread(target=rerun_last_column, daemon=True)
+    rerun.start()
+    rerun.join(60)
+    assert not failed, failed
+    assert started.is_set(), "deadlock: the column's generate() did not return in 60 s"
+    cw.wait(60)
+    wait_until(lambda: marks_agree(cw), 60, "the marks to follow the rerun column")
+    cw.close()
+
+
+def test_run_all_in_a_loop_never_hangs(line):
+    """What a notebook does: Run all, wait, again. Each end starts the marks' thread, and
+    the next Run all runs into it (it hung within 20 rounds)."""
+    cw = nbstream.CompareWidget(*line, "Hello", settings=PARTING, max_new_tokens=3)
+    finished = threading.Event()
+    failed: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            for _ in range(25):
+                cw.generate()
+                cw.wait(60)
+            finished.set()
+        except BaseException as exc:
+            failed.append(exc)
+
+    runner = threading.Thread(target=loop, daemon=True)
+    runner.start()
+    runner.join(120)
+    assert not failed, failed
+    assert finished.is_set(), "Run all hung (25 rounds did not end in 120 s)"
+    wait_until(lambda: marks_agree(cw), 60, "the marks of the last round")
+    cw.close()
+
+
+def test_a_column_showing_another_answer_gets_its_mark_again(line):
+    """show(i) (a show_branch click) replays an ended answer: the column's status often
+    stays "complete", but the marks must follow the answer now shown."""
+    cw = nbstream.CompareWidget(*line, "Hello", settings=PARTING, max_new_tokens=6, alternatives=3)
+    first = cw.columns[0]
+    cw.generate()
+    cw.wait(60)
+    step, tokens = cw.divergence
+    wait_until(lambda: marks_agree(cw), 60, "the marks of Run all")
+    # The first column continues from the second's token where they parted: they agree
+    # one step longer.
+    first.branch(step, tokens[1])
+    first.wait(60)
+    wait_until(lambda: marks_agree(cw), 60, "the marks after the branch")
+    assert cw.divergence[0] > step
+    first.show(0)
+    assert first.status == "complete"
+    assert cw.divergence[0] == step
+    wait_until(lambda: marks_agree(cw), 60, "the marks after show(0)")
+    first.show(1)
+    wait_until(lambda: marks_agree(cw), 60, "the marks after show(1)")
+    assert first.compare_mark["step"] > step
+    cw.close()
+
+
+def test_marks_without_the_models_odds_when_they_cannot_be_computed(line, monkeypatch, caplog):
+    """The forward pass for the odds fails (out of memory, say): the marks still say where
+    the columns part, without odds, and the log says why; never no mark, which would say
+    the columns agree."""
+    from nbstream.generation import Generation
+
+    def fails(*_args, **_kwargs):
+        raise RuntimeError("CUDA out of memory (a test)")
+
+    monkeypatch.setattr(Generation, "distribution", fails)
+    cw = nbstream.CompareWidget(*line, "Hello", settings=PARTING, max_new_tokens=6)
+    with caplog.at_level("WARNING", logger="nbstream"):
+        cw.generate()
+        cw.wait(60)
+        step, _tokens = cw.divergence
+        wait_until(lambda: marks_agree(cw), 60, "the marks, without odds")
+    for column in cw.columns:
+        assert column.compare_mark["words"].startswith(f"Columns part at token {step + 1}: ")
+        assert "%)" not in column.compare_mark["words"]
+    assert "CUDA out of memory (a test)" in caplog.text
     cw.close()

@@ -233,3 +233,96 @@ def test_compare_columns_mark_where_they_part_with_the_models_odds(real_model):
         _wait_for(lambda: all(c.compare_mark is None for c in cw.columns))
     finally:
         cw.close()
+
+
+# -- the explainer's own bookkeeping ------------------------------------------------------------
+def _explain_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("nbstream-explain")}
+
+
+def test_an_answer_shown_again_reuses_its_steps_logits(tiny_line):
+    """show() gives the answer shown again a new run_id; it is still the same run, whose
+    step's logits the panel already has."""
+    w = nbstream.StreamWidget(*tiny_line, max_new_tokens=6, alternatives=3)
+    try:
+        w.generate("Hi")
+        w.wait(60)
+        w.branch(1, w.run.token_ids[1] + 1)
+        w.wait(60)
+        page = Page(w)
+        page.ask(request=1, run_id=w.run_id, step=3)
+        first = page.reply(1)
+        assert first["error"] is None
+        w.show(0)
+        w.show(1)
+        page.ask(request=2, run_id=w.run_id, step=3)
+        again = page.reply(2)
+        assert again["error"] is None and again["top"] == first["top"]
+        assert w._explainer.forward_passes == 1, "the same run's step ran the model again"
+    finally:
+        w.close()
+
+
+def test_a_request_after_close_starts_no_thread(tiny):
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3)
+    w.generate("Hi")
+    w.wait(60)
+    run_id = w.run_id
+    w.close()
+    before = _explain_threads()
+    Page(w).ask(request=1, run_id=run_id, step=0)
+    assert _explain_threads() - before == set(), "a closed widget started a worker thread"
+
+
+def test_the_newest_request_of_each_view_is_kept_for_a_bounded_number_of_views(tiny):
+    """A view id per panel ever opened (page reloads make new ones): the table of their
+    newest requests must not grow without end; the newest views' are kept."""
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3)
+    try:
+        page = Page(w)
+        for i in range(500):
+            page.ask(request=1, run_id=-1, step=0, view=f"view-{i}")
+        assert len(w._explainer._latest) <= 100
+        # The newest view still skips a request older than its newest.
+        newest = "view-499"
+        page.ask(request=5, run_id=-1, step=0, view=newest)
+        page.ask(request=4, run_id=-1, step=0, view=newest)
+        page.ask(request=6, run_id=-1, step=0, view=newest)
+        deadline = time.monotonic() + 60
+        while not [m for m in page.replies(newest) if m["request"] == 6]:
+            assert time.monotonic() < deadline, "no reply to request 6"
+            time.sleep(0.02)
+        assert 4 not in [m["request"] for m in page.replies(newest)]
+    finally:
+        w.close()
+
+
+def test_two_first_requests_at_once_are_answered_by_one_worker_that_close_ends(tiny):
+    """The main shell and a subshell each handle a panel's first request at the same
+    moment: both are answered, and close() leaves no worker thread behind."""
+    before = _explain_threads()
+    w = nbstream.StreamWidget(*tiny, max_new_tokens=3)
+    try:
+        w.generate("Hi")
+        w.wait(60)
+        page = Page(w)
+        both = threading.Barrier(2)
+
+        def ask(request: int) -> None:
+            both.wait(30)
+            page.ask(request=request, run_id=w.run_id, step=0, view=f"v{request}")
+
+        askers = [threading.Thread(target=ask, args=(i,)) for i in (1, 2)]
+        for t in askers:
+            t.start()
+        for t in askers:
+            t.join(60)
+        for request in (1, 2):
+            deadline = time.monotonic() + 60
+            while not page.replies(f"v{request}"):
+                assert time.monotonic() < deadline, f"no reply to view v{request}"
+                time.sleep(0.02)
+            assert page.replies(f"v{request}")[0]["error"] is None
+    finally:
+        w.close()
+    _wait_for(lambda: _explain_threads() - before == set())
