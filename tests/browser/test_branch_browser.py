@@ -69,8 +69,11 @@ def branch_ended(nb, v, timeout: float = 60) -> None:
     data-status alone: until the branch's first state reaches the page it still says the
     previous answer's "complete", and a popover opened while the branch runs offers no
     Continue ("still being generated") and closes when the branch ends."""
-    wait_until(lambda: kval(nb, "w.status") in ("complete", "cancelled", "failed"), timeout,
-               what="the branch ended in the kernel")
+    wait_until(
+        lambda: kval(nb, "w.status") in ("complete", "cancelled", "failed"),
+        timeout,
+        what="the branch ended in the kernel",
+    )
     shown = kval(nb, "w.shown")
     # The switcher's buttons are disabled while a run goes on: enabled, the end has come.
     button = v.locator(f'.nbstream-branch[data-index="{shown}"]')

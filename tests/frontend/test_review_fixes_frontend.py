@@ -81,7 +81,13 @@ def test_switching_answers_neither_opens_the_thinking_nor_announces_an_end(fe_pa
     emit(page, thinking(1, 0, "Two and two.", tokens=5, elapsed_s=0.2))
     emit(page, thinking(1, 12, "", tokens=6, elapsed_s=0.3, done=True))
     emit(page, delta(1, 0, "Four."))
-    change_many(page, {"status": "complete", "metrics": {"tokens": 8, "thinking_tokens": 6, "first_answer_s": 0.3}})
+    change_many(
+        page,
+        {
+            "status": "complete",
+            "metrics": {"tokens": 8, "thinking_tokens": 6, "first_answer_s": 0.3},
+        },
+    )
     expect(announcer(page)).to_have_text("Answer complete, 8 tokens")
     expect(root.locator(".nbstream-thinking")).to_have_js_property("open", False)
     page.wait_for_timeout(150)  # past the announcer's clearing pause
@@ -124,7 +130,10 @@ def test_a_failed_first_reply_keeps_the_focus_in_the_panel(fe_page: Page) -> Non
     slider = panel.locator("input").first
     expect(slider).to_be_focused()
     ask = [m for m in sent(page) if m["type"] == "distribution"][-1]
-    emit(page, {"type": "distribution", "view": ask["view"], "request": ask["request"], "error": "boom"})
+    emit(
+        page,
+        {"type": "distribution", "view": ask["view"], "request": ask["request"], "error": "boom"},
+    )
     expect(panel).to_have_attribute("data-state", "error")
     frame(page)  # the browser moves the focus off a control disabled under it by then
     expect(slider).to_be_focused()
@@ -158,8 +167,15 @@ def test_a_refused_switch_does_not_pull_the_focus_later(fe_page: Page) -> None:
     page = fe_page
     mount(page, status="complete", run_id=1, show_alternatives=True, branch_unavailable="")
     root = view(page)
-    branch = {"step": 2, "parent_token": 253, "parent_text": " a", "token": 262, "text": " the",
-              "parent": 0, "status": "complete"}
+    branch = {
+        "step": 2,
+        "parent_token": 253,
+        "parent_text": " a",
+        "token": 262,
+        "text": " the",
+        "parent": 0,
+        "status": "complete",
+    }
     change(page, "_branches", [branch])
     change(page, "branch_shown", 1)
     buttons = root.get_by_role("group", name="Answers of this prompt").get_by_role("button")
@@ -176,9 +192,21 @@ def test_a_refused_switch_does_not_pull_the_focus_later(fe_page: Page) -> None:
 def reply(page: Page, run_settings: dict[str, float]) -> None:
     """The kernel's first answer to the panel's last request, with the run's settings."""
     ask = [m for m in sent(page) if m["type"] == "distribution"][-1]
-    emit(page, {"type": "distribution", "view": ask["view"], "request": ask["request"],
-                "run_settings": run_settings, "settings": run_settings, "stages": ["model"],
-                "top": [], "rest": [1.0], "kept": [10], "size": 10})
+    emit(
+        page,
+        {
+            "type": "distribution",
+            "view": ask["view"],
+            "request": ask["request"],
+            "run_settings": run_settings,
+            "settings": run_settings,
+            "stages": ["model"],
+            "top": [],
+            "rest": [1.0],
+            "kept": [10],
+            "size": 10,
+        },
+    )
 
 
 def test_a_widened_slider_is_back_to_its_range_on_the_next_panel(fe_page: Page) -> None:
@@ -204,9 +232,10 @@ def test_a_chat_answers_panel_closes_with_its_answer(fe_browser, fe_server) -> N
     from test_chat_frontend import FIRST, answer, user
 
     with harness_page(fe_browser, fe_server, "chat") as page:
-        page.evaluate("([s]) => window.mount(s, null)",
-                      [{"_messages": FIRST, "status": "complete", "run_id": 1,
-                        "show_alternatives": True}])
+        page.evaluate(
+            "([s]) => window.mount(s, null)",
+            [{"_messages": FIRST, "status": "complete", "run_id": 1, "show_alternatives": True}],
+        )
         root = page.locator(".host .nbstream").first
         emit(page, tokens_msg(1, 0, TOKENS))
         frame(page)
