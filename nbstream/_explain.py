@@ -166,25 +166,23 @@ class Explainer:
         The same numbers as :meth:`nbstream.Generation.distribution` (a test checks it): its
         settings logic, with the forward pass done at most once per (run, step).
         """
-        run._require_logits()
-        step = run._check_step(step, len(run.token_ids))
-        key = (id(run), step)
+        # A step that is not an int is refused by run.step_logits below, in its words.
+        key = (id(run), step) if isinstance(step, int) and not isinstance(step, bool) else None
+        logits = None
         with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] is run:
+            hit = self._cache.get(key) if key is not None else None
+            if key is not None and hit is not None and hit[0] is run:
                 self._cache.move_to_end(key)
                 logits = hit[1]
-            else:
-                logits = None
         if logits is None:
-            logits = run._step_logits(step).detach().float().cpu()
+            logits = run.step_logits(step)
             with self._lock:
                 self.forward_passes += 1
-                if not self._closed:  # a closed widget's cache stays empty
+                if key is not None and not self._closed:  # a closed widget's stays empty
                     self._cache[key] = (run, logits)
                     while len(self._cache) > CACHE_STEPS:
                         self._cache.popitem(last=False)
-        d: Distribution = run._distribution_at(step, asked, logits)
+        d: Distribution = run.distribution(step, logits=logits, **asked)
         return d
 
     def describe(self, d: Distribution) -> dict[str, Any]:

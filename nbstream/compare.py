@@ -366,6 +366,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
         model, tokenizer = model_and_tokenizer(model, tokenizer)
 
+        self._tokenizer = tokenizer  # the words of where the columns part
         self._seed = seed
         self._shared_seed: int | None = seed
         # True until the widget is complete (and again once closed): close() does nothing.
@@ -757,9 +758,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:
         try:
-            marks = divergence_words(
-                [c.run for c in self._columns], self._columns[0]._tokenizer, step, tokens
-            )
+            marks = divergence_words([c.run for c in self._columns], self._tokenizer, step, tokens)
         except Exception as exc:  # a thread of the widget: never raise
             # No words, but still where the columns part: no mark would say they agree.
             logger.warning(

@@ -684,14 +684,17 @@ class Generation:
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
+        *,
+        logits: Any = None,
     ) -> Distribution:
         """What the sampling sliders do at ``step``: the model's next-token distribution
         there, then after temperature, top-k and top-p (see :mod:`nbstream.distribution`).
 
         A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
         ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
-        forward pass of the prompt and the tokens before ``step``, on the calling thread.
-        Needs a local model.
+        forward pass of the prompt and the tokens before ``step``, on the calling thread;
+        pass ``logits=run.step_logits(step)`` to ask about one step several times with one
+        forward pass. Needs a local model.
 
         Example::
 
@@ -699,11 +702,20 @@ class Generation:
             >>> d.kept("top_p"), float(d.probs["top_p"].sum())
             (4, 1.0)
             >>> print(d.describe())
+            >>> logits = run.step_logits(3)      # one forward pass, then any number of views
+            >>> [run.distribution(3, temperature=t, logits=logits).kept("top_p") for t in (0.5, 2)]
         """
         self._require_logits()
         step = self._check_step(step, len(self.token_ids))
         asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
-        return self._distribution_at(step, asked, self._step_logits(step))
+        if logits is None:
+            logits = self.step_logits(step)
+        elif getattr(logits, "ndim", None) != 1:
+            raise ValueError(
+                f"logits must be run.step_logits({step}): a 1-D tensor over the vocabulary, "
+                f"got {type(logits).__name__} of shape {tuple(getattr(logits, 'shape', ()))}"
+            )
+        return self._distribution_at(step, asked, logits)
 
     def _require_logits(self) -> Any:
         step_logits = getattr(self._job, "step_logits", None)
@@ -714,10 +726,15 @@ class Generation:
             )
         return step_logits
 
-    def _step_logits(self, step: int) -> Any:
-        """The model's logits for ``step`` (a 1-D tensor over the vocabulary), recomputed
-        with one forward pass of the prompt and the tokens before it."""
-        return self._require_logits()(self.token_ids[:step], step)[0]
+    @input_checked
+    def step_logits(self, step: int) -> Any:
+        """The model's raw next-token logits at ``step`` (a 1-D float tensor over the
+        vocabulary, on the CPU), recomputed exactly with one forward pass of the prompt and
+        the tokens before ``step``. Give it to :meth:`distribution` (``logits=``) to try
+        many settings on one step without another forward pass. Needs a local model."""
+        compute = self._require_logits()
+        step = self._check_step(step, len(self.token_ids))
+        return compute(self.token_ids[:step], step)[0].detach().float().cpu()
 
     def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
         """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's

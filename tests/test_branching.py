@@ -302,3 +302,28 @@ def test_filters_asked_of_a_greedy_step_say_they_change_nothing(parent):
     words = d.describe()
     assert "top-k 5 changes nothing after greedy" in words
     assert "top-p 0.5 changes nothing after greedy" in words
+
+
+def test_one_forward_pass_serves_many_settings_of_a_step(parent, real_model):
+    """run.step_logits(step) once, then run.distribution(..., logits=...) for each setting:
+    the same numbers as asking from scratch, and no further forward pass."""
+    import torch
+
+    logits = parent.step_logits(2)
+    assert logits.ndim == 1 and logits.device.type == "cpu"
+    calls = []
+    hook = real_model[0].register_forward_hook(lambda *args: calls.append(1))
+    try:
+        kept = {
+            t: parent.distribution(2, temperature=t, top_p=1.0, logits=logits) for t in (0.5, 2)
+        }
+        assert calls == []  # the kept logits: no forward pass
+        for t, d in kept.items():
+            fresh = parent.distribution(2, temperature=t, top_p=1.0)
+            for stage in ("model", "temperature", "top_k", "top_p"):
+                assert torch.allclose(fresh.probs[stage], d.probs[stage])
+        assert len(calls) == 2  # one each from scratch
+    finally:
+        hook.remove()
+    with pytest.raises(ValueError, match=r"logits must be run.step_logits\(2\)"):
+        parent.distribution(2, logits=logits[None, :])
