@@ -116,7 +116,8 @@ def chat_fallback_bundle(
 
     Each answer that is not a complete one says so (and whether the model will see it),
     so a stopped answer is never read as a finished one; an answer (message) with
-    ``finish_reason == "length"`` says it stopped at max_new_tokens.
+    ``finish_reason == "length"`` says it stopped at max_new_tokens. A reasoning model's
+    thinking comes before its answer, summarised (plain text) or folded (Markdown).
     """
     if not transcript:
         line = "nbstream chat · no messages yet"
@@ -143,6 +144,11 @@ def chat_fallback_bundle(
                 note += ", not in the conversation"
             elif message.get("kept"):
                 note += ", kept in the conversation"
+        if message.get("thinking"):
+            # Before its answer, as in the view: summarised in plain text, folded in Markdown.
+            plain_thinking, md_thinking = _thinking_parts(message["thinking"], {})
+            plain.append(plain_thinking)
+            markdown.append(md_thinking)
         plain.append(f"Assistant ({note}): {text}" if note else f"Assistant: {text}")
         markdown.append(f"**Assistant** (*{note}*): {text}" if note else f"**Assistant:** {text}")
     return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}

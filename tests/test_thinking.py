@@ -179,6 +179,18 @@ def test_the_saved_output_shows_the_answer_with_the_thinking_folded(thinker):
     assert plain.endswith(ANSWER) and f"[Thinking, {tokens} tokens, not part" in plain
 
 
+def test_a_saved_chat_shows_each_answer_with_its_thinking_folded(thinker):
+    chat = nbstream.ChatWidget(*thinker, max_new_tokens=80)
+    chat.generate("What is 2+2?")
+    chat.wait()
+    _, bundle = chat._fallback()
+    markdown, plain = bundle["text/markdown"], bundle["text/plain"]
+    assert markdown.endswith(f"</details>\n\n**Assistant:** {ANSWER}")
+    assert "<summary>Thinking (not part of the answer)</summary>" in markdown
+    assert THOUGHT in markdown and "<think>" not in markdown
+    assert plain.endswith(f"Assistant: {ANSWER}") and "[Thinking, not part of the answer" in plain
+
+
 def test_the_transcript_keeps_the_thinking_and_a_setting_sends_it_back(thinker):
     chat = nbstream.ChatWidget(*thinker, max_new_tokens=80)
     chat.generate("What is 2+2?")
