@@ -5,7 +5,8 @@ One notebook holds every widget in every state worth looking at: a StreamWidget 
 with Tokens, Probabilities and Alternatives on (its probabilities spread from 5% to 100%, so
 the shades run the whole scale) and a popover open; a failed run (error and partial mark); a
 cancelled run (partial mark) with the settings panel open on an invalid field; a ChatWidget
-with two turns; a CompareWidget. The theme is then switched in the running page with
+with two turns; a CompareWidget; a reasoning model's answer with its Thinking section open; a
+branch with its switcher and a sampling panel whose top-k cuts some bars. The theme is then switched in the running page with
 JupyterLab's own command (`apputils:change-theme`, no reload: one kernel, one set of widgets),
 and axe-core's colour-contrast rule runs over everything nbstream draws. What axe leaves
 undecided (contrast over a semi-transparent layer, say) is computed here by hand instead.
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.browser
 #: The themes JupyterLab 4.6 (and Notebook 7.6) ship, by the names the theme manager knows.
 THEMES = ["JupyterLab Light", "JupyterLab Dark", "JupyterLab Dark High Contrast"]
 
-# Every widget, every state: cells 1-5 (cell 0 is SETUP).
+# Every widget, every state: cells 1-7 (cell 0 is SETUP).
 SPREAD = """\
 base, tokenizer = tiny_model(one_line=True)
 def fresh():
@@ -88,7 +89,18 @@ cw = nbstream.CompareWidget(compared, tokenizer, "Hello there",
                             settings=[{"temperature": 0}, {"temperature": 0.7}],
                             max_new_tokens=8, seed=1)
 cw"""
-CELLS = [SETUP, SPREAD, FAILED, CANCELLED, CHAT, COMPARE]
+# The views added for issues 16 and 17: a reasoning model's Thinking section (opened), a
+# branch with its switcher, and a sampling panel open with a filter cutting candidates.
+THINKING = """\
+thinker, thinker_tokenizer = forced_model(
+    "<think>Two and two make four; say it plainly.</think>The answer is 4.")
+wt = nbstream.StreamWidget(thinker, thinker_tokenizer, max_new_tokens=60)
+wt"""
+BRANCHED = """\
+wb = nbstream.StreamWidget(fresh(), tokenizer, max_new_tokens=8, alternatives=5,
+                           show_alternatives=True)
+wb"""
+CELLS = [SETUP, SPREAD, FAILED, CANCELLED, CHAT, COMPARE, THINKING, BRANCHED]
 
 AUDITED = ".nbstream, .nbstream-compare"
 
@@ -263,6 +275,40 @@ def every_state(jupyter: Jupyter):
     wait_until(lambda: kval(nb, "held_compare.reached.is_set()"), STREAM_TIMEOUT, what="held")
     expect(columns.nth(0)).to_have_attribute("data-status", "running")
     expect(columns.nth(1)).to_have_attribute("data-status", "queued")
+    # A reasoning model's answer, its Thinking section opened.
+    wt = view(nb, 6)
+    nb.kernel_eval("wt.generate('What is 2+2?') and None")
+    expect(wt).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
+    thinking = wt.locator(".nbstream-thinking").first
+    thinking.locator("summary").click()
+    expect(thinking.locator(".nbstream-thinking-text")).to_be_visible()
+    # A branch shown with its switcher, then the sampling panel of one of its steps.
+    wb = view(nb, 7)
+    nb.kernel_eval("wb.generate('Hello') and None")
+    wait_until(lambda: kval(nb, "wb.status") == "complete", STREAM_TIMEOUT, what="wb's answer")
+    nb.kernel_eval("wb.branch(2, wb.run.trace[2].alternatives[1]) and None")
+    wait_until(lambda: kval(nb, "wb.status") == "complete", STREAM_TIMEOUT, what="the branch")
+    expect(wb.get_by_role("group", name="Answers of this prompt")).to_be_visible()
+    expect(wb.locator('.nbstream-branch[data-index="1"]')).to_have_attribute(
+        "aria-pressed", "true", timeout=STREAM_TIMEOUT * MS
+    )
+    wb_tokens = wb.locator(".nbstream-tokens .nbstream-token")
+    expect(wb_tokens).to_have_count(kval(nb, "len(wb.run.token_ids)"), timeout=15 * MS)
+    wb_tokens.nth(1).click()
+    wb.get_by_role("dialog", name="Alternatives at step 2").get_by_role(
+        "button", name="How was this picked?"
+    ).click()
+    panel = wb.get_by_role("region", name="How the token at step 2 was picked")
+    # Sampling at temperature 1 with top-k 3: the tiny model's odds are nearly flat, so
+    # top-k is what cuts some of the ten bars (greyed, named).
+    temperature = panel.get_by_role("slider", name="Temperature")
+    for _ in range(20):
+        temperature.press("ArrowRight")
+    top_k = panel.get_by_role("slider", name="Top-k")
+    top_k.focus()
+    for _ in range(3):
+        top_k.press("ArrowRight")
+    expect(panel.locator(".nbstream-dist-cut").first).to_be_visible(timeout=30 * MS)
     # Last (a click elsewhere would close it): a popover open.
     tokens.nth(2).click()
     pop = ws.get_by_role("dialog", name="Alternatives at step 3")
@@ -298,6 +344,7 @@ def run_every_theme(nb, pop) -> None:
     for theme in THEMES:
         set_theme(nb, theme)
         expect(pop).to_be_visible()  # the popover is audited too
+        expect(nb.page.locator(".nbstream-dist-cut").first).to_be_visible()  # and the panel
         check_contrast(nb, theme)
         low = [r for r in shade_contrast(nb) if r.get("ratio", 0) < 4.5]
         assert not low, f"{theme}: probability shades with unreadable text: {low}"
