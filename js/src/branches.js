@@ -194,11 +194,21 @@ function branchSwitcher(o) {
           : "Show this answer";
     });
     // The focus follows a switch or a new branch (the popover button it was on is gone),
-    // unless it has moved elsewhere meanwhile: the group while the branch streams, then
-    // the answer's button.
-    const free = document.activeElement === document.body || el.contains(document.activeElement);
+    // unless the user has moved it elsewhere meanwhile: the group while the branch streams,
+    // then the answer's button. Still "free" when it sits in this view's answer: a popover
+    // that closes gives it back to its token, before or after this runs (which one comes
+    // first depends on how the kernel's messages fall), and a token is not a choice.
+    const active = document.activeElement;
+    const root = el.closest(".nbstream");
+    const inAnswer = !!active && !!root && root.contains(active) && !!active.closest(".nbstream-output");
+    const free = active === document.body || el.contains(active) || inAnswer;
+    // Live: the widget's run, or the shown branch's own (the kernel's traits of one update
+    // reach the view one change at a time, so the branch may be shown while the widget's
+    // status still says the parent's "complete"; its button, focused then, would be
+    // disabled under the focus a moment later, which drops it to the page).
+    const live = busy || (shown > 0 && ACTIVE.has(String(entries[shown - 1]?.status)));
     if (focusWanted >= 0 && focusWanted === shown && el.isConnected && free) {
-      if (busy) el.focus({ preventScroll: true });
+      if (live) el.focus({ preventScroll: true });
       else {
         /** @type {HTMLElement | undefined} */ (list.children[shown])?.focus({ preventScroll: true });
         focusWanted = -1;

@@ -85,3 +85,27 @@ def test_the_switcher_marks_the_answer_shown_and_asks_for_another(fe_page: Page)
     # While a run goes on, switching waits.
     change(page, "status", "running")
     expect(buttons.nth(1)).to_be_disabled()
+
+
+def test_the_new_branch_takes_the_focus_even_when_it_went_back_to_a_token(fe_page: Page) -> None:
+    """Continue, then the popover closes and hands the focus back to its token before the
+    kernel shows the branch (the order depends on how the kernel's messages fall): the
+    focus is still the view's to move, so the new branch's button takes it."""
+    page = fe_page
+    root = ended(page, branch_unavailable="")
+    spans(root).nth(2).click()
+    pop = popover(root)
+    pop.locator(".nbstream-branch-continue").first.click()
+    assert [m["type"] for m in sent(page) if m["type"] == "branch"] == ["branch"]
+    spans(root).nth(2).focus()  # the popover gave the focus back to its token
+    # The kernel's launch: the branch shown (running) while the widget's status still says
+    # the parent's "complete", then the status; at the end both say complete.
+    change(page, "_branches", [{**BRANCH, "status": "running"}])
+    change(page, "branch_shown", 1)
+    change(page, "status", "running")
+    change(page, "status", "complete")
+    change(page, "_branches", [BRANCH])
+    button = root.get_by_role("group", name="Answers of this prompt").get_by_role(
+        "button", name="Branch 1", exact=False
+    )
+    expect(button).to_be_focused()

@@ -238,8 +238,8 @@ def test_a_chat_answers_panel_closes_with_its_answer(fe_browser, fe_server) -> N
         )
         root = page.locator(".host .nbstream").first
         emit(page, tokens_msg(1, 0, TOKENS))
-        frame(page)
         bubble = root.locator('.nbstream-message[data-role="assistant"]').first
+        expect(spans(bubble)).to_have_count(len(TOKENS))
         spans(bubble).nth(2).click()
         bubble.get_by_role("button", name="How was this picked?").click()
         panel = root.locator(".nbstream-dist")
@@ -248,11 +248,12 @@ def test_a_chat_answers_panel_closes_with_its_answer(fe_browser, fe_server) -> N
         # A new answer starts below: the panel on the older answer closes.
         second = [*FIRST, user(1, "More?"), answer(1, "", "queued", 2)]
         change_many(page, {"_messages": second, "status": "queued", "run_id": 2})
-        assert page.evaluate("window.__panel.hidden") is True
+        # (waited for, not read at once: the view may redraw in its next frame)
+        page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
         # Open again, on the first answer, then the chat is cleared: it closes with it.
         spans(bubble).nth(1).click()
         bubble.get_by_role("button", name="How was this picked?").click()
         expect(panel).to_be_visible()
         change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
         expect(root.locator(".nbstream-message")).to_have_count(0)
-        assert page.evaluate("window.__panel.hidden") is True
+        page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
