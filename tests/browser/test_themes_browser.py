@@ -6,9 +6,10 @@ with Tokens, Probabilities and Alternatives on (its probabilities spread from 5%
 the shades run the whole scale) and a popover open; a failed run (error and partial mark); a
 cancelled run (partial mark) with the settings panel open on an invalid field; a ChatWidget
 with two turns; a CompareWidget; a reasoning model's answer with its Thinking section open; a
-branch with its switcher and a sampling panel whose top-k cuts some bars. The theme is then switched in the running page with
-JupyterLab's own command (`apputils:change-theme`, no reload: one kernel, one set of widgets),
-and axe-core's colour-contrast rule runs over everything nbstream draws. What axe leaves
+branch with its switcher and a sampling panel whose top-k cuts some bars. The theme is then
+switched in the running page with JupyterLab's own command (`apputils:change-theme`, no
+reload: one kernel, one set of widgets), and axe-core's colour-contrast rule runs over
+everything nbstream draws. What axe leaves
 undecided (contrast over a semi-transparent layer, say) is computed here by hand instead.
 
 The servers are this module's own: a theme change is saved in the server's user settings,
