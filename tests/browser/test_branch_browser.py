@@ -64,22 +64,23 @@ def other_alternative(nb, run: str, step: int) -> tuple[int, str]:
     raise AssertionError("no alternative other than the chosen token")
 
 
-def branch_ended(nb, v, timeout: float = 60) -> None:
-    """The branch just made has ended, in the kernel and in view `v`. Not the view's
+def branch_ended(nb, v, timeout: float = 60, widget: str = "w") -> None:
+    """The branch just made has ended, in the kernel (`widget` names the kernel's widget)
+    and in view `v`. Not the view's
     data-status alone: until the branch's first state reaches the page it still says the
     previous answer's "complete", and a popover opened while the branch runs offers no
     Continue ("still being generated") and closes when the branch ends."""
     wait_until(
-        lambda: kval(nb, "w.status") in ("complete", "cancelled", "failed"),
+        lambda: kval(nb, f"{widget}.status") in ("complete", "cancelled", "failed"),
         timeout,
         what="the branch ended in the kernel",
     )
-    shown = kval(nb, "w.shown")
+    shown = kval(nb, f"{widget}.shown")
     # The switcher's buttons are disabled while a run goes on: enabled, the end has come.
     button = v.locator(f'.nbstream-branch[data-index="{shown}"]')
     expect(button).to_have_attribute("aria-pressed", "true", timeout=timeout * MS)
     expect(button).to_be_enabled(timeout=timeout * MS)
-    wait_status(v, kval(nb, "w.status"), timeout)
+    wait_status(v, kval(nb, f"{widget}.status"), timeout)
 
 
 def test_continue_by_mouse_and_keyboard_and_switch_between_the_answers(lab):
@@ -194,7 +195,7 @@ def test_a_chat_branch_and_its_history_and_an_endpoint_says_why_not(lab):
     alt_id, name = other_alternative(nb, "chat.run", 1)
     pop.get_by_role("button", name=name, exact=True).click()
     wait_until(lambda: kval(nb, "len(chat.branches)") == 1, 30, what="a chat branch made")
-    wait_status(v, "complete")
+    branch_ended(nb, v, widget="chat")
     branch = kval(nb, "chat.branches[0].token_ids")
     assert branch[:2] == [original[0], alt_id]
     assert kval(nb, "chat.history[-1]['content'] == chat.branches[0].result")
