@@ -211,6 +211,9 @@ class _Header(anywidget.AnyWidget):
     summary = traitlets.Unicode("").tag(sync=True)
     #: Why the last Run all click started nothing, or "".
     input_error = traitlets.Unicode("").tag(sync=True)
+    #: Each column's ``in_run_all``, left to right: the columns whose current run a Run all
+    #: started; the header says their start and their end once (js/src/announce.js).
+    in_run_all = traitlets.List(traitlets.Bool()).tag(sync=True)
 
     def __init__(self, **traits: Any) -> None:
         # The page's subshell, so that Stop all is handled while a cell keeps the kernel
@@ -245,6 +248,19 @@ class _Column(StreamWidget):
         self._shared_seed: Callable[[], int | None] = lambda: None
         super().__init__(model, tokenizer, **settings)
 
+    #: Whether this column's current run was started by the compare's Run all (or
+    #: ``cw.generate()``): the compare header then says the runs' start and end once, for
+    #: every column, and this column's views say nothing of it (js/src/announce.js); False
+    #: for a run of its own (its Run button, its ``generate()``, a branch), which its views
+    #: say. Set before the run's first state (its own message, so a view has it when the
+    #: run's status comes), and never while a run is queued or running.
+    in_run_all = traitlets.Bool(False).tag(sync=True)
+
+    def _set_in_run_all(self, value: bool) -> None:
+        with self._lock:
+            if not self._busy() and self.in_run_all != value:
+                self.in_run_all = value
+
     def _setting(self, name: str, call: Mapping[str, Any]) -> Any:
         """The value of setting ``name`` for a run given ``call``'s settings."""
         if name in call:
@@ -277,15 +293,28 @@ class _Column(StreamWidget):
         return describe_settings(shown, seed)
 
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
-        if self._setting("seed", settings) is None and self.samples(settings):
-            shared = self._shared_seed()
-            if shared is not None:
-                settings["seed"] = shared
-        run = super().generate(prompt, **settings)
-        # The seed the run uses: given, shared, or drawn by the engine.
-        seed = run.seed
-        self.label = self.describe(settings, seed)
-        return run
+        # A run of this column alone (its Run button, code): its views say it.
+        return self._generate(False, prompt, **settings)
+
+    def _generate(self, run_all: bool, prompt: Any = None, **settings: Any) -> Generation:
+        # The lock across: no other run can start between the flag and this run.
+        with self._lock:
+            self._set_in_run_all(run_all)
+            if self._setting("seed", settings) is None and self.samples(settings):
+                shared = self._shared_seed()
+                if shared is not None:
+                    settings["seed"] = shared
+            run = super().generate(prompt, **settings)
+            # The seed the run uses: given, shared, or drawn by the engine.
+            seed = run.seed
+            self.label = self.describe(settings, seed)
+            return run
+
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        # A branch is this column's own run (Continue in its popover): its views say it.
+        with self._lock:
+            self._set_in_run_all(False)
+            return super().branch(step, token, **settings)
 
 
 class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
@@ -398,6 +427,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 prompt=prompt,
                 same_seed=same_seed,
                 statuses=[c.status for c in self._columns],
+                in_run_all=[c.in_run_all for c in self._columns],
             )
             self._row = ipywidgets.HBox(
                 self._columns,
@@ -415,7 +445,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             # status: a run starts or ends; run_id: also another answer shown (show(i), a
             # show_branch click), whose status is often the same ("complete"), yet whose
             # tokens, and so where the columns part, are not.
-            column.observe(self._column_changed, names=["status", "run_id"])
+            column.observe(self._column_changed, names=["status", "run_id", "in_run_all"])
             column.observe(self._column_closed, names=["comm"])
         self._header.observe(self._column_changed, names=["same_seed"])
         super().__init__([self._header, self._row])
@@ -547,14 +577,19 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                     raise ValueError(f"column {i + 1}: fix its settings first: {problems}")
             if self.same_seed:
                 self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            # Every column first, then the runs: the header counts them all from the start.
+            for column in self._columns:
+                column._set_in_run_all(True)
             runs: list[Generation] = []
             try:
                 for column in self._columns:
-                    runs.append(column.generate(text, **settings))
+                    runs.append(column._generate(True, text, **settings))
             except BaseException as exc:
                 # All or nothing: a column that cannot start stops those already started.
                 for run in reversed(runs):
                     run.stop()
+                for column in self._columns[len(runs) :]:
+                    column._set_in_run_all(False)  # not part of this Run all after all
                 for kind in (TypeError, ValueError, RuntimeError):
                     if isinstance(exc, kind):
                         raise kind(f"column {len(runs) + 1}: {exc}") from exc
@@ -809,6 +844,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 return
             with header.hold_sync():
                 header.statuses = statuses
+                header.in_run_all = [c.in_run_all for c in self._columns]
                 header.summary = self._summary(statuses)
             self._publish_fallback()
 

@@ -749,3 +749,62 @@ def test_marks_without_the_models_odds_when_they_cannot_be_computed(line, monkey
         assert "%)" not in column.compare_mark["words"]
     assert "CUDA out of memory (a test)" in caplog.text
     cw.close()
+
+
+# -- which runs a Run all started (in_run_all: what the page announces, announce.js) ---------
+
+
+def test_in_run_all_says_which_runs_a_run_all_started_before_their_first_state(line):
+    """A column's run started by Run all has ``in_run_all`` true already when its status
+    changes (the page reads it then: the header announces those runs, the column does not);
+    a column's own run (generate, its Run button, a branch) false. The header's list
+    follows every column's."""
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=4)
+    seen: list[tuple[int, str, bool]] = []
+    for i, column in enumerate(cw.columns):
+        column.observe(
+            lambda change, i=i: seen.append((i, change["new"], cw.columns[i].in_run_all)),
+            names=["status"],
+        )
+    assert [c.in_run_all for c in cw.columns] == [False, False]
+    assert cw._header.in_run_all == [False, False]
+
+    send(cw, {"type": "run", "prompt": "Hello"})  # Run all
+    cw.wait(60)
+    assert seen and all(flag for _i, _s, flag in seen), seen
+    assert {i for i, _s, _f in seen} == {0, 1}
+    assert cw._header.in_run_all == [True, True]
+
+    seen.clear()
+    cw.columns[1]._on_view_message("run", {})  # the second column's own Run
+    cw.columns[1].wait(60)
+    assert seen and all(i == 1 and not flag for i, _s, flag in seen), seen
+    assert cw._header.in_run_all == [True, False]
+
+    seen.clear()
+    first = cw.columns[0]
+    step_token = first.run.token_ids[1]
+    first.branch(1, (step_token + 1) % 50)  # Continue in its popover
+    first.wait(60)
+    assert seen and all(i == 0 and not flag for i, _s, flag in seen), seen
+    assert cw._header.in_run_all == [False, False]
+
+    seen.clear()
+    cw.generate()  # Run all from code
+    cw.wait(60)
+    assert seen and all(flag for _i, _s, flag in seen), seen
+    assert cw._header.in_run_all == [True, True]
+    cw.close()
+
+
+def test_a_busy_column_keeps_in_run_all(line):
+    """A refused start (the column runs) changes nothing: the running Run all's column
+    stays silent in the page and counted in the header."""
+    cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=3000)
+    cw.generate()
+    with pytest.raises(RuntimeError):
+        cw.columns[0].generate()
+    assert [c.in_run_all for c in cw.columns] == [True, True]
+    cw.stop()
+    cw.wait(60)
+    cw.close()

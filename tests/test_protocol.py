@@ -30,7 +30,7 @@ from nbstream._feed import RunFeed
 from nbstream._panel import PANEL_SETTINGS, panel_schema
 from nbstream._widget_base import RunWidget
 from nbstream.chat import ChatWidget
-from nbstream.compare import CompareWidget, _Header
+from nbstream.compare import CompareWidget, _Column, _Header
 from nbstream.settings import SETTINGS, settings_schema, validate_settings
 from nbstream.widget import StreamWidget
 
@@ -154,6 +154,10 @@ CLASSES = {
     StreamWidget: (("widget.js", "StreamWidgetTraits"), ("RunWidget", "Branches", "StreamWidget")),
     ChatWidget: (("chat.js", "ChatWidgetTraits"), ("RunWidget", "Branches", "ChatWidget")),
     _Header: (("compare.js", "CompareHeaderTraits"), ("CompareWidget header",)),
+    _Column: (
+        ("widget.js", "CompareColumnTraits"),
+        ("RunWidget", "Branches", "StreamWidget", "CompareWidget column"),
+    ),
 }
 
 

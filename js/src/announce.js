@@ -7,15 +7,21 @@
 //   - each state change once: "Queued", "Running";
 //   - the end once: "Answer complete, 234 tokens" / "Stopped after 40 tokens" /
 //     "Failed: <message>" / "Stopped at max_new_tokens, 300 tokens";
-//   - the compare header: "Running 3 columns", then "All 3 columns complete" (or what
-//     each ended as).
-// A Run all today gives N+1 ends: each column's "<label>: Answer complete, N tokens", then
-// the header's summary. What a screen-reader user wants there is one summary at the end
-// (the header's), and a column's own end only when that column ran alone. The page cannot
-// tell the two apart reliably (the header and the columns are separate widgets whose
-// states arrive in separate messages), so it needs the kernel to say it: a column trait
-// set while a Run all drives it (nbstream/compare.py), read by the column's announcement
-// in widget.js. Until then the columns say their ends, each with its label.
+//   - the compare header, for a Run all: "Running 3 columns" once, then one summary once
+//     every column it started has ended: "All 3 columns complete", "3 columns ended:
+//     2 complete, 1 stopped" (Stop all too: its stopped columns are in that summary).
+// A Run all is one action, so a screen-reader user hears it start once and end once, from
+// the header; its columns say nothing of it (each column's own end, "temperature 0.7:
+// Answer complete, 34 tokens", would make N+1 ends of one click; what each column did is
+// in the column, where the user can go and read it). A column run alone (its own Run, a
+// branch from its popover) is the other way round: the column says its states and its
+// end with its label, and the header says nothing. The page cannot tell the two apart from
+// the states alone (the header and the columns are separate widgets whose states arrive in
+// separate messages), so the kernel says it: the column's `in_run_all` trait, set before
+// its run's first state, and the header's copy of every column's (`in_run_all`, a list,
+// with `statuses`); see PROTOCOL.md, "CompareWidget column". The header says a Run all's
+// end only after it saw that Run all active (`in_run_all` set on columns still showing an
+// earlier run's end is not an end).
 // Announcements come from a change of the run's state only, never from a re-render, a
 // reset, a view that opens on a run already going, or a switch to another answer (the
 // switcher, `w.show`: an ended run this view never saw queued or running, see `ran`); two views of one widget in the page
@@ -87,6 +93,18 @@ function comparePhase(statuses) {
   if (statuses.some((s) => ACTIVE.has(s))) return "active";
   if (statuses.length === 0 || statuses.every((s) => s === "idle")) return "idle";
   return "ended";
+}
+
+/**
+ * The states of the columns whose current run a Run all started (the header's `in_run_all`);
+ * every column's when that list does not match the columns.
+ * @param {string[]} statuses each column's state, left to right
+ * @param {unknown} inRunAll each column's `in_run_all`
+ * @returns {string[]}
+ */
+function runAllStatuses(statuses, inRunAll) {
+  if (!Array.isArray(inRunAll) || inRunAll.length !== statuses.length) return statuses;
+  return statuses.filter((_, i) => inRunAll[i] === true);
 }
 
 /**
@@ -215,4 +233,4 @@ function stopOnEscape(scope, root, active, stop) {
   });
 }
 
-export { announcer, compareAnnouncement, comparePhase, runAnnouncement, stopOnEscape };
+export { announcer, compareAnnouncement, comparePhase, runAllStatuses, runAnnouncement, stopOnEscape };

@@ -110,7 +110,7 @@ import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { LiveThinking, ThinkingBox, thinkingCounters } from "./thinking.js";
+import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { makeNote, sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -431,16 +431,20 @@ function render({ model, el }) {
       : "only the last answer can be continued from another token.";
   }
 
-  /** The branch switcher goes in the last answer's bubble, above its output. */
+  /**
+   * The branch switcher goes in the last answer's bubble, above the answer and its Thinking
+   * section, as in the StreamWidget: it says which answer (and whose thinking) is shown.
+   */
   function placeSwitcher() {
     const last = entries[entries.length - 1];
-    const output = last?.msg.role === "assistant" ? last.output : null;
-    if (output && switcher.el.nextSibling !== output) {
+    const answer = last?.msg.role === "assistant" ? last : null;
+    const first = answer ? (answer.thinking?.el ?? answer.output) : null;
+    if (first && switcher.el.nextSibling !== first) {
       const focused = switcher.el.contains(document.activeElement);
-      output.before(switcher.el);
+      first.before(switcher.el);
       switcher.update();
       if (focused) switcher.el.focus({ preventScroll: true });
-    } else if (!output) switcher.el.remove();
+    } else if (!first) switcher.el.remove();
   }
 
   /** Drop the token lists of runs gone from the transcript (cleared, regenerated). */
@@ -620,10 +624,7 @@ function render({ model, el }) {
     metrics: updateMetrics,
     redraw: schedule,
     tokens: onTokens,
-    thinking: (m) => {
-      liveThinking.receive(m);
-      if (thinkingCounters(live, m)) updateMetrics();
-    },
+    thinking: liveThinking,
   });
   // The answer's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {

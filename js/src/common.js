@@ -261,11 +261,13 @@ function modelStatus(model) {
 /**
  * A view's part of the run protocol (`msg:custom`): `delta` and `reset` messages go to
  * `live`; the view then updates its chrome when text came, its metrics line when only the
- * counters did, and redraws after a reset. `tokens` messages go to `tokens`.
+ * counters did, and redraws after a reset. `tokens` messages go to `tokens`. A reasoning
+ * model's `thinking` messages, and the resets this view applied (their thinking), go to
+ * `thinking` (the view's LiveThinking, js/src/thinking.js); while the run thinks their
+ * counters are the metrics line's (thinkingCounters).
  * @param {ViewScope} scope @param {LiveText} live
  * @param {{chrome: () => void, metrics: () => void, redraw: () => void,
- *          tokens: (msg: any) => void, thinking?: (msg: any) => void}} view
- *   thinking: `thinking` messages, and the resets this view applied (their thinking)
+ *          tokens: (msg: any) => void, thinking?: {receive: (msg: any) => void}}} view
  */
 function onRunMessages(scope, live, view) {
   scope.onModel("msg:custom", (/** @type {any} */ msg) => {
@@ -275,15 +277,29 @@ function onRunMessages(scope, live, view) {
       if (what === "text") view.chrome();
       else if (what === "counters") view.metrics();
     } else if (msg.type === "reset" && live.reset(msg)) {
-      view.thinking?.(msg); // a reasoning model's thinking so far (js/src/thinking.js)
+      view.thinking?.receive(msg); // a reasoning model's thinking so far
       view.redraw();
       view.chrome();
     } else if (msg.type === "thinking") {
-      view.thinking?.(msg);
+      view.thinking?.receive(msg);
+      if (thinkingCounters(live, msg)) view.metrics();
     } else if (msg.type === "tokens") {
       view.tokens(msg);
     }
   });
+}
+
+/**
+ * While a run thinks no answer delta comes: its `thinking` messages carry the live counters
+ * of the metrics line instead (its `tokens` are then all the run's tokens). True if they did.
+ * @param {{runId: number, liveTokens: number | null, liveElapsed: number | null}} live the answer's LiveText
+ * @param {any} msg
+ */
+function thinkingCounters(live, msg) {
+  if (msg.type !== "thinking" || msg.done === true || Number(msg.run_id) !== live.runId) return false;
+  if (typeof msg.tokens === "number") live.liveTokens = msg.tokens;
+  if (typeof msg.elapsed_s === "number") live.liveElapsed = msg.elapsed_s;
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -1028,6 +1044,7 @@ export {
   modelStatus,
   newViewId,
   onRunMessages,
+  thinkingCounters,
   onSubmitKey,
   outputArea,
   promptBox,

@@ -23,6 +23,8 @@
  * @property {Status[]} statuses    each column's state, left to right (Python → JS)
  * @property {string} summary       one line on the columns' states (Python → JS)
  * @property {string} input_error   why the last Run all started nothing, or "" (Python → JS)
+ * @property {boolean[]} in_run_all each column's `in_run_all`: whether its current run was
+ *   started by Run all (the header says those runs' start and end once) (Python → JS)
  */
 
 /**
@@ -41,7 +43,7 @@ import {
   viewScope,
   watchConnection,
 } from "./common.js";
-import { announcer, compareAnnouncement, comparePhase, stopOnEscape } from "./announce.js";
+import { announcer, compareAnnouncement, comparePhase, runAllStatuses, stopOnEscape } from "./announce.js";
 
 /**
  * @param {{model: any, el: HTMLElement}} ctx
@@ -129,8 +131,17 @@ function render({ model, el }) {
   for (const name of ["statuses", "summary", "same_seed", "input_error"]) {
     onModel(`change:${name}`, updateChrome);
   }
+  // A Run all's start once, its end once (announce.js): only the columns it started count
+  // (`in_run_all`, in the same state message as `statuses`), and its end only once this
+  // view saw it active. A column run alone says itself; the header says nothing of it.
+  const ranAll = () => runAllStatuses(statuses(), model.get("in_run_all"));
+  let sawActive = comparePhase(ranAll()) === "active";
   onModel("change:statuses", (/** @type {unknown} */ shared) => {
-    announce.say(comparePhase(statuses()), compareAnnouncement(statuses()), shared);
+    const phase = comparePhase(ranAll());
+    if (phase === "active" || (phase === "ended" && sawActive)) {
+      announce.say(phase, compareAnnouncement(ranAll()), shared);
+    }
+    sawActive = phase === "active";
   });
 
   // ---- prompt (two-way; the kernel's value wins unless the user is typing) ---
@@ -162,7 +173,7 @@ function render({ model, el }) {
   });
 
   updateChrome();
-  announce.seen(comparePhase(statuses()));
+  announce.seen(comparePhase(ranAll()));
   return scope.dispose;
 }
 

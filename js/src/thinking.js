@@ -80,19 +80,6 @@ class LiveThinking {
   }
 }
 
-/**
- * While a run thinks no answer delta comes: its `thinking` messages carry the live counters
- * of the metrics line instead (its `tokens` are then all the run's tokens). True if they did.
- * @param {{runId: number, liveTokens: number | null, liveElapsed: number | null}} live the answer's LiveText
- * @param {any} msg
- */
-function thinkingCounters(live, msg) {
-  if (msg.type !== "thinking" || msg.done === true || Number(msg.run_id) !== live.runId) return false;
-  if (typeof msg.tokens === "number") live.liveTokens = msg.tokens;
-  if (typeof msg.elapsed_s === "number") live.liveElapsed = msg.elapsed_s;
-  return true;
-}
-
 /** @param {number | null} n */
 function tokenCount(n) {
   return typeof n === "number" ? `${n} token${n === 1 ? "" : "s"}` : "";
@@ -246,4 +233,4 @@ function markThinking(list, value, before) {
   return n;
 }
 
-export { LiveThinking, ThinkingBox, markThinking, summaryOf, thinkingCounters, thinkingMark };
+export { LiveThinking, ThinkingBox, markThinking, summaryOf, thinkingMark };

@@ -115,6 +115,20 @@
  * @typedef {RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits} StreamWidgetTraits
  */
 
+/**
+ * A compare column's own trait (`_Column`, nbstream/compare.py): absent on a plain
+ * StreamWidget's model, which reads as false.
+ * @typedef {object} CompareColumnOwnTraits
+ * @property {boolean} in_run_all  the current run was started by the compare's Run all: the
+ *   header says its start and end once for every column, so this view says nothing of it;
+ *   false: the column's own run (its Run, a branch), said here with its label (Python → JS)
+ */
+
+/**
+ * The synced traits of a compare column (`_Column`, nbstream/compare.py).
+ * @typedef {StreamWidgetTraits & CompareColumnOwnTraits} CompareColumnTraits
+ */
+
 /** @typedef {import("./settings.js").SettingSchema} SettingSchema */
 
 /**
@@ -239,7 +253,7 @@ import { branchAction, branchSwitcher } from "./branches.js";
 import { compareMarkView } from "./distribution.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings.js";
-import { LiveThinking, ThinkingBox, thinkingCounters } from "./thinking.js";
+import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -422,10 +436,7 @@ function render({ model, el }) {
     metrics: updateMetrics,
     redraw: schedule,
     tokens: onTokens,
-    thinking: (m) => {
-      thinking.receive(m);
-      if (thinkingCounters(live, m)) updateMetrics();
-    },
+    thinking: thinking,
   });
   // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
   onModel("msg:custom", (/** @type {any} */ msg) => {
@@ -463,14 +474,17 @@ function render({ model, el }) {
     updateChrome();
   });
   onModel("change:status", (/** @type {unknown} */ shared) => {
-    // A compare column (no prompt box) says its end only, with its label: the header says
-    // when the columns run.
+    // A compare column's run that Run all started says nothing: the header says the Run
+    // all's start and end once (announce.js). Its own run (its Run, a branch) it says,
+    // with its label (no prompt box: a column).
     const column = model.get("show_prompt") === false;
-    const words = runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
-      label: column ? String(model.get("label") ?? "") : "",
-      liveTokens: live.liveTokens,
-      states: !column,
-    });
+    const words =
+      model.get("in_run_all") === true
+        ? ""
+        : runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
+            label: column ? String(model.get("label") ?? "") : "",
+            liveTokens: live.liveTokens,
+          });
     // A switch to another answer (an ended run never seen running) says nothing.
     const ran = announce.ran(Number(model.get("run_id")) || 0, status());
     announce.say(stateKey(), ran ? words : "", shared);

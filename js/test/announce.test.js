@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { compareAnnouncement, comparePhase, runAnnouncement } from "../src/announce.js";
+import { compareAnnouncement, comparePhase, runAllStatuses, runAnnouncement } from "../src/announce.js";
 
 test("a complete run: its token count", () => {
   assert.equal(runAnnouncement("complete", { tokens: 234, finish_reason: "eos" }), "Answer complete, 234 tokens");
@@ -64,4 +64,18 @@ test("the compare header: running, then how the columns ended", () => {
   assert.equal(compareAnnouncement(["complete", "cancelled", "cancelled"]), "3 columns ended: 1 complete, 2 stopped");
   assert.equal(compareAnnouncement(["failed", "complete"]), "2 columns ended: 1 complete, 1 failed");
   assert.equal(compareAnnouncement(["idle", "idle"]), "");
+});
+
+test("the compare header counts the columns a Run all started (in_run_all)", () => {
+  const statuses = ["complete", "running", "cancelled"];
+  assert.deepEqual(runAllStatuses(statuses, [true, false, true]), ["complete", "cancelled"]);
+  assert.equal(comparePhase(runAllStatuses(statuses, [true, false, true])), "ended");
+  assert.equal(compareAnnouncement(runAllStatuses(statuses, [true, false, true])), "2 columns ended: 1 complete, 1 stopped");
+  // A column running alone is no Run all: nothing for the header to say.
+  assert.deepEqual(runAllStatuses(statuses, [false, false, false]), []);
+  assert.equal(comparePhase([]), "idle");
+  assert.equal(compareAnnouncement([]), "");
+  // A list that does not match the columns: every column counts.
+  assert.deepEqual(runAllStatuses(statuses, undefined), statuses);
+  assert.deepEqual(runAllStatuses(statuses, [true]), statuses);
 });
