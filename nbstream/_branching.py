@@ -33,6 +33,14 @@ MODEL_CANNOT_BRANCH = (
     "This model cannot continue an answer from a chosen token (a remote endpoint streams "
     "text only): branching needs a local transformers model."
 )
+#: ``branch_unavailable`` for a model on a server (nbstream.Endpoint): the view lists no
+#: tokens of it, but ``w.branch`` does branch where the server can continue an answer.
+ENDPOINT_BRANCHES_IN_CODE = (
+    "a server sends text, not the token ids this view lists, so its tokens have no popover "
+    "here. To branch on vLLM, SGLang or llama-server, generate with alternatives=5, then "
+    "call w.branch(step, w.run.trace[step].alternatives[1]): the answer continues from the "
+    "server's second choice at that step, streams here, and the switcher shows it."
+)
 #: ``branch_unavailable`` while the shown answer is still queued or generated.
 STILL_RUNNING = (
     "The answer is still being generated: wait for it to end (or stop it), then continue "
@@ -64,6 +72,11 @@ class BranchingWidget(RunWidget):
 
         backend = resolve_backend(self._model, self._tokenizer)
         self._model_branches = bool(getattr(backend, "supports_branching", False))
+        self._cannot_branch = (
+            ENDPOINT_BRANCHES_IN_CODE
+            if getattr(backend, "branch_job", None) is not None
+            else MODEL_CANNOT_BRANCH
+        )
         # Runs whose on_complete callbacks have run: showing an answer again is no new end.
         self._announced: weakref.WeakSet[Generation] = weakref.WeakSet()
         # The last branch a view asked for, and the run_id its request named: a second
@@ -158,12 +171,14 @@ class BranchingWidget(RunWidget):
 
     def _why_no_branch(self) -> str:
         if not self._model_branches:
-            return MODEL_CANNOT_BRANCH
+            return getattr(self, "_cannot_branch", MODEL_CANNOT_BRANCH)
         if self._busy():
             return STILL_RUNNING
         return ""
 
-    def _token_text(self, token_id: int) -> str:
+    def _token_text(self, token_id: int | str) -> str:
+        if isinstance(token_id, str):  # a branch on a server names its tokens by their text
+            return token_id
         try:
             return str(self._tokenizer.decode([token_id]))
         except Exception:  # a name for the switcher only: never fail the run's end for it
@@ -177,12 +192,14 @@ class BranchingWidget(RunWidget):
         for run in runs[1:]:
             info = run.branch_info or {}
             parent = info.get("parent")
+            # A branch on a server names its tokens by their texts: no ids to send.
+            ids = "prefix_text" not in info
             entries.append(
                 {
                     "step": info.get("step"),
-                    "parent_token": info.get("parent_token"),
+                    "parent_token": info.get("parent_token") if ids else None,
                     "parent_text": self._token_text(info.get("parent_token", -1)),
-                    "token": info.get("token"),
+                    "token": info.get("token") if ids else None,
                     "text": self._token_text(info.get("token", -1)),
                     "parent": next((i for i, r in enumerate(runs) if r is parent), 0),
                     "status": run.status,

@@ -52,6 +52,24 @@ class ServerFamily:
     confirmed: bool = True
     #: Where the facts come from.
     source: str = ""
+    #: Whether its streamed chat completions carry OpenAI's ``logprobs`` when asked
+    #: (``"logprobs": true, "top_logprobs": k``): True (checked), False (it refuses or
+    #: drops the fields: nbstream refuses ``alternatives`` before sending anything), None
+    #: (not known: asked, and ``run.trace.incomplete`` says so if none came).
+    logprobs: bool | None = None
+    #: What the server's log-probabilities are, as far as its docs or source say (the trace
+    #: docs and the record quote it): never more than the server claims.
+    logprobs_meaning: str = (
+        "the server's own log-probabilities; nbstream does not know whether they are "
+        "taken before or after its sampling settings"
+    )
+    #: How it continues a given assistant prefix (``run.branch``): ``"continue_final_message"``
+    #: (a final assistant message with ``continue_final_message: true`` and
+    #: ``add_generation_prompt: false``), ``"prefill"`` (it continues a final assistant
+    #: message by itself), or None (it cannot, or nobody has checked: branching is refused).
+    continuation: str | None = None
+    #: Why it cannot (continuation None), or what is not confirmed about how it does.
+    continuation_note: str = ""
 
 
 _VLLM_NAMES = {"top_k": "top_k", "repetition_penalty": "repetition_penalty"}
@@ -72,7 +90,13 @@ FAMILIES: dict[str, ServerFamily] = {
             concurrent=True,
             concurrent_why="vLLM batches concurrent requests",
             source="vllm/entrypoints/openai/protocol.py (ChatCompletionRequest: top_k, "
-            "repetition_penalty); /v1/models owned_by 'vllm'",
+            "repetition_penalty, continue_final_message, add_generation_prompt, logprobs, "
+            "top_logprobs); /v1/models owned_by 'vllm'",
+            logprobs=True,
+            logprobs_meaning="vLLM's logprobs: by default (--logprobs-mode raw_logprobs) the "
+            "model's own log-probabilities, before temperature, penalties, top-k and top-p; "
+            "a server started with another --logprobs-mode sends processed ones",
+            continuation="continue_final_message",
         ),
         ServerFamily(
             name="sglang",
@@ -81,7 +105,10 @@ FAMILIES: dict[str, ServerFamily] = {
             concurrent=True,
             concurrent_why="SGLang batches concurrent requests",
             source="sglang/srt/entrypoints/openai/protocol.py (ChatCompletionRequest: top_k, "
-            "repetition_penalty); /v1/models owned_by 'sglang'",
+            "repetition_penalty, continue_final_message, logprobs, top_logprobs); "
+            "/v1/models owned_by 'sglang'",
+            logprobs=True,
+            continuation="continue_final_message",
         ),
         ServerFamily(
             name="tgi",
@@ -93,6 +120,8 @@ FAMILIES: dict[str, ServerFamily] = {
             concurrent_why="TGI batches concurrent requests",
             source="router/src/lib.rs (ChatRequest has no top_k or repetition_penalty; "
             "try_into_generate sets top_k None); /v1/models owned_by is the model id",
+            continuation_note="nbstream has not checked how Text Generation Inference treats "
+            "a final assistant message",
         ),
         ServerFamily(
             name="llama.cpp",
@@ -104,7 +133,15 @@ FAMILIES: dict[str, ServerFamily] = {
             reproducible=False,
             reproducible_why=_PROMPT_CACHE + " (its docs, on cache_prompt, which is on by default)",
             source="tools/server/README.md (/completion options: top_k, repeat_penalty, "
-            "cache_prompt); /v1/models owned_by 'llamacpp'",
+            "cache_prompt, n_probs, post_sampling_probs; --prefill-assistant); /v1/models "
+            "owned_by 'llamacpp'",
+            logprobs=True,
+            logprobs_meaning="llama-server's probabilities: by default (post_sampling_probs "
+            "off) the softmax of the model's logits before its sampler chain",
+            continuation="prefill",
+            continuation_note="llama-server continues a final assistant message unless it was "
+            "started with --no-prefill-assistant (then it answers anew): nbstream cannot tell "
+            "from the answer which it did",
         ),
         ServerFamily(
             name="llama-cpp-python",
@@ -117,7 +154,16 @@ FAMILIES: dict[str, ServerFamily] = {
             reproducible_why=_PROMPT_CACHE + " (measured with 0.3.36: a prompt's first request "
             "differs from its second, the second equals the third)",
             source="llama_cpp/server/types.py (CreateChatCompletionRequest: top_k, "
-            "repeat_penalty; unknown fields ignored); /v1/models owned_by 'me'",
+            "repeat_penalty, logprobs, top_logprobs; unknown fields ignored); /v1/models "
+            "owned_by 'me'",
+            logprobs=True,
+            logprobs_meaning="llama-cpp-python's logprobs: the log-softmax of the model's "
+            "logits (Llama.logits_to_logprobs), before its samplers; its top list is keyed by "
+            "token text, so two tokens that read the same show as one, and the chosen token "
+            "is added to it when it is not in the top k (llama_cpp/llama.py, 0.3.36)",
+            continuation_note="its chat handlers close a final assistant message and start a "
+            "new answer (measured with 0.3.36: given the answer so far 'Blue and', it answered "
+            "from the start)",
         ),
         ServerFamily(
             name="transformers",
@@ -133,6 +179,11 @@ FAMILIES: dict[str, ServerFamily] = {
             source="transformers/cli/serving/utils.py (_validate_request refuses unknown "
             "fields; _build_generation_config takes generation_config as JSON and sets "
             "do_sample only for temperature 0); /v1/models entries carry a 'status'",
+            logprobs=False,
+            logprobs_meaning="transformers serve refuses logprobs and top_logprobs (in "
+            "UNUSED_CHAT_COMPLETION_FIELDS of transformers/cli/serving/chat_completion.py, 5.24)",
+            continuation_note="nbstream has not checked how transformers serve treats a final "
+            "assistant message",
         ),
         ServerFamily(
             name="generic",
@@ -143,6 +194,8 @@ FAMILIES: dict[str, ServerFamily] = {
             "another request arrives: one at a time is the choice that cannot lose an answer",
             confirmed=False,
             source="the OpenAI API, with vLLM's names for the fields it lacks",
+            continuation_note="nbstream could not identify the server, so it does not know "
+            "whether it continues a given answer",
         ),
     )
 }

@@ -27,7 +27,7 @@ from .distribution import Distribution, distribution_from_logits, resolve_settin
 from .record import build_record, replay_arguments, warn_if_different
 from .settings import DEFAULT_THINKING_TAGS, validate_settings
 from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
-from .trace import TokenTrace
+from .trace import RemoteTrace, TokenTrace
 
 logger = logging.getLogger(__name__)
 
@@ -588,7 +588,7 @@ class Generation:
         return self._buffer.wait_for_more(seen, timeout)
 
     @property
-    def trace(self) -> list[TokenTrace] | None:
+    def trace(self) -> list[TokenTrace] | RemoteTrace | None:
         """One :class:`~nbstream.trace.TokenTrace` per generated token so far, or ``None``.
 
         ``None`` unless the run was started with ``alternatives=k`` (k > 0). A snapshot:
@@ -607,7 +607,7 @@ class Generation:
         capture = self._trace_capture
         if capture is None:
             return None
-        records: list[TokenTrace] = capture.records(self.token_ids)
+        records: list[TokenTrace] | RemoteTrace = capture.records(self.token_ids)
         return records
 
     # -- what if: branches and the sampling explainer ---------------------------------------
@@ -624,6 +624,14 @@ class Generation:
         forced prefix, so :func:`rerun` reproduces it. Needs a local model, and a run that
         has ended (wait for it, or stop it, first).
 
+        On a server (:class:`~nbstream.Endpoint`) that continues a given answer (vLLM and
+        SGLang with ``continue_final_message``, llama-server by prefill), ``token`` is one
+        of ``run.trace[step].alternatives`` (the run needs ``alternatives=k``) or a text:
+        the conversation is sent again with the texts of ``trace[:step]`` and the token's
+        as a final assistant message, which the server continues; the branch's text
+        starts with it, and its record keeps it (``record["branch"]["prefix_text"]``). Any
+        other server is refused with a ``ValueError`` saying why, before anything is sent.
+
         Example::
 
             >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
@@ -633,7 +641,8 @@ class Generation:
             >>> branch.wait(); branch.token_ids[0] == other.id
             True
         """
-        if not getattr(self._backend, "supports_branching", False):
+        remote_branch = getattr(self._backend, "branch_job", None)
+        if remote_branch is None and not getattr(self._backend, "supports_branching", False):
             raise ValueError(
                 f"{type(self._backend).__name__} cannot continue an answer from given tokens; "
                 "branching needs a local transformers model"
@@ -642,6 +651,17 @@ class Generation:
             raise RuntimeError(
                 "this run has not ended: wait() for it, or stop() it, before branching"
             )
+        if remote_branch is not None:
+            # A server (nbstream.Endpoint): the answer so far goes as text for it to continue.
+            asked = validate_settings(settings)
+            clean = {**self.settings, **asked}
+            if "seed" not in asked and self.seed is not None:
+                clean["seed"] = self.seed
+            job, info = remote_branch(self, step, token, clean)
+            run = Generation(self._backend, job, clean)
+            run._parent = self
+            run._branch = info
+            return run
         ids = self.token_ids
         step = self._check_step(step, len(ids))
         token_id = getattr(token, "id", token)
@@ -667,6 +687,8 @@ class Generation:
         "parent_token", "prefix_ids"}``; ``None`` for any other run."""
         if self._branch is None:
             return None
+        if "prefix_text" in self._branch:  # a branch on a server: text, no token ids
+            return {"parent": self._parent, **self._branch}
         prefix = list(getattr(self._job, "prefix_ids", []))
         return {"parent": self._parent, **self._branch, "prefix_ids": prefix}
 
@@ -1150,7 +1172,9 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     ``expect="json"`` completes the run only if its final text parses as JSON (then
     ``run.value`` holds it); otherwise it fails with the parse error, the text kept.
     ``alternatives=k`` (1 to 100; local models) captures ``run.trace``: per token, the
-    model's probability for it and its top k candidates (see :mod:`nbstream.trace`).
+    model's probability for it and its top k candidates (see :mod:`nbstream.trace`). On an
+    :class:`~nbstream.Endpoint` it asks the server for its logprobs (``top_logprobs=k``;
+    OpenAI and vLLM allow at most 20) and ``run.trace`` holds what the server sent.
 
     Example::
 
@@ -1161,7 +1185,11 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     """
     clean = validate_settings(settings)
     backend = resolve_backend(model, tokenizer)
-    if clean.get("alternatives") and not getattr(backend, "supports_alternatives", False):
+    remote_alternatives = getattr(backend, "check_alternatives", None)
+    if clean.get("alternatives") and remote_alternatives is not None:
+        # A server: its own logprobs fill run.trace, if it sends them (nbstream.trace).
+        remote_alternatives(clean["alternatives"])
+    elif clean.get("alternatives") and not getattr(backend, "supports_alternatives", False):
         # Only a backend that sees the model's logits can capture them (a local model).
         raise ValueError(
             f"alternatives={clean['alternatives']}: {type(backend).__name__} cannot capture "
@@ -1196,6 +1224,17 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
     branch = record.get("branch")
     if branch is None:
         run = stream(model, tokenizer, prompt, **settings)
+    elif isinstance(branch, Mapping) and isinstance(branch.get("prefix_text"), str):
+        # A branch on a server: the same answer so far, sent for it to continue again.
+        if getattr(backend, "branch_job", None) is None:
+            raise ValueError("record is of a branch made on a server: rerun it on an Endpoint")
+        step = branch.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError("record['branch'] must hold the branch's 'step' (an int >= 0)")
+        job = backend.prepare(  # type: ignore[call-arg]
+            prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
+        )
+        run = Generation(backend, job, settings)
     else:
         # A branch: the same forced prefix again, then generated on as before.
         if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):

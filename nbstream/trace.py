@@ -38,6 +38,19 @@ the generating thread, all on the model's device:
 
 Readers (``run.trace``, on any thread) move the new rows off the device in one transfer
 and build the records; texts are decoded on access, once per distinct id.
+
+**On a server** (:class:`nbstream.Endpoint`), ``alternatives=k`` asks for the server's own
+numbers (``"logprobs": true, "top_logprobs": k``) and ``run.trace`` is a
+:class:`RemoteTrace` of :class:`RemoteTokenTrace`: the same names, but ``id`` is None (a
+server sends no token ids), ``logprob`` and ``alternatives`` are what the server sent, and
+mean what that server's logprobs mean (``run.record["trace"]["meaning"]`` quotes its
+family's docs or source: vLLM's are the model's raw log-probabilities by default,
+llama-server's and llama-cpp-python's the softmax of the logits before their samplers),
+``rank`` is None when the chosen token is not in the server's list, and ``cut`` is unknown.
+A server known to send none (``transformers serve``) has ``alternatives`` refused before
+anything is sent. When a chunk of text comes without logprobs, or with malformed ones, the
+run keeps its text, the trace stops there (nothing is made up) and ``run.trace.incomplete``
+says why; the record's warnings say so too.
 """
 
 from __future__ import annotations
@@ -303,3 +316,89 @@ class TraceCapture:
                     _pieces=self._pieces,
                 )
             )
+
+
+# -- a run on a server: what the server said, without token ids ------------------------------
+#: ``bytes``, under a name that RemoteTokenTrace's own ``bytes`` field does not hide.
+_Bytes = bytes
+
+
+class RemoteAlternative(NamedTuple):
+    """One of a server's top-k candidates at a step: its text and log-probability as the
+    server sent them. ``id`` is always None: a server's ``logprobs`` carry no token ids."""
+
+    id: None
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True, repr=False)
+class RemoteTokenTrace:
+    """One token of a run on a server (:class:`nbstream.Endpoint` with ``alternatives=k``),
+    from the server's OpenAI-style ``logprobs`` (``choices[0].logprobs.content[i]``).
+
+    The same names as :class:`TokenTrace`, with what a server can say:
+
+    - ``id`` is None (a server sends no token ids), as is each alternative's;
+    - ``text``: the token's text as the server sent it (``token``); ``bytes``: its bytes
+      when the server sent them (a token that holds part of a character);
+    - ``logprob`` (and ``prob``): the server's number, whose meaning is the server's
+      (``run.record["trace"]["meaning"]`` says what its family's docs or source say);
+    - ``alternatives``: the server's ``top_logprobs``, best first;
+    - ``rank``: where the chosen token stands among them (1 = the server's first), or
+      None when it is not among them (it ranked below the top k, or the server's list
+      names it differently);
+    - ``cut``: None for each alternative: a server does not say which of them its
+      sampling settings ruled out.
+    """
+
+    text: str
+    logprob: float
+    rank: int | None
+    alternatives: tuple[RemoteAlternative, ...]
+    bytes: tuple[int, ...] | None = None
+    #: True for a branch's forced token (chosen by the caller, not drawn by the server).
+    forced: bool = False
+
+    @property
+    def id(self) -> None:
+        """Always None: a server sends no token ids."""
+        return None
+
+    @property
+    def prob(self) -> float:
+        """``exp(logprob)``: the server's probability for this token."""
+        return math.exp(self.logprob)
+
+    @property
+    def alternative_ids(self) -> tuple[None, ...]:
+        return tuple(None for _ in self.alternatives)
+
+    @property
+    def alternative_logprobs(self) -> tuple[float, ...]:
+        return tuple(alt.logprob for alt in self.alternatives)
+
+    @property
+    def cut(self) -> tuple[None, ...]:
+        """Unknown for every alternative (see the class)."""
+        return tuple(None for _ in self.alternatives)
+
+    @property
+    def raw(self) -> _Bytes:
+        """The token's bytes: the server's ``bytes``, else its text in UTF-8."""
+        return bytes(self.bytes) if self.bytes is not None else self.text.encode("utf-8")
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteTokenTrace(text={self.text!r}, logprob={self.logprob:.4f}, "
+            f"rank={self.rank}, alternatives={len(self.alternatives)})"
+        )
+
+
+class RemoteTrace(list[RemoteTokenTrace]):
+    """``run.trace`` of a run on a server: a list of :class:`RemoteTokenTrace`, and
+    ``incomplete``: None when every token the server sent came with its logprobs, else
+    why the trace stops short of the text (the server sent none, or malformed ones, for a
+    chunk of text; the records before that point are kept, and nothing is made up)."""
+
+    incomplete: str | None = None

@@ -13,7 +13,7 @@ import pytest
 from test_widget import Recorder, wait_followers
 
 import nbstream
-from nbstream._branching import MODEL_CANNOT_BRANCH, STILL_RUNNING
+from nbstream._branching import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
 from nbstream.testing import tiny_model
 
 
@@ -240,8 +240,9 @@ def test_show_refuses_what_is_not_an_answer_of_the_prompt(tiny):
 def test_an_endpoint_widget_says_why_it_offers_no_branch():
     endpoint = nbstream.Endpoint("http://127.0.0.1:9/v1", "some-model")
     w = nbstream.StreamWidget(endpoint)
-    assert w.branch_unavailable == MODEL_CANNOT_BRANCH
-    assert "remote endpoint" in w.branch_unavailable
+    # The view lists no tokens of a server's answer; the words say how to branch in code.
+    assert w.branch_unavailable == ENDPOINT_BRANCHES_IN_CODE
+    assert "w.branch(step, w.run.trace[step].alternatives[1])" in w.branch_unavailable
 
 
 # -- ChatWidget ---------------------------------------------------------------------------------

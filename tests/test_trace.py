@@ -340,8 +340,9 @@ def test_a_backend_that_cannot_capture_is_refused_before_any_request():
     with pytest.raises(ValueError, match="alternatives=3: NoLogits cannot capture"):
         nbstream.stream(NoLogits(), None, "Hi", alternatives=3)
     assert NoLogits.prepared == 0
-    endpoint = nbstream.Endpoint("http://127.0.0.1:9/v1", "some-model")
-    with pytest.raises(ValueError, match="use a local transformers model"):
+    # A server known to send no logprobs (others send theirs: tests/test_remote_branch.py).
+    endpoint = nbstream.Endpoint("http://127.0.0.1:9/v1", "some-model", server="transformers")
+    with pytest.raises(ValueError, match="transformers serve sends no token probabilities"):
         nbstream.stream(endpoint, None, "Hi", alternatives=1)
 
 

@@ -30,6 +30,7 @@ from .. import _servers
 from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
 from ..streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
+from ..trace import RemoteAlternative, RemoteTokenTrace, RemoteTrace
 from .base import RunControl
 from .local import check_prompt
 
@@ -266,6 +267,14 @@ class Endpoint:
     cannot tell a stop string from the end of the answer. ``expect`` and ``budget_s`` are
     nbstream's own and work as for a local model.
 
+    **Token probabilities and branches.** ``alternatives=k`` asks the server for its
+    logprobs (``top_logprobs=k``) and fills ``run.trace`` with what it sent (no token ids:
+    see :mod:`nbstream.trace`); refused before sending on ``transformers serve``, which
+    sends none. ``run.branch(step, token)`` sends the answer so far for the server to
+    continue: on vLLM and SGLang (``continue_final_message``) and llama-server (prefill,
+    which its ``--no-prefill-assistant`` turns off, so the record says "not confirmed");
+    refused, saying why, on the others (llama-cpp-python's chat API starts a new answer).
+
     **What the server did.** The server's ``finish_reason`` ``"stop"`` (TGI:
     ``"eos_token"``) becomes ``"eos"``, ``"length"`` stays ``"length"``, TGI's
     ``"stop_sequence"`` becomes ``"stop"``; any other (``"tool_calls"``,
@@ -383,9 +392,21 @@ class Endpoint:
             "base_url": _safe_url(self.base_url),
         }
 
-    def prepare(self, prompt: Any, settings: dict[str, Any]) -> RemoteJob:
+    def prepare(
+        self,
+        prompt: Any,
+        settings: dict[str, Any],
+        *,
+        assistant_prefix: str | None = None,
+        prefix_steps: int = 0,
+        prefix_trace: list[RemoteTokenTrace] | None = None,
+    ) -> RemoteJob:
         """Check the prompt and settings and build the request; nothing is sent yet (but the
-        first run asks the server what it is, unless ``server=`` said)."""
+        first run asks the server what it is, unless ``server=`` said).
+
+        ``assistant_prefix`` (a branch, see :meth:`branch_job`): the answer so far, sent as a
+        final assistant message for the server to continue; it is ``prefix_steps`` tokens
+        (they count toward ``max_new_tokens``), and ``prefix_trace`` their records."""
         check_prompt(prompt)
         messages = (
             [{"role": "user", "content": prompt}]
@@ -394,6 +415,11 @@ class Endpoint:
         )
         effective = dict(settings)
         effective.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        k = effective.get("alternatives") or 0
+        if k:
+            self.check_alternatives(k)
+        if assistant_prefix is not None:
+            self._check_continuation()
         temperature = effective.get("temperature")
         do_sample = effective.get("do_sample")
         samples(effective)  # the one check of contradicting settings, as for a local model
@@ -410,6 +436,17 @@ class Endpoint:
             "stream_options": {"include_usage": True},
             "max_tokens": effective["max_new_tokens"],
         }
+        if k:
+            body["logprobs"] = True
+            body["top_logprobs"] = k
+        if assistant_prefix is not None:
+            messages.append({"role": "assistant", "content": assistant_prefix})
+            # The forced tokens count toward max_new_tokens, as for a local branch; the
+            # server is asked for at least one more.
+            body["max_tokens"] = max(1, effective["max_new_tokens"] - prefix_steps)
+            if family.continuation == "continue_final_message":
+                body["continue_final_message"] = True
+                body["add_generation_prompt"] = False
         if temperature is not None:
             body["temperature"] = temperature
         for name in ("top_p", "seed"):
@@ -472,6 +509,17 @@ class Endpoint:
         job.server = info
         job.concurrent = self.concurrent
         job.settings_unconfirmed = unconfirmed
+        if k:
+            job.trace_capture = RemoteTraceCapture(k, family, prefix_trace)
+        if assistant_prefix is not None:
+            job.assistant_prefix = assistant_prefix
+            job.prefix_steps = prefix_steps
+            if prefix_trace is None and job.trace_capture is not None:
+                job.trace_capture.trace.incomplete = (
+                    f"the branch's first {prefix_steps} tokens (its forced prefix) have no "
+                    "records: it was started again from its record, which keeps the prefix's "
+                    "text only; the records start after it"
+                )
         job.in_effect = {
             "max_new_tokens": effective["max_new_tokens"],
             "do_sample": do_sample,  # None: the server's default
@@ -487,7 +535,117 @@ class Endpoint:
             "expect": effective.get("expect"),
             "budget_s": effective.get("budget_s"),
         }
+        if k:
+            job.in_effect["alternatives"] = k
         return job
+
+    # -- what the server's answers can carry (run.trace, run.branch) ------------------------
+    def check_alternatives(self, k: int) -> None:
+        """Refuse ``alternatives=k`` (``ValueError``, nothing sent) on a server known not
+        to send logprobs in its streamed chat completions."""
+        family = self._server_info().family
+        if family.logprobs is False:
+            raise ValueError(
+                f"alternatives={k}: {family.title} sends no token probabilities in its chat "
+                f"API ({family.logprobs_meaning}); drop alternatives, or use a server that "
+                "sends them (vLLM, SGLang, llama-server, llama-cpp-python, OpenAI)"
+            )
+
+    @property
+    def can_continue(self) -> bool:
+        """Whether ``run.branch`` works on this server: it continues a given assistant
+        prefix (vLLM, SGLang with ``continue_final_message``; llama-server by prefill)."""
+        return self._server_info().family.continuation is not None
+
+    def why_no_branch(self) -> str | None:
+        """Why ``run.branch`` is refused on this server (None: it is not)."""
+        family = self._server_info().family
+        if family.continuation is not None:
+            return None
+        return (
+            f"{family.title} cannot be asked to continue a given answer "
+            f"({family.continuation_note}): branching needs a local transformers model, or a "
+            "server that continues a final assistant message: vLLM or SGLang "
+            "(continue_final_message) or llama.cpp's llama-server (prefill)"
+        )
+
+    def _check_continuation(self) -> None:
+        why = self.why_no_branch()
+        if why is not None:
+            raise ValueError(why)
+
+    def branch_job(
+        self, parent: Any, step: int, token: Any, settings: dict[str, Any]
+    ) -> tuple[RemoteJob, dict[str, Any]]:
+        """The job of ``parent.branch(step, token, **settings)`` on this server, and what
+        the branch's ``branch_info`` says (see :meth:`nbstream.Generation.branch`).
+
+        The request is the parent's conversation with the answer so far (the texts of
+        ``parent.trace[:step]`` and ``token``'s) as a final assistant message, which the
+        server continues. ``token`` is one of ``parent.trace[step].alternatives`` or its
+        text. Raises before anything is sent."""
+        self._check_continuation()
+        trace = parent.trace
+        if not isinstance(trace, RemoteTrace):
+            raise ValueError(
+                "branching on a server starts from the run's trace, which this run has not: "
+                "start it with alternatives=k (e.g. 5), then branch from one of "
+                "run.trace[step].alternatives"
+            )
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int (a position in run.trace), got {step!r:.80}")
+        if not 0 <= step < len(trace):
+            why = f"; {trace.incomplete}" if trace.incomplete else ""
+            raise ValueError(
+                f"step {step} is not in run.trace, which has {len(trace)} records "
+                f"(0 to {len(trace) - 1}){why}"
+            )
+        at = trace[step]
+        if isinstance(token, RemoteAlternative):
+            chosen = next((alt for alt in at.alternatives if alt == token), None)
+        elif isinstance(token, str):
+            chosen = next((alt for alt in at.alternatives if alt.text == token), None)
+            if chosen is None:
+                # A text the server did not list: forced all the same, with no probability.
+                chosen = RemoteAlternative(None, token, math.nan)
+        else:
+            raise TypeError(
+                "a run on a server has no token ids: token must be one of "
+                f"run.trace[{step}].alternatives or a text, got {token!r:.80}"
+            )
+        if chosen is None:
+            raise ValueError(
+                f"token {token!r:.80} is not one of run.trace[{step}].alternatives; pass one "
+                "of them, or a text"
+            )
+        if not chosen.text:
+            raise ValueError("token's text is empty: there is nothing to continue from")
+        rank = None
+        if not math.isnan(chosen.logprob):
+            rank = 1 + sum(alt.logprob > chosen.logprob for alt in at.alternatives)
+        forced = RemoteTokenTrace(
+            text=chosen.text,
+            logprob=chosen.logprob,
+            rank=rank,
+            alternatives=at.alternatives,
+            forced=True,
+        )
+        records = [*trace[:step], forced]
+        prefix = b"".join(record.raw for record in records).decode("utf-8", "replace")
+        job = self.prepare(
+            parent.prompt,
+            settings,
+            assistant_prefix=prefix,
+            prefix_steps=step + 1,
+            prefix_trace=records,
+        )
+        info = {
+            "step": step,
+            "token": chosen.text,
+            "parent_token": at.text,
+            "prefix_text": prefix,
+        }
+        return job, info
 
     # -- private -------------------------------------------------------------------------------
     def _server_info(self) -> ServerInfo:
@@ -612,6 +770,12 @@ class RemoteJob:
         self._reasoning: str | None = None
         # Stop strings apply to the answer only: the watch is fed the answer's part.
         self._answer_split = ThinkingSplitter(*self.thinking_tags) if tags != [] else None
+        #: ``alternatives=k``: the records of ``run.trace``, from the server's logprobs.
+        self.trace_capture: RemoteTraceCapture | None = None
+        #: A branch: the answer so far, sent for the server to continue, and its length in
+        #: tokens (the parent's trace records).
+        self.assistant_prefix: str | None = None
+        self.prefix_steps = 0
 
     def decoder(self) -> TextDecoder:
         return TextDecoder()
@@ -667,11 +831,47 @@ class RemoteJob:
             },
             "settings_unconfirmed": dict(self.settings_unconfirmed),
             "warnings": notes,
+            **self._trace_notes(notes),
         }
+
+    def _trace_notes(self, notes: list[str]) -> dict[str, Any]:
+        """The record's ``trace`` (what the logprobs mean, whether all came) and, for a
+        branch, ``continuation`` (what was sent for the server to continue)."""
+        extra: dict[str, Any] = {}
+        family = self.server.family
+        capture = self.trace_capture
+        if capture is not None:
+            incomplete = capture.trace.incomplete
+            extra["trace"] = {
+                "records": len(capture.trace),
+                "meaning": family.logprobs_meaning,
+                "incomplete": incomplete,
+            }
+            if incomplete:
+                notes.append(f"run.trace is incomplete: {incomplete}")
+        if self.assistant_prefix is not None:
+            confirmed = family.continuation == "continue_final_message"
+            extra["continuation"] = {
+                "how": family.continuation,
+                "prefix_text": self.assistant_prefix,
+                "prefix_steps": self.prefix_steps,
+                # Sent, and honoured as far as the server's request schema says; llama-server
+                # may have been started with prefill off, which the answer cannot show.
+                "confirmed": confirmed,
+            }
+            if not confirmed:
+                notes.append(
+                    "the answer so far was sent for the server to continue, not confirmed: "
+                    + family.continuation_note
+                )
+        return extra
 
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
         # The buffer follows transformers' streamer protocol, whose first put is the prompt.
         buffer.put(self.body["messages"])
+        if self.assistant_prefix:
+            # A branch's answer so far: the reader shows it at once, as for a local branch.
+            buffer.put(self.assistant_prefix)
         try:
             return asyncio.run(self._run(buffer, control))
         except Exception as exc:
@@ -704,6 +904,8 @@ class RemoteJob:
         url = f"{endpoint.base_url}/chat/completions"
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
+        if watch is not None and self.assistant_prefix:
+            watch.feed(self.assistant_prefix)  # it is the answer's start: what the reader sees
         finish: str | None = None
         # The first half of a surrogate pair whose second half is in the next event.
         half = ""
@@ -929,6 +1131,8 @@ class RemoteJob:
                 raise self._malformed("a 'finish_reason' that is not a string", data)
             if content:
                 text += self._thinking_closes() + content
+            if self.trace_capture is not None and (content or reasoning):
+                self.trace_capture.add(choice.get("logprobs"), content or "", bool(reasoning))
             if finished:
                 reason = finished
         return text, reason
@@ -1007,6 +1211,118 @@ class RemoteJob:
         # Scrubbed here already, so that the message is clean from the moment it exists;
         # Endpoint.shown_error checks the whole of it (chain included) on the way out.
         return EndpointError(self.endpoint._scrub(message), status)
+
+
+class RemoteTraceCapture:
+    """``run.trace`` of a run on a server: records from the ``logprobs`` of each chunk.
+
+    Each chunk that brings text is expected to carry ``logprobs.content``: one entry per
+    token, ``{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}``. At the
+    first chunk of text without them (none sent, or malformed), recording stops and
+    ``trace.incomplete`` says why: the records kept are those of the text's start, in order,
+    and no number is made up. The run itself goes on: its text does not depend on them.
+    """
+
+    def __init__(
+        self, k: int, family: _servers.ServerFamily, prefix: list[RemoteTokenTrace] | None
+    ) -> None:
+        self.k = k
+        self.family = family
+        self.trace = RemoteTrace(prefix or ())
+        self._lock = threading.Lock()
+        self._text_chunks = 0
+
+    def records(self, ids: list[int]) -> RemoteTrace:
+        """A snapshot of the records so far (``ids`` is unused: a server sends none)."""
+        with self._lock:
+            snapshot = RemoteTrace(self.trace)
+            snapshot.incomplete = self.trace.incomplete
+            return snapshot
+
+    def add(self, logprobs: Any, content: str, reasoning: bool) -> None:
+        """Record one chunk's tokens (worker thread)."""
+        self._text_chunks += 1
+        if self.trace.incomplete is not None:
+            return
+        if reasoning:
+            self._stop(
+                "a reasoning model's thinking came in a separate field, whose tokens "
+                "nbstream does not record"
+            )
+            return
+        where = f"the server's chunk {self._text_chunks} of text ({content[:40]!r})"
+        if logprobs is None:
+            self._stop(
+                f"{where} came without logprobs (it was asked for them: "
+                f"logprobs true, top_logprobs {self.k}); the server may not send them"
+            )
+            return
+        entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if not isinstance(entries, list) or not entries:
+            self._stop(f"{where} came with logprobs of an unknown shape ({str(logprobs)[:80]!r})")
+            return
+        try:
+            records = [self._record(entry) for entry in entries]
+        except ValueError as exc:
+            self._stop(f"{where} came with malformed logprobs: {exc}")
+            return
+        with self._lock:
+            self.trace.extend(records)
+
+    def _stop(self, why: str) -> None:
+        with self._lock:
+            self.trace.incomplete = why
+        logger.warning("run.trace stops short of the text: %s", why)
+
+    @staticmethod
+    def _record(entry: Any) -> RemoteTokenTrace:
+        text, logprob, raw = _logprob_entry(entry, "a token")
+        tops = entry.get("top_logprobs")
+        if tops is None:
+            tops = []
+        if not isinstance(tops, list):
+            raise ValueError(f"top_logprobs is not a list: {str(tops)[:60]!r}")
+        alternatives = []
+        for top in tops:
+            alt_text, alt_logprob, _ = _logprob_entry(top, "an alternative")
+            alternatives.append(RemoteAlternative(None, alt_text, alt_logprob))
+        alternatives.sort(key=lambda alt: -alt.logprob)
+        rank = None
+        if any(alt.text == text for alt in alternatives):
+            rank = 1 + sum(alt.logprob > logprob for alt in alternatives)
+        return RemoteTokenTrace(
+            text=text, logprob=logprob, rank=rank, alternatives=tuple(alternatives), bytes=raw
+        )
+
+
+#: The most a log-probability may exceed 0 by and still be read as 0 (servers round).
+_LOGPROB_SLACK = 1e-4
+
+
+def _logprob_entry(entry: Any, what: str) -> tuple[str, float, tuple[int, ...] | None]:
+    """``(token, logprob, bytes)`` of one logprobs entry; ``ValueError`` saying what is
+    wrong with it (nothing is guessed)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{what} that is not an object: {str(entry)[:60]!r}")
+    text = entry.get("token")
+    if not isinstance(text, str):
+        raise ValueError(f"{what} without a 'token' text: {str(entry)[:60]!r}")
+    logprob = entry.get("logprob")
+    if (
+        isinstance(logprob, bool)
+        or not isinstance(logprob, (int, float))
+        or not math.isfinite(logprob)
+        or logprob > _LOGPROB_SLACK
+    ):
+        raise ValueError(f"{what} with logprob {logprob!r:.40}, not a log-probability")
+    raw = entry.get("bytes")
+    if raw is not None:
+        if not isinstance(raw, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in raw
+        ):
+            raise ValueError(f"{what} whose 'bytes' are not a list of bytes")
+        raw = tuple(raw)
+    return text, min(float(logprob), 0.0), raw
 
 
 def _join_surrogates(text: str) -> tuple[str, str]:

@@ -1,0 +1,307 @@
+"""run.trace and run.branch on a server (issue 16): nbstream/backends/remote.py, _servers.py.
+
+A loopback server of this file's own speaks the wire format vLLM documents for streamed
+chat completions with ``"logprobs": true, "top_logprobs": k`` (each chunk's
+``choices[0].logprobs.content``), and continues a final assistant message when asked to
+(``continue_final_message``), as vLLM and SGLang do; llama-server does it by itself
+(prefill). It records every request, so a test can say what reached the server and that
+nothing did. The real llama-cpp-python server's trace is tested in
+tests/test_llamacpp_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+import nbstream
+from nbstream._branching import ENDPOINT_BRANCHES_IN_CODE
+from nbstream.trace import RemoteAlternative, RemoteTrace
+
+PROMPT = "Name two colors."
+#: The server's answer, token by token: (text, logprob, [(alternative, logprob), ...]).
+ANSWER = [
+    ("Red", -0.3, [("Red", -0.3), ("Blue", -1.6), ("Green", -2.5)]),
+    (" and", -0.1, [(" and", -0.1), (",", -2.4), (" or", -3.0)]),
+    (" blue", -0.9, [(" blue", -0.9), (" green", -1.2), (" white", -2.0)]),
+    (".", -0.05, [(".", -0.05), ("!", -3.1), (" and", -4.0)]),
+]
+#: What it says after an answer so far it was asked to continue.
+CONTINUATION = [
+    (" yellow", -0.7, [(" yellow", -0.7), (" pink", -1.1)]),
+    (".", -0.2, [(".", -0.2), (",", -1.9)]),
+]
+LISTING = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llamacpp",
+    "tf": None,  # transformers serve: an entry with a status
+    "lcp": "me",  # llama-cpp-python
+}
+
+
+def listing(family: str) -> dict[str, Any]:
+    if family == "tf":
+        return {"data": [{"id": "m", "owned_by": "", "status": {"value": "loaded"}}]}
+    entry: dict[str, Any] = {"id": "m", "owned_by": LISTING[family]}
+    if family == "lcp":
+        entry["permissions"] = []
+    return {"object": "list", "data": [entry]}
+
+
+def chunk(content: str | None, logprobs: Any = None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+    data = {"object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def logprobs_of(text: str, logprob: Any, tops: list[tuple[str, float]]) -> dict[str, Any]:
+    return {
+        "content": [
+            {
+                "token": text,
+                "logprob": logprob,
+                "bytes": list(text.encode()),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in tops
+                ],
+            }
+        ]
+    }
+
+
+class Loopback(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        #: (scenario, request body) of every POST, in order.
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    def url(self, family: str, scenario: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{family}.{scenario}/v1"
+
+    def posts(self, scenario: str) -> list[dict[str, Any]]:
+        return [body for name, body in self.requests if name == scenario]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Loopback
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, kind: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        family = self.path.split("/")[1].partition(".")[0]
+        self._send(200, "application/json", json.dumps(listing(family)).encode())
+
+    def do_POST(self) -> None:
+        family, _, scenario = self.path.split("/")[1].partition(".")
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append((scenario, body))
+        messages = body["messages"]
+        continues = messages[-1]["role"] == "assistant" and (
+            body.get("continue_final_message") is True or family == "llamacpp"
+        )
+        answer = CONTINUATION if continues else ANSWER
+        asked = body.get("logprobs") is True
+        events = [chunk(None)]
+        for i, (text, logprob, tops) in enumerate(answer):
+            lp: Any = None
+            if asked and scenario != "nologprobs":
+                lp = logprobs_of(text, logprob, tops[: body["top_logprobs"]])
+                if scenario == "malformed" and i == 2:
+                    lp = logprobs_of(text, "not a number", tops)
+            events.append(chunk(text, lp))
+        events += [chunk(None, finish="stop"), b"data: [DONE]\n\n"]
+        self._send(200, "text/event-stream", b"".join(events))
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[Loopback]:
+    server = Loopback()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def answered(endpoint: nbstream.Endpoint, **settings: Any) -> nbstream.Generation:
+    run = nbstream.stream(endpoint, None, PROMPT, max_new_tokens=20, **settings)
+    assert run.wait(30), run.error
+    return run
+
+
+def test_alternatives_on_a_server_fill_the_trace_with_what_it_sent(loopback, no_leftover_runs):
+    endpoint = nbstream.Endpoint(loopback.url("vllm", "trace"), "m")
+    run = answered(endpoint, alternatives=2)
+    sent = loopback.posts("trace")[-1]
+    assert sent["logprobs"] is True and sent["top_logprobs"] == 2
+    trace = run.trace
+    assert isinstance(trace, RemoteTrace) and trace.incomplete is None
+    assert "".join(step.text for step in trace) == run.result == "Red and blue."
+    assert [round(step.logprob, 3) for step in trace] == [t[1] for t in ANSWER]
+    for step, (_, logprob, tops) in zip(trace, ANSWER, strict=True):
+        assert step.id is None and step.rank == 1
+        assert math.isclose(step.prob, math.exp(logprob))
+        assert step.alternatives == tuple(RemoteAlternative(None, t, lp) for t, lp in tops[:2])
+        assert step.cut == (None, None)  # the server does not say what its settings cut
+    record = json.loads(json.dumps(run.record))
+    assert record["settings"]["alternatives"] == 2
+    assert record["trace"] == {
+        "records": 4,
+        "meaning": record["trace"]["meaning"],
+        "incomplete": None,
+    }
+    assert "raw_logprobs" in record["trace"]["meaning"]  # what vLLM's numbers are
+
+
+@pytest.mark.parametrize("family", ["vllm", "sglang"])
+def test_a_branch_sends_the_answer_so_far_for_the_server_to_continue(
+    loopback, no_leftover_runs, family
+):
+    endpoint = nbstream.Endpoint(loopback.url(family, "branch"), "m")
+    run = answered(endpoint, alternatives=3, temperature=0)
+    other = run.trace[2].alternatives[1]  # " green" instead of " blue"
+    branch = run.branch(2, other)
+    assert branch.wait(30), branch.error
+    sent = loopback.posts("branch")[-1]
+    assert sent["messages"] == [
+        {"role": "user", "content": PROMPT},
+        {"role": "assistant", "content": "Red and green"},
+    ]
+    assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+    assert sent["max_tokens"] == 20 - 3  # the forced tokens count toward max_new_tokens
+    assert sent["temperature"] == 0 and sent["top_logprobs"] == 3  # the parent's settings
+    # The branch's text starts with the answer so far; its trace covers all of it.
+    assert branch.result == "Red and green yellow."
+    assert "".join(step.text for step in branch.trace) == branch.result
+    assert [step.forced for step in branch.trace] == [False, False, True, False, False]
+    assert branch.trace[2].text == " green" and branch.trace[2].rank == 2
+    info = branch.branch_info
+    assert info["parent"] is run and info["step"] == 2
+    assert info["token"] == " green" and info["parent_token"] == " blue"
+    record = json.loads(json.dumps(branch.record))
+    assert record["branch"]["prefix_text"] == "Red and green"
+    assert record["branch"]["parent"] == json.loads(json.dumps(run.record))
+    assert record["continuation"]["how"] == "continue_final_message"
+    assert record["continuation"]["confirmed"] is True
+    # rerun sends the same request again and gets the same text.
+    again = nbstream.rerun(record, nbstream.Endpoint(loopback.url(family, "branch"), "m"))
+    assert again.wait(30), again.error
+    assert loopback.posts("branch")[-1] == sent
+    assert again.result == branch.result
+    assert again.trace.incomplete and "its record" in again.trace.incomplete
+
+
+def test_settings_override_a_branchs_and_a_text_names_the_token(loopback, no_leftover_runs):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "override"), "m"), alternatives=2)
+    branch = run.branch(0, "Blue", temperature=0.7, seed=3, max_new_tokens=5)
+    assert branch.wait(30), branch.error
+    sent = loopback.posts("override")[-1]
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Blue"}
+    assert sent["temperature"] == 0.7 and sent["seed"] == 3 and sent["max_tokens"] == 4
+    assert branch.result == "Blue yellow."
+    assert branch.trace[0].logprob == -1.6  # Blue's, from the parent's alternatives
+
+
+def test_llama_server_continues_by_prefill_and_the_record_says_it_is_not_confirmed(
+    loopback, no_leftover_runs
+):
+    run = answered(nbstream.Endpoint(loopback.url("llamacpp", "prefill"), "m"), alternatives=2)
+    branch = run.branch(1, run.trace[1].alternatives[1])
+    assert branch.wait(30), branch.error
+    sent = loopback.posts("prefill")[-1]
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Red,"}
+    assert "continue_final_message" not in sent and "add_generation_prompt" not in sent
+    assert branch.result == "Red, yellow."
+    record = branch.record
+    assert record["continuation"]["how"] == "prefill"
+    assert record["continuation"]["confirmed"] is False
+    assert any("--no-prefill-assistant" in w for w in record["warnings"])
+
+
+def test_a_server_that_sends_no_logprobs_keeps_its_text_and_the_trace_says_why(
+    loopback, no_leftover_runs
+):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "nologprobs"), "m"), alternatives=2)
+    assert run.status == "complete" and run.result == "Red and blue."
+    assert run.trace == [] and "came without logprobs" in run.trace.incomplete
+    record = run.record
+    assert "came without logprobs" in record["trace"]["incomplete"]
+    assert any("run.trace is incomplete" in w for w in record["warnings"])
+    with pytest.raises(ValueError, match=r"not in run\.trace, which has 0 records"):
+        run.branch(0, "Blue")
+
+
+def test_malformed_logprobs_stop_the_trace_where_they_start(loopback, no_leftover_runs):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "malformed"), "m"), alternatives=2)
+    assert run.status == "complete" and run.result == "Red and blue."
+    trace = run.trace
+    assert [step.text for step in trace] == ["Red", " and"]  # nothing made up after
+    assert "malformed logprobs" in trace.incomplete and "'not a number'" in trace.incomplete
+    # What was recorded can still be branched from.
+    branch = run.branch(1, trace[1].alternatives[1])
+    assert branch.wait(30) and branch.result == "Red, yellow."
+
+
+def test_what_a_server_cannot_do_is_refused_before_anything_is_sent(loopback, no_leftover_runs):
+    # transformers serve refuses logprobs: alternatives is refused, naming it.
+    with pytest.raises(ValueError, match="transformers serve sends no token probabilities"):
+        nbstream.stream(
+            nbstream.Endpoint(loopback.url("tf", "refused"), "m"), None, PROMPT, alternatives=3
+        )
+    assert loopback.posts("refused") == []
+    # llama-cpp-python sends logprobs but does not continue an answer: branch is refused.
+    run = answered(nbstream.Endpoint(loopback.url("lcp", "nobranch"), "m"), alternatives=2)
+    before = len(loopback.posts("nobranch"))
+    with pytest.raises(ValueError, match=r"llama-cpp-python .* cannot be asked to continue") as e:
+        run.branch(1, run.trace[1].alternatives[1])
+    assert "vLLM or SGLang (continue_final_message)" in str(e.value)
+    assert len(loopback.posts("nobranch")) == before
+    # No trace, no id, no token of the list: each says what to pass.
+    vllm = nbstream.Endpoint(loopback.url("vllm", "bad"), "m")
+    plain = answered(vllm)
+    with pytest.raises(ValueError, match="start it with alternatives=k"):
+        plain.branch(0, "Blue")
+    traced = answered(vllm, alternatives=2)
+    with pytest.raises(TypeError, match="no token ids"):
+        traced.branch(0, 42)
+    with pytest.raises(ValueError, match=r"not one of run.trace\[0\].alternatives"):
+        traced.branch(0, RemoteAlternative(None, "Purple", -9.0))
+    assert len(loopback.posts("bad")) == 2  # the two answers; no branch was sent
+
+
+def test_an_endpoint_widget_says_how_to_branch_and_its_branch_streams_into_it(
+    loopback, no_leftover_runs
+):
+    w = nbstream.StreamWidget(
+        nbstream.Endpoint(loopback.url("vllm", "widget"), "m"), max_new_tokens=20, alternatives=2
+    )
+    assert w.branch_unavailable == ENDPOINT_BRANCHES_IN_CODE
+    assert "w.branch(step, w.run.trace[step].alternatives[1])" in w.branch_unavailable
+    w.generate(PROMPT)
+    assert w.wait(30)
+    branch = w.branch(2, w.run.trace[2].alternatives[1])
+    assert w.wait(30) and branch.result == "Red and green yellow."
+    assert w.run is branch and w.branches == [branch]
+    entry = w._branches[0]
+    assert entry["parent_text"] == " blue" and entry["text"] == " green"
+    assert entry["token"] is None and entry["parent_token"] is None  # a server sends no ids
+    w.close()
