@@ -194,3 +194,41 @@ def test_the_record_and_rerun_say_the_same_request_may_give_another_text(
     warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert [m for m in warned if "the rerun may not give the same text" in m], warned
 
+
+def test_alternatives_fill_the_trace_with_the_servers_own_numbers(llama, no_leftover_runs):
+    run = nbstream.stream(
+        llama.endpoint(), None, COLORS, max_new_tokens=24, temperature=0, alternatives=5
+    )
+    assert run.wait(120), run.error
+    trace = run.trace
+    assert trace.incomplete is None and len(trace) > 3
+    # One record per token the server sent, spelling the answer.
+    assert "".join(step.text for step in trace) == run.result
+    for step in trace:
+        assert step.id is None and 0 < step.prob <= 1
+        logprobs = [alt.logprob for alt in step.alternatives]
+        assert logprobs == sorted(logprobs, reverse=True) and all(lp <= 0 for lp in logprobs)
+        # Its top list is keyed by text and always holds the chosen token (added when it is
+        # not in the top k), with the same number: at most k + 1 entries.
+        texts = [alt.text for alt in step.alternatives]
+        assert 1 <= len(texts) <= 6 and step.text in texts
+        assert step.alternatives[texts.index(step.text)].logprob == step.logprob
+        assert step.rank == 1 + sum(lp > step.logprob for lp in logprobs)
+    record = json.loads(json.dumps(run.record))
+    assert record["trace"]["records"] == len(trace) and record["trace"]["incomplete"] is None
+    assert "logits_to_logprobs" in record["trace"]["meaning"]
+
+
+def test_branching_is_refused_before_anything_is_sent_since_it_starts_a_new_answer(
+    llama, no_leftover_runs
+):
+    from nbstream.backends import remote
+
+    endpoint = llama.endpoint()
+    run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=8, temperature=0, alternatives=3)
+    assert run.wait(120), run.error
+    mine = remote._traffic.begin(endpoint.base_url)  # numbers the requests from here on
+    with pytest.raises(ValueError, match="chat handlers close a final assistant message") as e:
+        run.branch(1, run.trace[1].alternatives[1])
+    assert "vLLM or SGLang" in str(e.value) and "llama-server (prefill)" in str(e.value)
+    assert remote._traffic.since(endpoint.base_url, mine) == 0
