@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +67,23 @@ SERVER_START_TIMEOUT = 90.0
 PAGE_TIMEOUT_MS = 30_000
 KERNEL_IDLE_TIMEOUT = 60.0
 CELL_TIMEOUT = 120.0
+
+# What every test kernel imports first (SETUP's torch, nbstream.testing.tiny_model's
+# transformers classes): about 5 s of a small test's 9 s on this machine. A spare kernel is
+# started, and made to import these, while the previous test runs; open_notebook hands it to
+# the next notebook (a session on its path). Each test still gets a fresh kernel process, and
+# nothing of nbstream is imported ahead of the test. Expression statements run silently: no
+# name in the user's namespace, no execution count, no history, nothing shown.
+WARM_UP = "\n".join(
+    [
+        "__import__('torch')",
+        "getattr(__import__('transformers'), 'LlamaForCausalLM')",
+        "getattr(__import__('transformers'), 'LlamaConfig')",
+        "getattr(__import__('transformers'), 'AutoTokenizer')",
+        "getattr(__import__('transformers'), 'PreTrainedTokenizerFast')",
+    ]
+)
+WARM_UP_TIMEOUT = 180.0
 
 
 def free_port() -> int:
@@ -123,6 +141,13 @@ class JupyterServer:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
+        # A spare kernel warmed up for the next notebook (see WARM_UP); False (or
+        # NBSTREAM_SPARE_KERNEL=0 in the environment) turns it off.
+        self.spare_kernels = os.environ.get("NBSTREAM_SPARE_KERNEL", "1") != "0"
+        self._spare: str | None = None
+        self._spare_thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._retiring: list[threading.Thread] = []  # background session deletions
 
     # ----- lifecycle
 
@@ -205,6 +230,8 @@ class JupyterServer:
         for attempt in range(attempts):
             self.port = free_port()
             if self._launch(env, timeout):
+                self._closing.clear()
+                self.warm_spare()
                 return self
             log = self.log_tail()
             port_taken = "could not be started because port" in log
@@ -263,6 +290,14 @@ class JupyterServer:
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the server, its process group and any kernel it started (kernels run in
         sessions of their own, so the group alone would miss them)."""
+        # no spare kernel may be started after the kernels to stop are listed
+        self._closing.set()
+        thread, self._spare_thread, self._spare = self._spare_thread, None, None
+        if thread is not None:
+            thread.join(30)
+        retiring, self._retiring = self._retiring, []
+        for thread in retiring:
+            thread.join(30)
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             try:
@@ -317,6 +352,101 @@ class JupyterServer:
             if path is None or s.get("path") == path:
                 with contextlib.suppress(urllib.error.HTTPError):
                     self.api("DELETE", f"/api/sessions/{s['id']}", timeout=30)
+
+    def retire_sessions(self, path: str) -> None:
+        """Shut down the sessions of one notebook without waiting for their kernels to exit
+        (about 2.6 s each here): each session is moved off the notebook's path at once, so
+        that the next page on that path starts (or is given) a kernel of its own, and is
+        deleted in the background; stop() waits for those deletions."""
+        self._retiring = [t for t in self._retiring if t.is_alive()]
+        for s in self.api("GET", "/api/sessions"):
+            if s.get("path") != path:
+                continue
+            retired = {"path": f".retired/{uuid.uuid4().hex[:12]}-{path}"}
+            try:
+                self.api("PATCH", f"/api/sessions/{s['id']}", retired, timeout=30)
+            except (OSError, ValueError):  # not moved: delete it now, waiting
+                with contextlib.suppress(urllib.error.HTTPError):
+                    self.api("DELETE", f"/api/sessions/{s['id']}", timeout=30)
+                continue
+            thread = threading.Thread(
+                target=self._delete_session, args=(s["id"],), name="harness-retire", daemon=True
+            )
+            thread.start()
+            self._retiring.append(thread)
+
+    def _delete_session(self, session_id: str) -> None:
+        try:
+            self.api("DELETE", f"/api/sessions/{session_id}", timeout=60)
+        except Exception as err:  # stop() kills whatever kernel is left
+            self._note(f"session {session_id} not deleted: {err!r}")
+
+    # ----- a spare kernel, warmed up for the next notebook
+
+    def warm_spare(self) -> None:
+        """Start a kernel and make it import WARM_UP, in the background (take_spare gets it)."""
+        if not self.spare_kernels or self._closing.is_set() or self._spare_thread is not None:
+            return
+        self._spare_thread = threading.Thread(
+            target=self._warm_spare, name="harness-spare-kernel", daemon=True
+        )
+        self._spare_thread.start()
+
+    def _warm_spare(self) -> None:
+        kid = None
+        client = None
+        try:
+            kid = self.api("POST", "/api/kernels", {"name": "python3"}, timeout=60)["id"]
+            client = BlockingKernelClient()
+            client.load_connection_file(str(self.runtime_dir / f"kernel-{kid}.json"))
+            client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+            content = {
+                "code": WARM_UP,
+                "silent": True,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            }
+            msg = client.session.msg("execute_request", content)
+            client.shell_channel.send(msg)
+            deadline = time.monotonic() + WARM_UP_TIMEOUT
+            while not self._closing.is_set():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no reply within {WARM_UP_TIMEOUT:.0f} s")
+                try:
+                    reply = client.shell_channel.get_msg(timeout=1.0)
+                except Exception:  # queue.Empty: not yet
+                    continue
+                if reply["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+                    continue
+                if reply["content"].get("status") != "ok":
+                    raise RuntimeError(f"warm-up failed: {reply['content']}")
+                self._spare, kid = kid, None
+                return
+        except Exception as err:  # the next notebook starts a kernel of its own
+            self._note(f"spare kernel not warmed up: {err!r}")
+        finally:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.stop_channels()
+            if kid is not None and not self._closing.is_set():
+                with contextlib.suppress(Exception):
+                    self.api("DELETE", f"/api/kernels/{kid}", timeout=30)
+
+    def take_spare(self) -> str | None:
+        """The warmed-up spare kernel's id (waiting for its warm-up), or None; a new spare
+        is started by the next warm_spare()."""
+        thread, self._spare_thread = self._spare_thread, None
+        if thread is not None:
+            thread.join(WARM_UP_TIMEOUT + 60)
+        kid, self._spare = self._spare, None
+        return kid
+
+    def _note(self, text: str) -> None:
+        if self._log_file is not None:
+            with contextlib.suppress(Exception):
+                self._log_file.write(f"### harness: {text}\n".encode())
 
     def write_notebook(self, name: str, cells: list[str]) -> Path:
         nb = {
@@ -768,10 +898,18 @@ class Jupyter:
         # A kernel left over from an earlier page on the same path would be reused.
         self.server.shutdown_sessions(name)
         self.server.write_notebook(name, cells)
+        # The warmed-up spare kernel (WARM_UP) becomes this notebook's: the page finds the
+        # session on its path and connects to it, as to a kernel it started itself. A
+        # notebook in a sub-folder gets a kernel of its own (its working directory).
+        kid = self.server.take_spare() if "/" not in name else None
+        if kid is not None:
+            session = {"path": name, "name": name, "type": "notebook", "kernel": {"id": kid}}
+            self.server.api("POST", "/api/sessions", session, timeout=30)
         context = self.browser.new_context(viewport={"width": 1280, "height": 900})
         nb = Notebook(self.server, context, name)
         self.notebooks.append(nb)
         nb.open(timeout)
+        self.server.warm_spare()
         return nb
 
     def save_artifacts(self, folder: Path) -> list[Path]:
@@ -804,5 +942,5 @@ class Jupyter:
             nb.close()
         for nb in self.notebooks:
             with contextlib.suppress(Exception):
-                self.server.shutdown_sessions(nb.name)
+                self.server.retire_sessions(nb.name)
         self.notebooks.clear()

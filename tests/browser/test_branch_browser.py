@@ -70,8 +70,13 @@ def branch_ended(nb, v, timeout: float = 60, widget: str = "w") -> None:
     data-status alone: until the branch's first state reaches the page it still says the
     previous answer's "complete", and a popover opened while the branch runs offers no
     Continue ("still being generated") and closes when the branch ends."""
+    # The branch's own run is done (the widget's status alone may still be the previous
+    # answer's "complete" just after the branch was made).
     wait_until(
-        lambda: kval(nb, f"{widget}.status") in ("complete", "cancelled", "failed"),
+        lambda: (
+            kval(nb, f"({widget}.branches[-1].done, {widget}.status)")
+            in ((True, "complete"), (True, "cancelled"), (True, "failed"))
+        ),
         timeout,
         what="the branch ended in the kernel",
     )

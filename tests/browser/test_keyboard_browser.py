@@ -194,7 +194,13 @@ def test_chat_by_keyboard(nb):
 
     tab_to(nb, "button[data-action='regenerate']", back=True)
     key(nb, "Enter")
-    wait_until(lambda: kval(nb, "chat.run_id") > first, 30, what="regenerated")
+    # The regenerated answer's end in the kernel first: the page's "complete" may still be
+    # the first answer's until the new run's first state reaches it.
+    wait_until(
+        lambda: kval(nb, f"(chat.run_id > {first}, chat.status)") == (True, "complete"),
+        STREAM_TIMEOUT,
+        what="regenerated and complete",
+    )
     wait_status(c, "complete")
     expect(c.locator(".nbstream-message")).to_have_count(2)
 

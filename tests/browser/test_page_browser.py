@@ -196,8 +196,14 @@ def test_regenerate_says_greedy_repeats_and_clear_chat_asks_first(lab):
     # Regenerate runs with the panel's settings.
     v.get_by_role("textbox", name="Max new tokens", exact=True).fill("3")
     regenerate.click()
+    # The regenerated run's end in the kernel first: the page's "complete" is the first
+    # answer's until this run's first state reaches it.
+    wait_until(
+        lambda: kval(nb, "(chat.run_id, chat.status)") == (2, "complete"),
+        STREAM_TIMEOUT,
+        what="the regenerated run complete",
+    )
     expect(v).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
-    wait_until(lambda: kval(nb, "chat.run_id") == 2, 15, what="the regenerated run")
     assert kval(nb, "chat.run.settings['max_new_tokens']") == 3
     assert kval(nb, "chat.run.settings['temperature']") == 0.8
 

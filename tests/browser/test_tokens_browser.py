@@ -306,7 +306,7 @@ def test_teaching_views_on_the_default_model(lab):
     pop = v.get_by_role("dialog", name=f"Alternatives at step {k + 1}")
     expect(pop).to_be_visible()
     rows = pop.locator("tbody tr")
-    assert rows.count() >= 2
+    wait_until(lambda: rows.count() >= 2, 15, what="the popover's candidates")
     chosen = pop.locator(".nbstream-alt-chosen")
     if ids[k] in rows.evaluate_all("(r) => r.map((e) => Number(e.dataset.tokenId))"):
         expect(chosen).to_have_count(1)

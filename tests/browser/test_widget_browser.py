@@ -499,7 +499,11 @@ def test_run_button_starts_exactly_one_run(lab):
     assert read_view(v)["partial"] == "false"
     # one more click after the end is one more run
     run.click()
-    wait_until(lambda: kval(nb, "w.run_id") == 2, 30, what="a second run")
+    # The second run's end in the kernel (the view's "complete" is the first run's until
+    # the second's first state reaches it), then in the view.
+    wait_until(
+        lambda: kval(nb, "(w.run_id, w.status)") == (2, "complete"), STREAM_TIMEOUT, what="run 2"
+    )
     wait_status(v, "complete")
     no_console_errors(nb)
 
