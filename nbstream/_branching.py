@@ -37,7 +37,8 @@ MODEL_CANNOT_BRANCH = (
 #: tokens of it, but ``w.branch`` does branch where the server can continue an answer.
 ENDPOINT_BRANCHES_IN_CODE = (
     "a server sends text, not the token ids this view lists, so its tokens have no popover "
-    "here. To branch on vLLM, SGLang or llama-server, generate with alternatives=5, then "
+    "here. To branch on vLLM, SGLang, llama-server or llama-cpp-python (given the model's "
+    "tokenizer=), generate with alternatives=5, then "
     "call w.branch(step, w.run.trace[step].alternatives[1]): the answer continues from the "
     "server's second choice at that step, streams here, and the switcher shows it."
 )

@@ -66,7 +66,9 @@ class ServerFamily:
     #: How it continues a given assistant prefix (``run.branch``): ``"continue_final_message"``
     #: (a final assistant message with ``continue_final_message: true`` and
     #: ``add_generation_prompt: false``), ``"prefill"`` (it continues a final assistant
-    #: message by itself), or None (it cannot, or nobody has checked: branching is refused).
+    #: message by itself), ``"completions"`` (its chat API cannot: the conversation is
+    #: rendered with the Endpoint's tokenizer's chat template and continued as a raw prompt
+    #: on ``/v1/completions``), or None (it cannot, or nobody has checked: refused).
     continuation: str | None = None
     #: Why it cannot (continuation None), or what is not confirmed about how it does.
     continuation_note: str = ""
@@ -161,9 +163,12 @@ FAMILIES: dict[str, ServerFamily] = {
             "logits (Llama.logits_to_logprobs), before its samplers; its top list is keyed by "
             "token text, so two tokens that read the same show as one, and the chosen token "
             "is added to it when it is not in the top k (llama_cpp/llama.py, 0.3.36)",
+            continuation="completions",
             continuation_note="its chat handlers close a final assistant message and start a "
             "new answer (measured with 0.3.36: given the answer so far 'Blue and', it answered "
-            "from the start)",
+            "from the start), so nbstream renders the conversation with the model's chat "
+            "template itself (the Endpoint's tokenizer) and sends it with the answer so far to "
+            "/v1/completions, which continues the text it is given (measured with 0.3.36)",
         ),
         ServerFamily(
             name="transformers",

@@ -625,7 +625,8 @@ class Generation:
         has ended (wait for it, or stop it, first).
 
         On a server (:class:`~nbstream.Endpoint`) that continues a given answer (vLLM and
-        SGLang with ``continue_final_message``, llama-server by prefill), ``token`` is one
+        SGLang with ``continue_final_message``, llama-server by prefill, llama-cpp-python
+        through ``/v1/completions`` given ``Endpoint(tokenizer=...)``), ``token`` is one
         of ``run.trace[step].alternatives`` (the run needs ``alternatives=k``) or a text:
         the conversation is sent again with the texts of ``trace[:step]`` and the token's
         as a final assistant message, which the server continues; the branch's text

@@ -219,16 +219,41 @@ def test_alternatives_fill_the_trace_with_the_servers_own_numbers(llama, no_left
     assert "logits_to_logprobs" in record["trace"]["meaning"]
 
 
-def test_branching_is_refused_before_anything_is_sent_since_it_starts_a_new_answer(
-    llama, no_leftover_runs
-):
-    from nbstream.backends import remote
+def test_a_branch_continues_the_answer_so_far_through_the_completions_api(llama, no_leftover_runs):
+    from transformers import AutoTokenizer
 
-    endpoint = llama.endpoint()
-    run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=8, temperature=0, alternatives=3)
+    from nbstream.backends import remote
+    from nbstream.models import default_model_dir
+
+    run = nbstream.stream(
+        llama.endpoint(), None, COLORS, max_new_tokens=24, temperature=0, alternatives=3
+    )
     assert run.wait(120), run.error
-    mine = remote._traffic.begin(endpoint.base_url)  # numbers the requests from here on
-    with pytest.raises(ValueError, match="chat handlers close a final assistant message") as e:
-        run.branch(1, run.trace[1].alternatives[1])
-    assert "vLLM or SGLang" in str(e.value) and "llama-server (prefill)" in str(e.value)
-    assert remote._traffic.since(endpoint.base_url, mine) == 0
+    step = 6  # mid-sentence: a fresh answer would start again from its first word
+    other = run.trace[step].alternatives[1]
+    prefix = "".join(record.text for record in run.trace[:step]) + other.text
+    # Its chat API would start a new answer: without the tokenizer to render the
+    # conversation for /v1/completions, branch is refused before any request.
+    mine = remote._traffic.begin(llama.base_url)
+    with pytest.raises(ValueError, match="needs the model's tokenizer"):
+        run.branch(step, other)
+    assert remote._traffic.since(llama.base_url, mine) == 0
+    # With it, the same answer (greedy) branches there.
+    endpoint = llama.endpoint(tokenizer=AutoTokenizer.from_pretrained(default_model_dir()))
+    run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=24, temperature=0, alternatives=3)
+    assert run.wait(120), run.error
+    other = run.trace[step].alternatives[1]
+    prefix = "".join(record.text for record in run.trace[:step]) + other.text
+    branch = run.branch(step, other)
+    assert branch.wait(120), branch.error
+    text = branch.result
+    assert text.startswith(prefix) and len(text) > len(prefix)
+    # The server continued the text: what follows the prefix is no new answer.
+    assert not text[len(prefix) :].lstrip().startswith(run.result[:12])
+    assert "".join(record.text for record in branch.trace) == text
+    assert branch.trace[step].forced and branch.trace[step].text == other.text
+    assert all(0 < record.prob <= 1 for record in branch.trace[step + 1 :])
+    record = json.loads(json.dumps(branch.record))
+    assert record["continuation"]["how"] == "completions"
+    assert record["continuation"]["prompt_text"].endswith(prefix)
+    assert record["branch"]["prefix_text"] == prefix

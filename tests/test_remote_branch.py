@@ -43,6 +43,7 @@ LISTING = {
     "llamacpp": "llamacpp",
     "tf": None,  # transformers serve: an entry with a status
     "lcp": "me",  # llama-cpp-python
+    "tgi": "m",  # Text Generation Inference: owned_by is the model id
 }
 
 
@@ -114,6 +115,10 @@ class Handler(BaseHTTPRequestHandler):
         family, _, scenario = self.path.split("/")[1].partition(".")
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append((scenario, body))
+        if body.get("top_logprobs", 0) > 20:  # as vLLM and OpenAI answer
+            error = {"error": {"message": "top_logprobs must be at most 20", "code": 400}}
+            self._send(400, "application/json", json.dumps(error).encode())
+            return
         messages = body["messages"]
         continues = messages[-1]["role"] == "assistant" and (
             body.get("continue_final_message") is True or family == "llamacpp"
@@ -268,13 +273,19 @@ def test_what_a_server_cannot_do_is_refused_before_anything_is_sent(loopback, no
             nbstream.Endpoint(loopback.url("tf", "refused"), "m"), None, PROMPT, alternatives=3
         )
     assert loopback.posts("refused") == []
-    # llama-cpp-python sends logprobs but does not continue an answer: branch is refused.
-    run = answered(nbstream.Endpoint(loopback.url("lcp", "nobranch"), "m"), alternatives=2)
+    # TGI: nobody has checked what it does with a final assistant message: refused.
+    run = answered(nbstream.Endpoint(loopback.url("tgi", "nobranch"), "m"), alternatives=2)
     before = len(loopback.posts("nobranch"))
-    with pytest.raises(ValueError, match=r"llama-cpp-python .* cannot be asked to continue") as e:
+    with pytest.raises(ValueError, match=r"Text Generation Inference cannot be asked") as e:
         run.branch(1, run.trace[1].alternatives[1])
     assert "vLLM or SGLang (continue_final_message)" in str(e.value)
-    assert len(loopback.posts("nobranch")) == before
+    # llama-cpp-python continues a text only: without the model's tokenizer to render
+    # the conversation, branch is refused, saying what to pass.
+    run = answered(nbstream.Endpoint(loopback.url("lcp", "nobranch"), "m"), alternatives=2)
+    with pytest.raises(ValueError, match=r"needs the model's tokenizer") as e:
+        run.branch(1, run.trace[1].alternatives[1])
+    assert "Endpoint(..., tokenizer=...)" in str(e.value)
+    assert len(loopback.posts("nobranch")) == before + 1  # the second answer; no branch
     # No trace, no id, no token of the list: each says what to pass.
     vllm = nbstream.Endpoint(loopback.url("vllm", "bad"), "m")
     plain = answered(vllm)
@@ -305,3 +316,16 @@ def test_an_endpoint_widget_says_how_to_branch_and_its_branch_streams_into_it(
     assert entry["parent_text"] == " blue" and entry["text"] == " green"
     assert entry["token"] is None and entry["parent_token"] is None  # a server sends no ids
     w.close()
+
+
+def test_more_alternatives_than_the_server_takes_fails_saying_to_ask_fewer(
+    loopback, no_leftover_runs
+):
+    run = nbstream.stream(
+        nbstream.Endpoint(loopback.url("vllm", "toomany"), "m"), None, PROMPT, alternatives=25
+    )
+    assert run.wait_done(30) and run.status == "failed"
+    message = str(run.error)
+    assert "HTTP 400" in message and "top_logprobs must be at most 20" in message
+    assert "alternatives=25 is sent as the server's logprobs count" in message
+    assert "ask for fewer" in message

@@ -271,9 +271,11 @@ class Endpoint:
     logprobs (``top_logprobs=k``) and fills ``run.trace`` with what it sent (no token ids:
     see :mod:`nbstream.trace`); refused before sending on ``transformers serve``, which
     sends none. ``run.branch(step, token)`` sends the answer so far for the server to
-    continue: on vLLM and SGLang (``continue_final_message``) and llama-server (prefill,
-    which its ``--no-prefill-assistant`` turns off, so the record says "not confirmed");
-    refused, saying why, on the others (llama-cpp-python's chat API starts a new answer).
+    continue: on vLLM and SGLang (``continue_final_message``), llama-server (prefill,
+    which its ``--no-prefill-assistant`` turns off, so the record says "not confirmed") and
+    llama-cpp-python, whose chat API starts a new answer instead: given ``tokenizer=`` (the
+    model's), nbstream renders the conversation with its chat template and has
+    ``/v1/completions`` continue that text. Refused, saying why, on the others.
 
     **What the server did.** The server's ``finish_reason`` ``"stop"`` (TGI:
     ``"eos_token"``) becomes ``"eos"``, ``"length"`` stays ``"length"``, TGI's
@@ -439,6 +441,7 @@ class Endpoint:
         if k:
             body["logprobs"] = True
             body["top_logprobs"] = k
+        rendered = None
         if assistant_prefix is not None:
             messages.append({"role": "assistant", "content": assistant_prefix})
             # The forced tokens count toward max_new_tokens, as for a local branch; the
@@ -447,6 +450,14 @@ class Endpoint:
             if family.continuation == "continue_final_message":
                 body["continue_final_message"] = True
                 body["add_generation_prompt"] = False
+            elif family.continuation == "completions":
+                # The chat API would close the answer: the text itself is continued.
+                rendered = self._render(messages)
+                del body["messages"]
+                body["prompt"] = rendered
+                if k:
+                    del body["top_logprobs"]
+                    body["logprobs"] = k  # the completions API's form
         if temperature is not None:
             body["temperature"] = temperature
         for name in ("top_p", "seed"):
@@ -485,7 +496,10 @@ class Endpoint:
             if do_sample is not None:
                 in_config["do_sample"] = do_sample
             body[GENERATION_CONFIG] = json.dumps(in_config)
-        job = RemoteJob(self, body, effective)
+        job = RemoteJob(self, body, effective, messages)
+        if rendered is not None:
+            job.path = "/completions"
+            job.prompt_text = rendered
         if unconfirmed:
             sent = ", ".join(f"{name}={value!r}" for name, value in unconfirmed.items())
             warning = (
@@ -560,14 +574,37 @@ class Endpoint:
     def why_no_branch(self) -> str | None:
         """Why ``run.branch`` is refused on this server (None: it is not)."""
         family = self._server_info().family
+        if family.continuation == "completions" and self.tokenizer is None:
+            return (
+                f"{family.title} needs the model's tokenizer to continue a given answer: "
+                f"{family.continuation_note}. Pass it as Endpoint(..., tokenizer=...) (e.g. "
+                "AutoTokenizer.from_pretrained of the model the GGUF was made from)"
+            )
         if family.continuation is not None:
             return None
         return (
             f"{family.title} cannot be asked to continue a given answer "
             f"({family.continuation_note}): branching needs a local transformers model, or a "
             "server that continues a final assistant message: vLLM or SGLang "
-            "(continue_final_message) or llama.cpp's llama-server (prefill)"
+            "(continue_final_message) or llama.cpp's llama-server (prefill), or "
+            "llama-cpp-python given Endpoint(..., tokenizer=...)"
         )
+
+    def _render(self, messages: list[dict[str, Any]]) -> str:
+        """The conversation through the tokenizer's chat template, its final assistant
+        message left open (``continue_final_message``), as a raw prompt."""
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, continue_final_message=True
+            )
+        except Exception as exc:
+            raise ValueError(
+                "the Endpoint's tokenizer could not render the conversation with the answer "
+                f"so far ({type(exc).__name__}: {exc}); it needs the model's chat template"
+            ) from exc
+        if not isinstance(text, str):
+            raise ValueError("the Endpoint's tokenizer rendered the conversation as no text")
+        return text
 
     def _check_continuation(self) -> None:
         why = self.why_no_branch()
@@ -737,10 +774,23 @@ class Endpoint:
 class RemoteJob:
     """One prepared request; :meth:`run` streams it on the worker thread."""
 
-    def __init__(self, endpoint: Endpoint, body: dict[str, Any], settings: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        settings: dict[str, Any],
+        messages: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.body = body
         self.settings = settings
+        #: The conversation (a branch's ends with the answer so far).
+        self.messages: list[dict[str, Any]] = (
+            messages if messages is not None else list(body.get("messages", []))
+        )
+        #: Where the request goes, under base_url: the chat API, or (a branch on
+        #: llama-cpp-python) the completions API with the conversation rendered as text.
+        self.path = "/chat/completions"
         # The server applies its own chat template: the exact prompt text is not known here;
         # the prompt's token count comes from the server's usage, when it sends one.
         self.prompt_text: str | None = None
@@ -850,15 +900,25 @@ class RemoteJob:
             if incomplete:
                 notes.append(f"run.trace is incomplete: {incomplete}")
         if self.assistant_prefix is not None:
-            confirmed = family.continuation == "continue_final_message"
+            # Honoured as far as the server's request schema says (continue_final_message),
+            # or by construction (a raw prompt that ends with the prefix); llama-server may
+            # have been started with prefill off, which the answer cannot show.
+            confirmed = family.continuation in ("continue_final_message", "completions")
             extra["continuation"] = {
                 "how": family.continuation,
                 "prefix_text": self.assistant_prefix,
                 "prefix_steps": self.prefix_steps,
-                # Sent, and honoured as far as the server's request schema says; llama-server
-                # may have been started with prefill off, which the answer cannot show.
                 "confirmed": confirmed,
+                # The raw prompt sent (completions): nbstream's rendering, with the
+                # Endpoint's tokenizer's chat template, not the server's.
+                "prompt_text": self.prompt_text,
             }
+            if family.continuation == "completions":
+                notes.append(
+                    "the conversation was rendered by nbstream with the Endpoint's tokenizer's "
+                    "chat template and continued on /v1/completions; the server's own chat "
+                    "template may differ"
+                )
             if not confirmed:
                 notes.append(
                     "the answer so far was sent for the server to continue, not confirmed: "
@@ -868,7 +928,7 @@ class RemoteJob:
 
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
         # The buffer follows transformers' streamer protocol, whose first put is the prompt.
-        buffer.put(self.body["messages"])
+        buffer.put(self.messages)
         if self.assistant_prefix:
             # A branch's answer so far: the reader shows it at once, as for a local branch.
             buffer.put(self.assistant_prefix)
@@ -901,7 +961,7 @@ class RemoteJob:
         from httpx_sse import EventSource, SSEError
 
         endpoint = self.endpoint
-        url = f"{endpoint.base_url}/chat/completions"
+        url = f"{endpoint.base_url}{self.path}"
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
         if watch is not None and self.assistant_prefix:
@@ -1052,7 +1112,7 @@ class RemoteJob:
 
     def _prompt_size(self) -> str:
         """The prompt's length for a message: characters, and tokens where they can be had."""
-        messages = self.body["messages"]
+        messages = self.messages
         chars = sum(len(m["content"]) for m in messages)
         said = [f"the prompt is {chars:,} characters"]
         tokens = self.prompt_tokens
@@ -1113,6 +1173,9 @@ class RemoteJob:
             if choice.get("index", 0) != 0:
                 continue  # another candidate; nbstream asks for one (n=1)
             delta = choice.get("delta")
+            if self.path == "/completions":
+                # The completions API's chunk: the text itself, no delta.
+                delta = {"content": choice.get("text")}
             if delta is not None and not isinstance(delta, dict):
                 raise self._malformed("a 'delta' that is not an object", data)
             content = delta.get("content") if delta is not None else None
@@ -1205,6 +1268,13 @@ class RemoteJob:
                     f"({self.server.family.title}'s names), which this server may not accept: "
                     "drop them, or name the server with Endpoint(server=...)"
                 )
+            asked = self.settings.get("alternatives") or 0
+            if asked > _USUAL_MAX_LOGPROBS:
+                hint += (
+                    f"; alternatives={asked} is sent as the server's logprobs count, and many "
+                    f"servers take at most {_USUAL_MAX_LOGPROBS} (OpenAI; vLLM's "
+                    "--max-logprobs): ask for fewer"
+                )
         return self._error(f"{said}. {hint[0].upper()}{hint[1:]}", status)
 
     def _error(self, message: str, status: int | None = None) -> EndpointError:
@@ -1258,6 +1328,8 @@ class RemoteTraceCapture:
             )
             return
         entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(logprobs, dict) and "token_logprobs" in logprobs:
+            entries = _from_completions(logprobs)
         if not isinstance(entries, list) or not entries:
             self._stop(f"{where} came with logprobs of an unknown shape ({str(logprobs)[:80]!r})")
             return
@@ -1295,6 +1367,35 @@ class RemoteTraceCapture:
         )
 
 
+def _from_completions(logprobs: dict[str, Any]) -> list[Any] | None:
+    """The completions API's logprobs (``tokens``, ``token_logprobs``, ``top_logprobs`` as
+    ``{text: logprob}``) as the chat API's entries; None if they do not line up."""
+    tokens, values, tops = (
+        logprobs.get("tokens"),
+        logprobs.get("token_logprobs"),
+        logprobs.get("top_logprobs"),
+    )
+    if not isinstance(tokens, list) or not isinstance(values, list) or len(tokens) != len(values):
+        return None
+    if tops is None:
+        tops = [None] * len(tokens)
+    if not isinstance(tops, list) or len(tops) != len(tokens):
+        return None
+    return [
+        {
+            "token": token,
+            "logprob": value,
+            "top_logprobs": [
+                {"token": text, "logprob": lp}
+                for text, lp in (top.items() if isinstance(top, dict) else ())
+            ],
+        }
+        for token, value, top in zip(tokens, values, tops, strict=True)
+    ]
+
+
+#: The most top_logprobs OpenAI's API and vLLM (its default --max-logprobs) take.
+_USUAL_MAX_LOGPROBS = 20
 #: The most a log-probability may exceed 0 by and still be read as 0 (servers round).
 _LOGPROB_SLACK = 1e-4
 
