@@ -329,3 +329,22 @@ def test_more_alternatives_than_the_server_takes_fails_saying_to_ask_fewer(
     assert "HTTP 400" in message and "top_logprobs must be at most 20" in message
     assert "alternatives=25 is sent as the server's logprobs count" in message
     assert "ask for fewer" in message
+
+
+def test_a_branch_of_a_branch_sends_the_whole_answer_so_far(loopback, no_leftover_runs):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "twice"), "m"), alternatives=2)
+    first = run.branch(2, run.trace[2].alternatives[1])
+    assert first.wait(30), first.error
+    second = first.branch(3, first.trace[3].alternatives[1])  # " pink" for " yellow"
+    assert second.wait(30), second.error
+    sent = loopback.posts("twice")[-1]
+    assert sent["messages"] == [
+        {"role": "user", "content": PROMPT},
+        {"role": "assistant", "content": "Red and green pink"},
+    ]
+    assert second.result == "Red and green pink yellow."
+    assert second.branch_info["parent"] is first
+    assert second.record["branch"]["parent"]["branch"]["prefix_text"] == "Red and green"
+    again = nbstream.rerun(second.record, nbstream.Endpoint(loopback.url("vllm", "twice"), "m"))
+    assert again.wait(30) and again.result == second.result
+    assert loopback.posts("twice")[-1] == sent
