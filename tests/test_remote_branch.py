@@ -348,3 +348,26 @@ def test_a_branch_of_a_branch_sends_the_whole_answer_so_far(loopback, no_leftove
     again = nbstream.rerun(second.record, nbstream.Endpoint(loopback.url("vllm", "twice"), "m"))
     assert again.wait(30) and again.result == second.result
     assert loopback.posts("twice")[-1] == sent
+
+
+def test_a_chat_on_a_server_branches_its_last_answer_into_its_history(loopback, no_leftover_runs):
+    chat = nbstream.ChatWidget(
+        nbstream.Endpoint(loopback.url("vllm", "chat"), "m"), max_new_tokens=20, alternatives=2
+    )
+    chat.generate("Hi")
+    assert chat.wait(30)
+    chat.generate(PROMPT)
+    assert chat.wait(30)
+    branch = chat.branch(2, chat.run.trace[2].alternatives[1])
+    assert chat.wait(30) and branch.result == "Red and green yellow."
+    # The whole conversation went, the last answer so far at its end.
+    assert loopback.posts("chat")[-1]["messages"] == [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Red and blue."},
+        {"role": "user", "content": PROMPT},
+        {"role": "assistant", "content": "Red and green"},
+    ]
+    assert chat.history[-1] == {"role": "assistant", "content": "Red and green yellow."}
+    chat.show(0)
+    assert chat.history[-1] == {"role": "assistant", "content": "Red and blue."}
+    chat.close()
