@@ -596,7 +596,9 @@ class Generation:
         the tokens it made); ``trace[i].id == token_ids[i]``. Each record has ``id``,
         ``text``, ``logprob`` (the model's own, from the raw logits), ``alternatives`` (the
         top k as ``(id, text, logprob)``, best first), ``cut`` and ``rank``: see
-        :mod:`nbstream.trace`.
+        :mod:`nbstream.trace`. On a server (:class:`~nbstream.Endpoint`) it is a
+        :class:`~nbstream.trace.RemoteTrace` of what the server sent: no token ids, and
+        ``run.trace.incomplete`` says why when it stops short of the text.
 
         Example::
 
