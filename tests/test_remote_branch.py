@@ -126,6 +126,9 @@ class Handler(BaseHTTPRequestHandler):
         answer = CONTINUATION if continues else ANSWER
         asked = body.get("logprobs") is True
         events = [chunk(None)]
+        if scenario == "reasoning":  # a reasoning parser's separate field, as vLLM sends it
+            think = {"index": 0, "delta": {"reasoning_content": "Think."}, "finish_reason": None}
+            events.append(f"data: {json.dumps({'choices': [think]})}\n\n".encode())
         for i, (text, logprob, tops) in enumerate(answer):
             lp: Any = None
             if asked and scenario != "nologprobs":
@@ -371,3 +374,11 @@ def test_a_chat_on_a_server_branches_its_last_answer_into_its_history(loopback, 
     chat.show(0)
     assert chat.history[-1] == {"role": "assistant", "content": "Red and blue."}
     chat.close()
+
+
+def test_a_reasoning_models_separate_thinking_stops_the_trace_and_says_so(
+    loopback, no_leftover_runs
+):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "reasoning"), "m"), alternatives=2)
+    assert run.thinking == "Think." and run.result == "Red and blue."
+    assert run.trace == [] and "thinking came in a separate field" in run.trace.incomplete
