@@ -36,11 +36,12 @@ MODEL_CANNOT_BRANCH = (
 #: ``branch_unavailable`` for a model on a server (nbstream.Endpoint): the view lists no
 #: tokens of it, but ``w.branch`` does branch where the server can continue an answer.
 ENDPOINT_BRANCHES_IN_CODE = (
-    "a server sends text, not the token ids this view lists, so its tokens have no popover "
-    "here. To branch on vLLM, SGLang, llama-server or llama-cpp-python (given the model's "
-    "tokenizer=), generate with alternatives=5, then "
-    "call w.branch(step, w.run.trace[step].alternatives[1]): the answer continues from the "
-    "server's second choice at that step, streams here, and the switcher shows it."
+    "this answer from a server has no token probabilities, so its tokens have nothing to "
+    "continue from. To branch on vLLM, SGLang, llama-server or llama-cpp-python (given the "
+    "model's tokenizer=), generate with alternatives=5: the popover of a token then offers "
+    "Continue, or call w.branch(step, w.run.trace[step].alternatives[1]): the answer "
+    "continues from the server's second choice at that step, streams here, and the "
+    "switcher shows it."
 )
 #: ``branch_unavailable`` while the shown answer is still queued or generated.
 STILL_RUNNING = (
@@ -73,6 +74,8 @@ class BranchingWidget(RunWidget):
 
         backend = resolve_backend(self._model, self._tokenizer)
         self._model_branches = bool(getattr(backend, "supports_branching", False))
+        # A server (nbstream.Endpoint): the view branches a run of it that has a trace.
+        self._endpoint: Any = backend if getattr(backend, "branch_job", None) is not None else None
         self._cannot_branch = (
             ENDPOINT_BRANCHES_IN_CODE
             if getattr(backend, "branch_job", None) is not None
@@ -171,11 +174,52 @@ class BranchingWidget(RunWidget):
         return next((i for i, r in enumerate(runs) if r is self._run), 0)
 
     def _why_no_branch(self) -> str:
+        if self.__dict__.get("_endpoint") is not None:
+            return self._why_no_server_branch()
         if not self._model_branches:
             return getattr(self, "_cannot_branch", MODEL_CANNOT_BRANCH)
         if self._busy():
             return STILL_RUNNING
         return ""
+
+    def _why_no_server_branch(self) -> str:
+        """``branch_unavailable`` on a server: "" once the shown answer has a trace and the
+        server can continue an answer (lock held)."""
+        from .trace import RemoteTrace
+
+        run = self._run
+        if run is None or not isinstance(run.trace, RemoteTrace):
+            return ENDPOINT_BRANCHES_IN_CODE
+        # Asked already (the run's request): no new request under the widget's lock.
+        why = self._endpoint.why_no_branch()
+        if why is not None:
+            return str(why)
+        if self._busy():
+            return STILL_RUNNING
+        return ""
+
+    def _server_alternative(self, step: Any, index: Any) -> Any:
+        """The alternative ``index`` of the shown server answer's token ``step`` (a view's
+        Continue: a server's tokens have no ids), checked (lock held)."""
+        from .trace import RemoteTrace
+
+        trace = self._run.trace if self._run is not None else None
+        if not isinstance(trace, RemoteTrace):
+            raise ValueError(
+                "This answer has no token probabilities to continue from: generate with "
+                "alternatives=5, then continue from a token's popover."
+            )
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(trace):
+            raise ValueError(f"There is no token {step!r:.40} in this answer's trace.")
+        alternatives = trace[step].alternatives
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"alternative must be an index into the list, got {index!r:.80}")
+        if not 0 <= index < len(alternatives):
+            raise ValueError(
+                f"Token {step + 1} has {len(alternatives)} alternatives; there is no "
+                f"alternative {index}."
+            )
+        return alternatives[index]
 
     def _token_text(self, token_id: int | str) -> str:
         if isinstance(token_id, str):  # a branch on a server names its tokens by their text
@@ -269,7 +313,10 @@ class BranchingWidget(RunWidget):
                     "That answer is no longer the one shown, so nothing was branched: open "
                     "the popover on the answer shown now."
                 )
-            if isinstance(token, bool) or not isinstance(token, int):
+            if self._endpoint is not None and "alternative" in content:
+                # A server's tokens have no ids: the view names the alternative's place.
+                token = self._server_alternative(step, content.get("alternative"))
+            elif isinstance(token, bool) or not isinstance(token, int):
                 raise TypeError(f"token must be a token id, got {token!r:.80}")
             run = self.branch(step, token)
             self._view_branch = (named, weakref.ref(run))

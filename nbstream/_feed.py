@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._tokens import TokenPieces, token_entries
+from ._tokens import TokenPieces, server_token_entries, token_entries
 from .generation import TERMINAL, Generation
 from .streaming import DECODE_OPTIONS
+from .trace import RemoteTrace
 
 logger = logging.getLogger(__name__)
 
@@ -288,14 +289,16 @@ class RunFeed:
         """Whether the views should get tokens of ``run`` they have not had yet."""
         if self._token_options() is None or run_id != self._run_id:
             return False
-        return len(run.token_ids) > self._tokens_sent
+        return _token_count(run) > self._tokens_sent
 
     def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
         """Send ``run``'s tokens from ``start`` on (0: the views replace their list, even
         with an empty one). Returns how many tokens the views now have. With a trace, only
         tokens whose records exist are sent (a record is made before its token is read)."""
-        ids = run.token_ids
         trace = run.trace
+        if isinstance(trace, RemoteTrace):
+            return self._send_server_tokens(trace, run_id, start)
+        ids = run.token_ids
         stop = len(ids) if trace is None else min(len(ids), len(trace))
         if stop <= start and start > 0:
             return start
@@ -320,14 +323,24 @@ class RunFeed:
         self._send(message)
         return stop
 
+    def _send_server_tokens(self, trace: RemoteTrace, run_id: int, start: int) -> int:
+        """A server run's tokens from ``start`` on, from its trace (it has no token ids):
+        the records the server sent so far. Returns how many the views now have."""
+        stop = len(trace)
+        if stop <= start and start > 0:
+            return start
+        tokens = server_token_entries(trace, start, stop, bool(self._token_options()))
+        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
+        return stop
+
     def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
         """How many tokens made the answer of a run that ended at a stop string, else None.
 
         The text is cut before the stop string, but the tokens that made it were generated:
         the views show them marked. Found once per run by bisecting on the decoded length.
         """
-        if not run.done or run.metrics.get("finish_reason") != "stop":
-            return None
+        if not run.done or run.metrics.get("finish_reason") != "stop" or not ids:
+            return None  # (no ids: a server's run, which the server itself cut at its stop)
         cached = self._answer_counts.get(id(run))
         if cached is not None and cached[0] is run:
             return cached[1]
@@ -362,9 +375,18 @@ class RunFeed:
         """The current run's tokens the views have not had (lock held)."""
         if self._token_options() is None or not self._is_open():
             return
-        if self._tokens_sent == 0 and not run.token_ids:
+        if self._tokens_sent == 0 and not _token_count(run):
             return  # nothing yet (an offset-0 message would be a needless replace)
         self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
+
+
+def _token_count(run: Generation) -> int:
+    """How many tokens of ``run`` the views can list: its ids, or, on a server (no ids), the
+    records of its trace."""
+    trace = run.trace
+    if isinstance(trace, RemoteTrace):
+        return len(trace)
+    return len(run.token_ids)
 
 
 def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: bool) -> bool:

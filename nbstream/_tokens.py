@@ -146,3 +146,36 @@ def token_entries(
                 ]
         entries.append([token_id, text, kind, logprob, rank, alts])
     return entries
+
+
+# -- a run on a server (nbstream.Endpoint with alternatives=k) -------------------------------
+def server_token_entries(
+    trace: list[Any], start: int, stop: int, alternatives: bool
+) -> list[list[Any]]:
+    """The message entries of records ``start:stop`` of a server run's trace
+    (:class:`nbstream.trace.RemoteTrace`): the server's texts and numbers, no ids (a server
+    sends none), and each alternative's ``cut`` null (a server does not say which of them
+    its settings ruled out): ``[null, text, kind, logprob, rank, alternatives]``."""
+    entries: list[list[Any]] = []
+    for record in trace[start:stop]:
+        alts: list[list[Any]] | None = None
+        if alternatives:
+            alts = [
+                [None, *_server_piece(alt.text, None), _logprob(alt.logprob), None]
+                for alt in record.alternatives
+            ]
+        text, kind = _server_piece(record.text, record.bytes)
+        entries.append([None, text, kind, _logprob(record.logprob), record.rank, alts])
+    return entries
+
+
+def _server_piece(text: str, raw: tuple[int, ...] | None) -> tuple[str, str]:
+    """``(shown, kind)`` of a server's token: its text, or, for a token that holds part of a
+    character (its bytes, when the server sent them, are no UTF-8 of their own), the bytes
+    in hex, as a local token's byte piece is shown."""
+    if raw is not None:
+        try:
+            bytes(raw).decode("utf-8")
+        except (UnicodeDecodeError, ValueError):
+            return " ".join(f"{b:02x}" for b in raw), "bytes"
+    return text, "text"

@@ -124,6 +124,10 @@ class RunWidget(anywidget.AnyWidget):
     #: Whether this widget's model can show tokens and probabilities (a local model; a
     #: remote endpoint streams text only).
     can_trace = traitlets.Bool(False).tag(sync=True)
+    #: Whether this widget's model gives its logits for the sampling panel ("How was this
+    #: picked?"): a local model. A server's run shows its tokens (can_trace, given
+    #: alternatives=k) but sends only its top few candidates, never the whole distribution.
+    can_explain = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         views = {name: settings.pop(name) for name in VIEW_TOGGLES if name in settings}
@@ -164,9 +168,18 @@ class RunWidget(anywidget.AnyWidget):
         self._output = FallbackDisplay(self._lock, "nbstream")
         from .backends import resolve_backend
 
-        can_trace = bool(getattr(resolve_backend(model, tokenizer), "supports_alternatives", False))
+        backend = resolve_backend(model, tokenizer)
+        local = bool(getattr(backend, "supports_alternatives", False))
+        # A server (nbstream.Endpoint) has tokens to show only for a run that asked for its
+        # logprobs (alternatives=k): can_trace follows the shown run (_on_start).
+        self._server_tokens = getattr(backend, "branch_job", None) is not None
+        can_trace = local or (self._server_tokens and bool(clean.get("alternatives")))
         super().__init__(
-            **panel, **views, settings_defaults=model_defaults(model), can_trace=can_trace
+            **panel,
+            **views,
+            settings_defaults=model_defaults(model),
+            can_trace=can_trace,
+            can_explain=local,
         )
         # The sampling panel's `distribution` requests (nbstream/_explain.py). Made here, not
         # at the first request: two first requests at once (main shell and subshell) would
@@ -356,7 +369,9 @@ class RunWidget(anywidget.AnyWidget):
             panel={trait: getattr(self, trait) for trait in PANEL_SETTINGS},
             errors=self.settings_errors,
             call=per_call,
-            views_need_trace=(self.show_probabilities or self.show_alternatives) and self.can_trace,
+            # A local model only: a server may send no logprobs (asked: alternatives=k).
+            views_need_trace=(self.show_probabilities or self.show_alternatives)
+            and self.can_explain,
         )
 
     # -- for subclasses -----------------------------------------------------------------------
@@ -423,6 +438,9 @@ class RunWidget(anywidget.AnyWidget):
 
     def _on_start(self, run: Generation, run_id: int) -> None:
         """More traits to set as a run starts (inside the launch's ``hold_sync``)."""
+        if self.__dict__.get("_server_tokens"):
+            # A server's run shows its tokens when it has a trace (alternatives=k).
+            self.can_trace = run.trace is not None
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         """The traits to set when ``run`` has ended (one state message to the views)."""

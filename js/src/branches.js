@@ -13,9 +13,9 @@ import { ACTIVE, disconnected, h } from "./common.js";
  * One branch as the kernel describes it (`_branches`).
  * @typedef {object} BranchEntry
  * @property {number} step           the token (0-based) where it left its parent
- * @property {number} parent_token   the parent's token there
+ * @property {number | null} parent_token   the parent's token there (null on a server: no ids)
  * @property {string} parent_text    that token decoded
- * @property {number} token          the token the branch took instead
+ * @property {number | null} token   the token the branch took instead (null on a server)
  * @property {string} text           that token decoded
  * @property {number} parent         the answer it left: 0 the original, k the k-th branch
  * @property {string} status         its run's state
@@ -86,31 +86,43 @@ function branchAction(o) {
         th.textContent = "Branch";
         headRow.append(th);
       }
-      const chosenId = Number(list.tokens[i][0]);
+      const chosen = list.tokens[i][0];
+      const chosenId = Number(chosen);
+      // A run on a server has no token ids: an alternative is named by its place in the
+      // list, and the chosen one is where its rank says.
+      const server = chosen === null || chosen === undefined;
+      const rank = list.tokens[i][4];
       const rows = [...table.querySelectorAll("tbody tr.nbstream-alt")];
-      const picks = alts.filter((a) => Array.isArray(a));
-      rows.forEach((tr, k) => {
+      for (const tr of rows) {
         const td = h("td", "nbstream-alt-action");
-        const a = picks[k];
+        const place = Number(tr.getAttribute("data-index"));
+        const a = alts[place];
         const id = Number(a?.[0]);
-        if (a && id !== chosenId && Number.isInteger(id)) {
+        const other = server
+          ? Number.isInteger(place) && !(typeof rank === "number" && place === rank - 1)
+          : id !== chosenId && Number.isInteger(id);
+        if (Array.isArray(a) && other) {
           const name = a[2] === "bytes" ? `bytes ${a[1]}` : quote(a[1]);
           const b = h("button", "nbstream-branch-continue", {
             type: "button",
             "aria-label": `Continue with ${name}`,
-            "data-token-id": String(id),
           });
+          b.setAttribute(server ? "data-alternative" : "data-token-id", String(server ? place : id));
           b.textContent = "Continue";
           b.title = `Continue the answer from step ${i + 1} with ${name} instead (a new branch)`;
           b.addEventListener("click", () => {
             if (ACTIVE.has(String(o.model.get("status")))) return;
-            o.model.send({ type: "branch", run_id: list.runId, step: i, token: id });
+            o.model.send(
+              server
+                ? { type: "branch", run_id: list.runId, step: i, alternative: place }
+                : { type: "branch", run_id: list.runId, step: i, token: id },
+            );
             o.sent?.();
           });
           td.append(b);
         }
         tr.append(td);
-      });
+      }
     },
   };
 }

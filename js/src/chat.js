@@ -64,6 +64,7 @@
  *   | {type: "keep", turn: number}
  *   | {type: "clear"}
  *   | {type: "branch", run_id: number, step: number, token: number}
+ *   | {type: "branch", run_id: number, step: number, alternative: number}
  *   | {type: "show_branch", index: number}
  *   | {type: "stop"}
  *   | {type: "distribution", view: string, request: number, run_id: number, step: number,

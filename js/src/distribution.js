@@ -57,7 +57,8 @@ const STAGE_WORDS = /** @type {Record<string, string>} */ ({
 const SLIDER_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"]);
 /** How long a slider rests before its change is said in words (one sentence per change). */
 const SETTLE_MS = 450;
-const UNAVAILABLE = "How a token was picked needs a local model: this widget's model is remote.";
+const UNAVAILABLE =
+  "How a token was picked needs the model's whole distribution (a local model): a server sends only its top few.";
 
 let panelCount = 0;
 
@@ -87,7 +88,7 @@ function valueText(name, v) {
  * @param {import("./common.js").ViewScope} o.scope
  * @param {string} o.viewId
  * @param {(el: HTMLElement, text: string, kind: string) => void} o.pieces  a token's text, legibly
- * @param {() => boolean} o.local  whether the widget's model gives logits (can_trace)
+ * @param {() => boolean} o.local  whether the widget's model gives logits (can_explain)
  */
 function explainPanels(o) {
   const { model, scope, viewId } = o;

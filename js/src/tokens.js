@@ -180,6 +180,19 @@ function canTrace(model) {
 }
 
 /**
+ * Whether the widget's model gives its logits for the sampling panel: a local model, not a
+ * server (absent: as can_trace, from a kernel that did not say).
+ * @param {any} model
+ */
+function canExplain(model) {
+  const v = model.get("can_explain");
+  return v === undefined || v === null ? canTrace(model) : v === true;
+}
+
+/** A token's id, or null: a run on a server sends none (its tokens are keyed by position). @param {unknown} id */
+const hasId = (id) => id !== null && id !== undefined;
+
+/**
  * The three toggle buttons, in a group for the status bar. A click sets the trait
  * (Python follows, and sends the tokens); the buttons follow the traits.
  * @param {{model: any, on: Function, onModel: Function, changed: () => void}} opts
@@ -436,11 +449,8 @@ class TokenList {
   make(t, i) {
     const [id, text, kind, logprob, rank] = t;
     const k = kind === "bytes" || kind === "special" ? kind : "text";
-    const s = h("span", "nbstream-token", {
-      "data-token-id": String(id),
-      "data-index": String(i),
-      "data-kind": k,
-    });
+    const s = h("span", "nbstream-token", { "data-index": String(i), "data-kind": k });
+    if (hasId(id)) s.setAttribute("data-token-id", String(id));
     // t[6]: the run ended at a stop string and this token made it (or came after it):
     // generated, but not part of the answer.
     if (t[6] === true) s.setAttribute("data-after-stop", "true");
@@ -468,7 +478,8 @@ class TokenList {
   dress(s, i) {
     const t = this.tokens[i];
     const [id, text, kind, logprob, rank] = t;
-    let title = `token ${id}: ${describe(text, kind)}`;
+    // A server's token has no id: named by its step.
+    let title = `${hasId(id) ? `token ${id}` : `step ${i + 1}`}: ${describe(text, kind)}`;
     if (t[6] === true) title += "\nafter the stop string: not part of the answer";
     if (i < this.thinking) title += "\nthinking: not part of the answer";
     if (this.modes.probs || this.modes.alts) {
@@ -626,9 +637,11 @@ class TokenList {
       p.textContent = `${pct(Math.exp(logprob))}${isNum(rank) ? ` \u00b7 rank ${rank}` : ""}`;
       head.append(p);
     }
-    const idEl = h("span", "nbstream-alt-id");
-    idEl.textContent = `id ${id}`;
-    head.append(idEl);
+    if (hasId(id)) {
+      const idEl = h("span", "nbstream-alt-id");
+      idEl.textContent = `id ${id}`;
+      head.append(idEl);
+    }
     pop.append(head);
 
     if (!Array.isArray(alts) || alts.length === 0) {
@@ -642,7 +655,9 @@ class TokenList {
 
     const table = h("table", "nbstream-alt-table");
     const caption = h("caption", "nbstream-alt-caption");
-    caption.textContent = `The model's top ${alts.length} at this step`;
+    // A server's tokens have no ids: its list is what the server sent, in its order.
+    const server = !hasId(id);
+    caption.textContent = `The ${server ? "server" : "model"}'s top ${alts.length} at this step`;
     const thead = h("thead");
     const hr = h("tr");
     for (const [label, cls] of [
@@ -663,10 +678,12 @@ class TokenList {
     alts.forEach((a, k) => {
       if (!Array.isArray(a)) return;
       const [aid, atext, akind, alp, cut] = a;
-      const chosen = Number(aid) === Number(id);
+      // On a server, the chosen one is where its rank says (the server's list, best first).
+      const chosen = server ? isNum(rank) && k === rank - 1 : Number(aid) === Number(id);
       chosenShown ||= chosen;
       anyCut ||= cut === true;
-      const tr = h("tr", "nbstream-alt", { "data-token-id": String(aid) });
+      const tr = h("tr", "nbstream-alt", { "data-index": String(k) });
+      if (hasId(aid)) tr.setAttribute("data-token-id", String(aid));
       if (chosen) tr.classList.add("nbstream-alt-chosen");
       if (cut === true) tr.classList.add("nbstream-alt-cut");
       const tdRank = h("td", "nbstream-alt-rank");
@@ -796,7 +813,7 @@ function tokenViews(o) {
   const captureNote = o.noCapture ? makeNote("capture") : null;
   // The sampling panel of this view ("How was this picked?" in the popover; distribution.js).
   const explain = o.viewId
-    ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canTrace(model) })
+    ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canExplain(model) })
     : null;
   let shown = false;
 
@@ -874,6 +891,7 @@ export {
   REMOTE_NOTE,
   TOGGLES,
   TokenList,
+  canExplain,
   canTrace,
   makeLegend,
   makeNote,

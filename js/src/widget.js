@@ -77,8 +77,11 @@
  *   legend, the rank of sampled picks (two-way)
  * @property {boolean} show_alternatives   clicking or focusing a token shows the top-k
  *   candidates at that step, with which the run's settings cut (two-way)
- * @property {boolean} can_trace   the model is a local transformers model (token ids and
- *   probabilities exist); false for a remote Endpoint: the token views show a note (Python → JS)
+ * @property {boolean} can_trace   tokens and probabilities exist: a local transformers model,
+ *   or a run on a server (Endpoint) made with alternatives=k (its tokens have no ids: see
+ *   Token); false: the token views show a note (Python → JS)
+ * @property {boolean} can_explain the model gives its logits, which the sampling panel ("How
+ *   was this picked?") needs: a local model; false on a server (Python → JS)
  *
  * Any of show_tokens / show_probabilities / show_alternatives on: the output shows the token
  * view (plain text made of token spans, js/src/tokens.js) instead of rendered Markdown; all
@@ -139,6 +142,7 @@
  * @typedef {{type: "run", settings: Record<string, unknown>, prompt?: string}
  *   | {type: "stop"}
  *   | {type: "branch", run_id: number, step: number, token: number}
+ *   | {type: "branch", run_id: number, step: number, alternative: number}
  *   | {type: "show_branch", index: number}
  *   | {type: "distribution", view: string, request: number, run_id: number, step: number,
  *      temperature?: number, top_k?: number, top_p?: number}
@@ -187,7 +191,8 @@
 
 /**
  * One token: [id, text, kind, logprob, rank, alts, after_stop?].
- * - id: the token id
+ * - id: the token id; null for a run on a server (it sends no ids): the view keys tokens by
+ *   position, and each alternative's id and cut are null too (the server did not say)
  * - text: kind "text": the token decoded on its own (may hold spaces, "\n", "\t");
  *   kind "special": a special token shown as itself (e.g. "<|im_end|>"); kind "bytes": a
  *   token that is only part of a multi-byte character, its bytes in hex, e.g. "e2 80"
@@ -199,8 +204,9 @@
  *   settings (temperature / top-k / top-p, or greedy) gave that candidate no chance
  * - after_stop (only when the run ended at a stop string): true for a token that made the
  *   stop string or came after it (generated, not part of the answer)
- * @typedef {[number, string, "text" | "special" | "bytes", number | null, number | null,
- *            Array<[number, string, string, number | null, boolean]> | null, boolean?]} Token
+ * @typedef {[number | null, string, "text" | "special" | "bytes", number | null, number | null,
+ *            Array<[number | null, string, string, number | null, boolean | null]> | null,
+ *            boolean?]} Token
  */
 
 /**
