@@ -36,11 +36,11 @@ MODEL_CANNOT_BRANCH = (
 #: ``branch_unavailable`` for a model on a server (nbstream.Endpoint): the view lists no
 #: tokens of it, but ``w.branch`` does branch where the server can continue an answer.
 ENDPOINT_BRANCHES_IN_CODE = (
-    "this answer from a server has no token probabilities, so its tokens have nothing to "
-    "continue from. To branch on vLLM, SGLang, llama-server or llama-cpp-python (given the "
-    "model's tokenizer=), generate with alternatives=5: the popover of a token then offers "
-    "Continue, or call w.branch(step, w.run.trace[step].alternatives[1]): the answer "
-    "continues from the server's second choice at that step, streams here, and the "
+    "this answer from a remote endpoint has no token probabilities, so its tokens have "
+    "nothing to continue from. To branch on vLLM, SGLang, llama-server or llama-cpp-python "
+    "(given the model's tokenizer=), generate with alternatives=5: the popover of a token "
+    "then offers Continue, or call w.branch(step, w.run.trace[step].alternatives[1]): the "
+    "answer continues from the server's second choice at that step, streams here, and the "
     "switcher shows it."
 )
 #: ``branch_unavailable`` while the shown answer is still queued or generated.

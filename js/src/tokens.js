@@ -49,7 +49,7 @@ const NO_CAPTURE_NOTE = "This run was made without probabilities; run again to c
 const NO_CAPTURE_RUNNING_NOTE =
   "This run is going without probabilities (it started before they were asked for); run again once it ends to capture them";
 const REMOTE_NOTE =
-  "Token views need a local model: this widget's model is remote (an endpoint sends text, not tokens).";
+  "Token views need a local model, or a run on a server made with alternatives=5: this one has no token probabilities (a server sends text, not tokens, unless asked).";
 const RAW_BLOCKED = "The token view is shown: turn Tokens, Probabilities and Alternatives off for the text";
 const CUT_TITLE = "The run's settings gave it no chance (temperature / top-k / top-p, or greedy decoding)";
 
