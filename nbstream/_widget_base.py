@@ -439,8 +439,11 @@ class RunWidget(anywidget.AnyWidget):
     def _on_start(self, run: Generation, run_id: int) -> None:
         """More traits to set as a run starts (inside the launch's ``hold_sync``)."""
         if self.__dict__.get("_server_tokens"):
-            # A server's run shows its tokens when it has a trace (alternatives=k).
-            self.can_trace = run.trace is not None
+            # A server's run shows its tokens when it has a trace (alternatives=k); a chat's
+            # token view lists every answer, so every one of them needs one (an answer
+            # without would show no tokens, and no text, in the token view).
+            runs = [shown for _, shown in self._token_runs()] or [run]
+            self.can_trace = all(shown.trace is not None for shown in runs)
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         """The traits to set when ``run`` has ended (one state message to the views)."""

@@ -120,3 +120,23 @@ def test_a_chat_on_a_server_continues_its_last_answer_from_the_view(
     assert chat.wait(30)
     assert chat.history[-1] == {"role": "assistant", "content": "Blue yellow."}
     chat.close()
+
+
+def test_a_chat_shows_tokens_only_while_every_answer_on_the_server_has_them(
+    loopback,  # noqa: F811
+    no_leftover_runs,
+):
+    # An answer without a trace has no tokens to list: the token view would show it empty.
+    endpoint = nbstream.Endpoint(loopback.url("vllm", "viewmixed"), "m")
+    chat = nbstream.ChatWidget(endpoint, max_new_tokens=20, show_alternatives=True)
+    chat.generate(PROMPT)
+    assert chat.wait(30)
+    assert not chat.can_trace
+    chat.generate("And two more?", alternatives=2)
+    assert chat.wait(30)
+    assert chat.run.trace is not None and not chat.can_trace
+    chat.clear()
+    chat.generate(PROMPT, alternatives=2)
+    assert chat.wait(30)
+    assert chat.can_trace
+    chat.close()
