@@ -140,3 +140,33 @@ def test_a_chat_shows_tokens_only_while_every_answer_on_the_server_has_them(
     assert chat.wait(30)
     assert chat.can_trace
     chat.close()
+
+
+def test_a_compare_column_on_a_server_shows_its_tokens_and_continues(
+    loopback,  # noqa: F811
+    no_leftover_runs,
+):
+    endpoint = nbstream.Endpoint(loopback.url("vllm", "viewcompare"), "m")
+    cw = nbstream.CompareWidget(
+        endpoint,
+        None,
+        PROMPT,
+        settings=[{"temperature": 0}, {"temperature": 0.7}],
+        max_new_tokens=20,
+        alternatives=2,
+        show_alternatives=True,
+    )
+    cw.generate()
+    assert cw.wait(30) == ["Red and blue."] * 2
+    column = cw.columns[1]
+    assert column.can_trace and not column.can_explain and column.branch_unavailable == ""
+    rec = Recorder(column)
+    column._send_all_tokens()  # as a view's toggle asks
+    assert [t[1] for t in tokens_of(rec, column.run_id)] == [text for text, _, _ in ANSWER]
+    column._handle_view_message(
+        {"type": "branch", "run_id": column.run_id, "step": 2, "alternative": 1}
+    )
+    assert column.input_error == "", column.input_error
+    assert column.wait(30) and column.result == "Red and green yellow."
+    assert cw.columns[0].result == "Red and blue."  # the other column keeps its answer
+    cw.close()
