@@ -517,10 +517,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     @property
     def divergence(self) -> tuple[int, list[int | None]] | None:
         """Where the columns part: ``None`` while every column's token ids agree (or a
-        column has no run yet), else ``(step, tokens)``: the first step at which the
-        columns' token ids are not all equal, and each column's token id there, in column
-        order (``None`` for a column whose answer had already ended). While columns stream,
-        only the steps each of them has reached count."""
+        column has no run yet, or a column's run has no token ids: a model server sends
+        text, so compare such columns' ``result`` or ``run.trace`` texts instead), else
+        ``(step, tokens)``: the first step at which the columns' token ids are not all
+        equal, and each column's token id there, in column order (``None`` for a column
+        whose answer had already ended). While columns stream, only the steps each of them
+        has reached count."""
         runs = [column.run for column in self._columns]
         if any(run is None for run in runs):
             return None
