@@ -359,6 +359,10 @@ class RemoteTokenTrace:
     bytes: tuple[int, ...] | None = None
     #: True for a branch's forced token (chosen by the caller, not drawn by the server).
     forced: bool = False
+    #: The piece of the streamed text this token accounts for ("" for the first part of a
+    #: character split over tokens, whose last part carries the character): a branch's
+    #: answer so far is built from these, never from the server's ``bytes``/``token``.
+    shown: str | None = None
 
     @property
     def id(self) -> None:

@@ -382,3 +382,144 @@ def test_a_reasoning_models_separate_thinking_stops_the_trace_and_says_so(
     run = answered(nbstream.Endpoint(loopback.url("vllm", "reasoning"), "m"), alternatives=2)
     assert run.thinking == "Think." and run.result == "Red and blue."
     assert run.trace == [] and "thinking came in a separate field" in run.trace.incomplete
+
+
+# -- review fixes: the trace against the streamed text, stop=, the key in reasons -------------
+class Scripted(ThreadingHTTPServer):
+    """A vLLM-speaking server whose answer a test writes, chunk by chunk: ``answer`` for a
+    new question, ``continuation`` for an answer so far to continue."""
+
+    daemon_threads = True
+
+    def __init__(self, answer: list[bytes], continuation: list[bytes]) -> None:
+        super().__init__(("127.0.0.1", 0), ScriptedHandler)
+        self.answer, self.continuation = answer, continuation
+        self.requests: list[dict[str, Any]] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class ScriptedHandler(Handler):
+    server: Scripted  # type: ignore[assignment]
+
+    def do_GET(self) -> None:
+        self._send(200, "application/json", json.dumps(listing("vllm")).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        continues = body["messages"][-1]["role"] == "assistant"
+        events = self.server.continuation if continues else self.server.answer
+        data = b"".join([chunk(None), *events, chunk(None, finish="stop"), b"data: [DONE]\n\n"])
+        self._send(200, "text/event-stream", data)
+
+
+def entry(text: str, tops: list[str], raw: bytes | None = None) -> dict[str, Any]:
+    """One token's logprobs, its bytes its text's unless ``raw`` says otherwise."""
+    return {
+        "token": text,
+        "logprob": -0.1,
+        "bytes": list(text.encode() if raw is None else raw),
+        "top_logprobs": [
+            {"token": t, "logprob": -0.1 * (i + 1), "bytes": list(t.encode())}
+            for i, t in enumerate(tops)
+        ],
+    }
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    servers: list[Scripted] = []
+
+    def start(answer: list[bytes], continuation: list[bytes] | None = None) -> Scripted:
+        servers.append(Scripted(answer, continuation or [chunk(" cake", None)]))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_branch_after_a_character_split_over_tokens_sends_the_text_shown(
+    scripted, no_leftover_runs
+):
+    # vLLM: each part of a split character is the token U+FFFD (bytes too), its text comes
+    # with the last part (an empty delta before it).
+    fffd = "\ufffd"
+    server = scripted(
+        [
+            chunk("I like", {"content": [entry("I", ["I"]), entry(" like", [" like"])]}),
+            chunk("", {"content": [entry(" " + fffd, [" " + fffd])]}),
+            chunk(" 🍕", {"content": [entry(fffd, [fffd])]}),
+            chunk(" and", {"content": [entry(" and", [" and", " or"])]}),
+        ]
+    )
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2)
+    assert run.result == "I like 🍕 and"
+    assert len(run.trace) == 5 and run.trace.incomplete is None
+    branch = run.branch(4, " or")
+    assert branch.wait(30), branch.error
+    assert server.requests[-1]["messages"][-1]["content"] == "I like 🍕 or"
+    assert branch.result == "I like 🍕 or cake"
+    assert branch.record["branch"]["prefix_text"] == "I like 🍕 or"
+
+
+def test_tokens_that_do_not_spell_the_text_stop_the_trace_and_no_branch_sends_them(
+    scripted, no_leftover_runs
+):
+    server = scripted(
+        [
+            chunk("Hi", {"content": [entry("Hi", ["Hi"], raw=b"IGNORE ALL")]}),
+            chunk(" there", {"content": [entry(" there", [" there", " you"])]}),
+        ]
+    )
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2)
+    assert run.result == "Hi there"
+    assert len(run.trace) == 0
+    assert "IGNORE ALL" in run.trace.incomplete and "do not match its text" in run.trace.incomplete
+    with pytest.raises(ValueError, match=r"not in run\.trace"):
+        run.branch(1, " you")
+    assert len(server.requests) == 1  # nothing sent
+    other = scripted([chunk("A", {"content": [entry("Zebra", ["Zebra"]), entry(" extra", [])]})])
+    run = answered(nbstream.Endpoint(other.url(), "m"), alternatives=2)
+    assert run.result == "A" and len(run.trace) == 0 and "Zebra extra" in run.trace.incomplete
+
+
+def test_a_stop_string_cuts_the_trace_at_the_text_shown(scripted, no_leftover_runs):
+    # One chunk carries the stop string and tokens past it (vLLM --stream-interval > 1).
+    server = scripted(
+        [
+            chunk("Red and", {"content": [entry("Red", ["Red"]), entry(" and", [" and"])]}),
+            chunk(
+                " blue. Green",
+                {
+                    "content": [
+                        entry(" blue", [" blue"]),
+                        entry(".", [".", "!"]),
+                        entry(" Green", [" Green", " Pink"]),
+                    ]
+                },
+            ),
+        ]
+    )
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2, stop=["blue"])
+    assert run.result == "Red and "
+    assert [step.text for step in run.trace] == ["Red", " and"]
+    with pytest.raises(ValueError, match=r"not in run\.trace"):
+        run.branch(4, " Pink")
+    assert len(server.requests) == 1  # nothing sent
+
+
+def test_a_trace_reason_quoting_the_servers_data_has_no_key(scripted, caplog, no_leftover_runs):
+    key = "sk-test-0123456789abcdef"
+    server = scripted([chunk("Hi", {"oops": f"Bearer {key}"})])
+    endpoint = nbstream.Endpoint(server.url(), "m", api_key=key)
+    with caplog.at_level("WARNING"):
+        run = answered(endpoint, alternatives=2)
+    assert run.result == "Hi" and run.trace.incomplete
+    assert key not in run.trace.incomplete
+    assert key not in json.dumps(run.record)
+    assert key not in caplog.text

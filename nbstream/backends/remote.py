@@ -15,7 +15,9 @@ connection is what tells the server to stop generating.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
+import dataclasses
 import html
 import json
 import logging
@@ -24,6 +26,7 @@ import re
 import threading
 import traceback
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from .. import _servers
@@ -525,8 +528,12 @@ class Endpoint:
         job.settings_unconfirmed = unconfirmed
         if k:
             job.trace_capture = RemoteTraceCapture(k, family, prefix_trace)
+            # The reasons it gives quote the server's data, which may echo the key.
+            job.trace_capture.quote = self._quote
         if assistant_prefix is not None:
             job.assistant_prefix = assistant_prefix
+            if job.trace_capture is not None:
+                job.trace_capture.base = len(assistant_prefix)
             job.prefix_steps = prefix_steps
             if prefix_trace is None and job.trace_capture is not None:
                 job.trace_capture.trace.incomplete = (
@@ -666,9 +673,15 @@ class Endpoint:
             rank=rank,
             alternatives=at.alternatives,
             forced=True,
+            shown=chosen.text,
         )
         records = [*trace[:step], forced]
-        prefix = b"".join(record.raw for record in records).decode("utf-8", "replace")
+        # The parent's streamed text, as its records account for it: never the server's
+        # bytes or token texts, which may not spell what was shown (U+FFFD for a split
+        # character in vLLM's, anything at all in a hostile server's).
+        prefix = "".join(
+            record.shown if record.shown is not None else record.text for record in records
+        )
         job = self.prepare(
             parent.prompt,
             settings,
@@ -964,8 +977,11 @@ class RemoteJob:
         url = f"{endpoint.base_url}{self.path}"
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
+        # The answer's characters fed to the stop check, and those it released (shown).
+        fed = released = 0
         if watch is not None and self.assistant_prefix:
-            watch.feed(self.assistant_prefix)  # it is the answer's start: what the reader sees
+            # it is the answer's start: what the reader sees
+            fed, released = len(self.assistant_prefix), len(watch.feed(self.assistant_prefix))
         finish: str | None = None
         # The first half of a surrogate pair whose second half is in the next event.
         half = ""
@@ -1016,8 +1032,15 @@ class RemoteJob:
                             buffer.put(text)
                             if watch is not None:
                                 split = self._answer_split
-                                watch.feed(split.feed(text)[1] if split is not None else text)
+                                answer = split.feed(text)[1] if split is not None else text
+                                fed += len(answer)
+                                released += len(watch.feed(answer))
                                 if watch.found:
+                                    # The chunk may carry tokens past the stop string: the
+                                    # trace keeps those of the text shown only.
+                                    capture = self.trace_capture
+                                    if capture is not None:
+                                        capture.cut(capture.seen - (fed - released))
                                     # The answer is over: leaving closes the connection, so
                                     # the server stops; the reader side cuts the text itself.
                                     control.stop_found.set()
@@ -1026,6 +1049,8 @@ class RemoteJob:
                             finish = reason
                     if half:  # its pair never came
                         buffer.put("\ufffd")
+                    if self.trace_capture is not None:
+                        self.trace_capture.finish()
                 finally:
                     await events.aclose()
         except EndpointError:
@@ -1194,7 +1219,11 @@ class RemoteJob:
                 raise self._malformed("a 'finish_reason' that is not a string", data)
             if content:
                 text += self._thinking_closes() + content
-            if self.trace_capture is not None and (content or reasoning):
+            # A chunk with logprobs and no text yet (vLLM's first part of a split
+            # character) is recorded all the same: its tokens come before the next text.
+            if self.trace_capture is not None and (
+                content or reasoning or choice.get("logprobs") is not None
+            ):
                 self.trace_capture.add(choice.get("logprobs"), content or "", bool(reasoning))
             if finished:
                 reason = finished
@@ -1301,6 +1330,20 @@ class RemoteTraceCapture:
         self.trace = RemoteTrace(prefix or ())
         self._lock = threading.Lock()
         self._text_chunks = 0
+        #: How a reason quotes the server's data (the Endpoint's, which blots out the key).
+        self.quote: Callable[[str, int], str] = lambda text, limit: text[:limit]
+        #: Where the server's text starts in the answer (a branch's prefix comes first).
+        self.base = sum(len(r.shown if r.shown is not None else r.text) for r in self.trace)
+        self._own = len(self.trace)  # the records before it are a branch's prefix
+        #: The streamed text seen so far (after ``base``), recorded or not.
+        self.seen = 0
+        # The records' bytes, decoded across records and chunks (a split character).
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # Records whose text has not yet been matched with the streamed text, their
+        # decoded pieces, and that text; how many chunks they span.
+        self._pending: list[tuple[RemoteTokenTrace, str]] = []
+        self._pending_text = ""
+        self._pending_chunks = 0
 
     def records(self, ids: list[int]) -> RemoteTrace:
         """A snapshot of the records so far (``ids`` is unused: a server sends none)."""
@@ -1312,6 +1355,7 @@ class RemoteTraceCapture:
     def add(self, logprobs: Any, content: str, reasoning: bool) -> None:
         """Record one chunk's tokens (worker thread)."""
         self._text_chunks += 1
+        self.seen += len(content)
         if self.trace.incomplete is not None:
             return
         if reasoning:
@@ -1320,7 +1364,7 @@ class RemoteTraceCapture:
                 "nbstream does not record"
             )
             return
-        where = f"the server's chunk {self._text_chunks} of text ({content[:40]!r})"
+        where = f"the server's chunk {self._text_chunks} of text ({self.quote(content, 40)!r})"
         if logprobs is None:
             self._stop(
                 f"{where} came without logprobs (it was asked for them: "
@@ -1331,19 +1375,77 @@ class RemoteTraceCapture:
         if isinstance(logprobs, dict) and "token_logprobs" in logprobs:
             entries = _from_completions(logprobs)
         if not isinstance(entries, list) or not entries:
-            self._stop(f"{where} came with logprobs of an unknown shape ({str(logprobs)[:80]!r})")
+            self._stop(
+                f"{where} came with logprobs of an unknown shape "
+                f"({self.quote(str(logprobs), 80)!r})"
+            )
             return
         try:
             records = [self._record(entry) for entry in entries]
         except ValueError as exc:
             self._stop(f"{where} came with malformed logprobs: {exc}")
             return
+        self._match(records, content, where)
+
+    def _match(self, records: list[RemoteTokenTrace], content: str, where: str) -> None:
+        """Keep ``records`` once their text spells the streamed text (their bytes decoded
+        across records, so a character split over tokens spells once its last part is in);
+        stop the trace where they do not."""
+        for record in records:
+            self._pending.append((record, self._decoder.decode(record.raw)))
+        self._pending_text += content
+        self._pending_chunks += 1
+        spelled = "".join(piece for _, piece in self._pending)
+        text = self._pending_text
+        pieces: list[str] | None = None
+        if spelled == text:
+            pieces = [piece for _, piece in self._pending]
+        elif "\ufffd" in spelled and _replaced(spelled).fullmatch(text):
+            # vLLM's token text for each part of a split character is U+FFFD (its bytes
+            # too); the text carries the character: the last record accounts for it all.
+            pieces = [""] * (len(self._pending) - 1) + [text]
+        if pieces is not None:
+            with self._lock:
+                self.trace.extend(
+                    dataclasses.replace(record, shown=piece)
+                    for (record, _), piece in zip(self._pending, pieces, strict=True)
+                )
+            self._pending, self._pending_text, self._pending_chunks = [], "", 0
+            return
+        lagging = spelled.startswith(text) or text.startswith(spelled) or "\ufffd" in spelled
+        if not lagging or self._pending_chunks > _MAX_PENDING_CHUNKS:
+            self._stop(
+                f"{where}: its tokens spell {self.quote(spelled, 40)!r}, not the text "
+                f"({self.quote(text, 40)!r}); the server's logprobs do not match its text"
+            )
+
+    def finish(self) -> None:
+        """The stream is over: tokens whose text never matched the streamed text stop the
+        trace (they are not kept)."""
+        if self._pending and self.trace.incomplete is None:
+            self._stop(
+                f"the server's last {len(self._pending)} token(s) never spelled its text "
+                f"({self.quote(self._pending_text, 40)!r})"
+            )
+
+    def cut(self, visible: int) -> None:
+        """A stop string ended the answer ``visible`` characters in (after ``base``): keep
+        only the records of the text shown, so that no branch starts past it."""
         with self._lock:
-            self.trace.extend(records)
+            self._pending, self._pending_text = [], ""
+            end = self.base
+            for index in range(self._own, len(self.trace)):
+                shown = self.trace[index].shown
+                end += len(shown if shown is not None else self.trace[index].text)
+                if end > self.base + visible:
+                    del self.trace[index:]
+                    break
 
     def _stop(self, why: str) -> None:
+        why = self.quote(why, len(why))  # every piece of the key out, whatever quoted it
         with self._lock:
             self.trace.incomplete = why
+            self._pending = []
         logger.warning("run.trace stops short of the text: %s", why)
 
     @staticmethod
@@ -1365,6 +1467,16 @@ class RemoteTraceCapture:
         return RemoteTokenTrace(
             text=text, logprob=logprob, rank=rank, alternatives=tuple(alternatives), bytes=raw
         )
+
+
+#: How many chunks a token's text may lag behind the streamed text (or ahead of it).
+_MAX_PENDING_CHUNKS = 4
+
+
+def _replaced(spelled: str) -> re.Pattern[str]:
+    """``spelled`` as a pattern in which each run of U+FFFD stands for any characters."""
+    parts = re.split("\ufffd+", spelled)
+    return re.compile("(?:.+?)".join(re.escape(part) for part in parts), re.DOTALL)
 
 
 def _from_completions(logprobs: dict[str, Any]) -> list[Any] | None:
