@@ -523,3 +523,20 @@ def test_a_trace_reason_quoting_the_servers_data_has_no_key(scripted, caplog, no
     assert key not in run.trace.incomplete
     assert key not in json.dumps(run.record)
     assert key not in caplog.text
+
+
+def test_a_branchs_stop_string_is_looked_for_in_its_answer_not_its_thinking(
+    scripted, no_leftover_runs
+):
+    tokens = ["<think>", "say", " blue", "</think>", "Red", " and", " green", "."]
+    server = scripted(
+        [chunk(t, {"content": [entry(t, [t, " pink"])]}) for t in tokens],
+        [chunk(t, {"content": [entry(t, [t])]}) for t in (" now", ",", " then", ".")],
+    )
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2, stop=["blue"])
+    assert run.thinking == "say blue" and run.result == "Red and green."
+    branch = run.branch(6, " pink")
+    assert branch.wait(30), branch.error
+    sent = server.requests[-1]["messages"][-1]["content"]
+    assert sent == "<think>say blue</think>Red and pink"
+    assert branch.thinking == "say blue" and branch.result == "Red and pink now, then."

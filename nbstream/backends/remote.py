@@ -979,9 +979,15 @@ class RemoteJob:
         watch = StopFilter(stops) if stops else None
         # The answer's characters fed to the stop check, and those it released (shown).
         fed = released = 0
-        if watch is not None and self.assistant_prefix:
-            # it is the answer's start: what the reader sees
-            fed, released = len(self.assistant_prefix), len(watch.feed(self.assistant_prefix))
+        if self.assistant_prefix:
+            # The answer so far starts the text: its thinking (a branch in or after it) goes
+            # through the split first, so that the stop check reads the answer part only,
+            # and the split knows where the branch's own text is.
+            split = self._answer_split
+            prefix = self.assistant_prefix
+            answer = split.feed(prefix)[1] if split is not None else prefix
+            if watch is not None:
+                fed, released = len(answer), len(watch.feed(answer))
         finish: str | None = None
         # The first half of a surrogate pair whose second half is in the next event.
         half = ""
