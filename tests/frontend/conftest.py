@@ -14,7 +14,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, BrowserContext, Page
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,14 +52,30 @@ def fe_browser(chromium: Browser) -> Browser:
     return chromium
 
 
+# One browser context per Chromium and page height, each test's page a new page in it: the
+# pages share the HTTP cache, so the bundles are fetched and compiled once per module instead
+# of once per test (0.36 s a page instead of 0.5 here). Nothing of a page's own state (its
+# DOM, scripts, focus, routes) outlives it; the bundles keep nothing in storage.
+_CONTEXTS: dict[tuple[Browser, int], BrowserContext] = {}
+
+
+def _context(browser: Browser, height: int) -> BrowserContext:
+    for key in [k for k in _CONTEXTS if not k[0].is_connected()]:
+        del _CONTEXTS[key]  # their Chromium was closed with its module
+    context = _CONTEXTS.get((browser, height))
+    if context is None:
+        context = browser.new_context(viewport={"width": 900, "height": height})
+        _CONTEXTS[(browser, height)] = context
+    return context
+
+
 @contextlib.contextmanager
 def harness_page(
     browser: Browser, server: str, bundle: str = "widget", height: int = 900
 ) -> Iterator[Page]:
     """A fresh page with the harness loading `bundle` (widget, chat or compare); fails the
     test on any page error or on a fetch from outside the local server."""
-    context = browser.new_context(viewport={"width": 900, "height": height})
-    page = context.new_page()
+    page = _context(browser, height).new_page()
     page_errors: list[str] = []
     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
     # Nothing outside the local server may be fetched (the bundle is self-contained).
@@ -79,7 +95,7 @@ def harness_page(
         assert errors == [], f"errors in the page: {errors}"
         assert outside == [], f"the page tried to fetch {outside}"
     finally:
-        context.close()
+        page.close()
 
 
 @pytest.fixture
