@@ -391,9 +391,9 @@ class Scripted(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, answer: list[bytes], continuation: list[bytes]) -> None:
+    def __init__(self, answer: list[bytes], continuation: list[bytes], family: str) -> None:
         super().__init__(("127.0.0.1", 0), ScriptedHandler)
-        self.answer, self.continuation = answer, continuation
+        self.answer, self.continuation, self.family = answer, continuation, family
         self.requests: list[dict[str, Any]] = []
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -405,11 +405,16 @@ class ScriptedHandler(Handler):
     server: Scripted  # type: ignore[assignment]
 
     def do_GET(self) -> None:
-        self._send(200, "application/json", json.dumps(listing("vllm")).encode())
+        self._send(200, "application/json", json.dumps(listing(self.server.family)).encode())
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)
+        if "prompt" in body:  # the completions API (llama-cpp-python's branch)
+            text = {"index": 0, "text": " cake", "logprobs": None, "finish_reason": "stop"}
+            data = f"data: {json.dumps({'choices': [text]})}\n\ndata: [DONE]\n\n".encode()
+            self._send(200, "text/event-stream", data)
+            return
         continues = body["messages"][-1]["role"] == "assistant"
         events = self.server.continuation if continues else self.server.answer
         data = b"".join([chunk(None), *events, chunk(None, finish="stop"), b"data: [DONE]\n\n"])
@@ -433,8 +438,10 @@ def entry(text: str, tops: list[str], raw: bytes | None = None) -> dict[str, Any
 def scripted() -> Iterator[Any]:
     servers: list[Scripted] = []
 
-    def start(answer: list[bytes], continuation: list[bytes] | None = None) -> Scripted:
-        servers.append(Scripted(answer, continuation or [chunk(" cake", None)]))
+    def start(
+        answer: list[bytes], continuation: list[bytes] | None = None, family: str = "vllm"
+    ) -> Scripted:
+        servers.append(Scripted(answer, continuation or [chunk(" cake", None)], family))
         return servers[-1]
 
     yield start
@@ -540,3 +547,60 @@ def test_a_branchs_stop_string_is_looked_for_in_its_answer_not_its_thinking(
     sent = server.requests[-1]["messages"][-1]["content"]
     assert sent == "<think>say blue</think>Red and pink"
     assert branch.thinking == "say blue" and branch.result == "Red and pink now, then."
+
+
+#: Llama 3's chat template, which trims each message (``content | trim``).
+TRIMMING_TEMPLATE = (
+    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}"
+)
+
+
+def test_an_answer_so_far_the_chat_template_would_trim_is_sent_as_shown_not_confirmed(
+    scripted, no_leftover_runs
+):
+    from transformers import AutoTokenizer
+
+    from nbstream.models import default_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    tokenizer.chat_template = TRIMMING_TEMPLATE
+    tokens = ["Red", " and", " blue"]
+    answer = [chunk(t, {"content": [entry(t, [t, "\n"])]}) for t in tokens]
+    server = scripted(answer, family="lcp")
+    run = answered(nbstream.Endpoint(server.url(), "m", tokenizer=tokenizer), alternatives=2)
+    branch = run.branch(2, "\n")
+    assert branch.wait(30), branch.error
+    assert server.requests[-1]["prompt"].endswith("<|end_header_id|>\n\nRed and\n")
+    continuation = branch.record["continuation"]
+    assert continuation["prompt_text"] == server.requests[-1]["prompt"]
+    assert continuation["confirmed"] is False
+    assert any("trims it" in warning for warning in branch.record["warnings"])
+    # vLLM renders the prefix with its own template: whitespace at its end is not confirmed.
+    server = scripted(answer)
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2)
+    branch = run.branch(2, "\n")
+    assert branch.wait(30), branch.error
+    assert branch.record["continuation"]["confirmed"] is False
+    assert any("ends in whitespace" in note for note in branch.record["warnings"])
+    branch = run.branch(2, " green")
+    assert branch.wait(30), branch.error
+    assert branch.record["continuation"]["confirmed"] is True
+
+
+def test_an_endpoint_refuses_a_tokenizer_that_cannot_render_a_conversation():
+    from transformers import AutoTokenizer
+
+    from nbstream.models import default_model_dir
+
+    url = "http://127.0.0.1:9/v1"  # nothing is sent
+    with pytest.raises(TypeError, match=r"AutoTokenizer\.from_pretrained"):
+        nbstream.Endpoint(url, "m", tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct")
+    with pytest.raises(TypeError, match="apply_chat_template"):
+        nbstream.Endpoint(url, "m", tokenizer=5)
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    tokenizer.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        nbstream.Endpoint(url, "m", tokenizer=tokenizer)

@@ -342,6 +342,8 @@ class Endpoint:
             raise TypeError(
                 f"concurrent must be True, False or None (the server's way), got {concurrent!r}"
             )
+        if tokenizer is not None:
+            _check_tokenizer(tokenizer)
         _require_client()
         self.base_url = base_url.strip().rstrip("/")
         self.model = model
@@ -455,7 +457,7 @@ class Endpoint:
                 body["add_generation_prompt"] = False
             elif family.continuation == "completions":
                 # The chat API would close the answer: the text itself is continued.
-                rendered = self._render(messages)
+                rendered, rewritten = self._render(messages)
                 del body["messages"]
                 body["prompt"] = rendered
                 if k:
@@ -503,6 +505,16 @@ class Endpoint:
         if rendered is not None:
             job.path = "/completions"
             job.prompt_text = rendered
+            if rewritten:
+                warning = (
+                    "the tokenizer's chat template renders the answer so far otherwise than "
+                    "it was shown (it trims it, or adds to it): nbstream sent it as shown, "
+                    "after the template's start of an answer, so the model sees a prompt its "
+                    "template would not make; the record says confirmed: False"
+                )
+                job.warnings.append(warning)
+                job.prefix_as_rendered = False
+                logger.warning("%s", warning)
         if unconfirmed:
             sent = ", ".join(f"{name}={value!r}" for name, value in unconfirmed.items())
             warning = (
@@ -597,21 +609,32 @@ class Endpoint:
             "llama-cpp-python given Endpoint(..., tokenizer=...)"
         )
 
-    def _render(self, messages: list[dict[str, Any]]) -> str:
-        """The conversation through the tokenizer's chat template, its final assistant
-        message left open (``continue_final_message``), as a raw prompt."""
+    def _render(self, messages: list[dict[str, Any]]) -> tuple[str, bool]:
+        """The raw prompt that continues the final assistant message: the conversation
+        before it through the tokenizer's chat template with the start of an answer
+        (``add_generation_prompt``), then the answer so far verbatim; and whether the
+        template's own rendering of it (``continue_final_message``) differs, which a template
+        that trims the message (Llama 3's ``| trim``) or adds to it (Qwen3's empty
+        ``<think></think>``) does."""
         try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, continue_final_message=True
+            head = self.tokenizer.apply_chat_template(
+                messages[:-1], tokenize=False, add_generation_prompt=True
             )
         except Exception as exc:
             raise ValueError(
                 "the Endpoint's tokenizer could not render the conversation with the answer "
                 f"so far ({type(exc).__name__}: {exc}); it needs the model's chat template"
             ) from exc
-        if not isinstance(text, str):
+        if not isinstance(head, str):
             raise ValueError("the Endpoint's tokenizer rendered the conversation as no text")
-        return text
+        text = head + messages[-1]["content"]
+        try:
+            own = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, continue_final_message=True
+            )
+        except Exception:  # the template cannot continue a message at all
+            own = None
+        return text, own != text
 
     def _check_continuation(self) -> None:
         why = self.why_no_branch()
@@ -807,6 +830,8 @@ class RemoteJob:
         # The server applies its own chat template: the exact prompt text is not known here;
         # the prompt's token count comes from the server's usage, when it sends one.
         self.prompt_text: str | None = None
+        #: False when the chat template would have rendered the answer so far otherwise.
+        self.prefix_as_rendered = True
         self.prompt_tokens: int | None = None
         self.prompt: Any = None
         self.in_effect: dict[str, Any] = dict(settings)
@@ -916,7 +941,24 @@ class RemoteJob:
             # Honoured as far as the server's request schema says (continue_final_message),
             # or by construction (a raw prompt that ends with the prefix); llama-server may
             # have been started with prefill off, which the answer cannot show.
-            confirmed = family.continuation in ("continue_final_message", "completions")
+            confirmed = (
+                family.continuation in ("continue_final_message", "completions")
+                and self.prefix_as_rendered
+            )
+            # The server renders continue_final_message with its own chat template, which
+            # nbstream cannot see: one that trims the message drops trailing whitespace, and
+            # thinking tags in the answer so far may be rewritten (Qwen3's template).
+            prefix = self.assistant_prefix
+            doubt = family.continuation == "continue_final_message" and (
+                prefix != prefix.rstrip() or any(tag in prefix for tag in self.thinking_tags)
+            )
+            if doubt:
+                confirmed = False
+                notes.append(
+                    "the answer so far ends in whitespace or holds thinking tags, which the "
+                    "server's chat template may trim or rewrite (nbstream cannot see its "
+                    "rendering): not confirmed that the model continued it as shown"
+                )
             extra["continuation"] = {
                 "how": family.continuation,
                 "prefix_text": self.assistant_prefix,
@@ -1472,6 +1514,25 @@ class RemoteTraceCapture:
             rank = 1 + sum(alt.logprob > logprob for alt in alternatives)
         return RemoteTokenTrace(
             text=text, logprob=logprob, rank=rank, alternatives=tuple(alternatives), bytes=raw
+        )
+
+
+def _check_tokenizer(tokenizer: Any) -> None:
+    """Refuse an ``Endpoint(tokenizer=...)`` that cannot render a conversation (a name, a
+    tokenizer without a chat template): the view would offer Continue, and it would fail."""
+    how = (
+        "pass the model's transformers tokenizer, e.g. AutoTokenizer.from_pretrained(<the "
+        "model the server's weights (the GGUF) were made from>)"
+    )
+    if not callable(getattr(tokenizer, "apply_chat_template", None)):
+        raise TypeError(
+            f"tokenizer must be a transformers tokenizer (it has no apply_chat_template), got "
+            f"{type(tokenizer).__name__} {tokenizer!r:.60}: {how}"
+        )
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "tokenizer has no chat template, which nbstream needs to render the conversation "
+            f"for the server to continue: {how}, an instruct model's, whose tokenizer has one"
         )
 
 
