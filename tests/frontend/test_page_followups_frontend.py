@@ -87,11 +87,12 @@ def said(page: Page) -> list[list]:
     return page.evaluate("window.said")
 
 
-def wait_said(page: Page, who: Any, text: str) -> None:
-    """Until `who` ("header" or a column's index) has said `text`."""
+def wait_said(page: Page, who: Any, text: str, times: int = 1) -> None:
+    """Until `who` ("header" or a column's index) has said `text` `times` times (a text
+    said before counts: wait for its new saying by its count, not for the text)."""
     page.wait_for_function(
-        "([who, text]) => window.said.some(([w, t]) => w === who && t === text)",
-        arg=[who, text],
+        "([who, text, n]) => window.said.filter(([w, t]) => w === who && t === text).length >= n",
+        arg=[who, text, times],
         timeout=10_000,
     )
 
@@ -176,7 +177,7 @@ def test_a_column_run_alone_says_itself_and_the_header_nothing(compare_page: Pag
     wait_said(page, 1, f"{LABELS[1]}: Answer complete, 7 tokens")
     column(page, 1, run_id=3, status="running", metrics={})
     header(page, statuses=["complete", "running", "complete"], in_run_all=[True, False, True])
-    wait_said(page, 1, f"{LABELS[1]}: Running")
+    wait_said(page, 1, f"{LABELS[1]}: Running", times=2)  # the first Running was run 2's
     page.get_by_role("button", name="Stop all").click()
     column(page, 1, status="cancelled", metrics={"tokens": 2, "finish_reason": "cancelled"})
     header(page, statuses=["complete", "cancelled", "complete"], in_run_all=[True, False, True])
