@@ -266,6 +266,8 @@ class Generation:
         self._watchdog: threading.Timer | None = None
         # Set by branch(): the run this one branched from, and where (see branch_info).
         self._parent: Generation | None = None
+        #: A rerun branch's parent, as its record has it (the run itself is not at hand).
+        self._parent_record: Any = None
         self._branch: dict[str, Any] | None = None
         self._queue = _queue_for(backend.queue_key())
         if self._queue.try_acquire(self):
@@ -700,7 +702,7 @@ class Generation:
         if info is None:
             return None
         parent = info.pop("parent")
-        return {**info, "parent": parent.record if parent is not None else None}
+        return {**info, "parent": parent.record if parent is not None else self._parent_record}
 
     @input_checked
     def distribution(
@@ -1202,6 +1204,13 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     return Generation(backend, job, clean)
 
 
+def _rerun_branch(run: Generation, branch: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """A rerun of a branch is that branch again: its record says so (``branch``, with the
+    parent's record), so that a rerun of the rerun starts from the same answer so far."""
+    run._branch = {key: branch.get(key) for key in keys}
+    run._parent_record = branch.get("parent")
+
+
 def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
     """Start the run described by ``record`` again: same prompt, same settings, same seed.
 
@@ -1238,6 +1247,7 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
             prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
         )
         run = Generation(backend, job, settings)
+        _rerun_branch(run, branch, ("step", "token", "parent_token", "prefix_text"))
     else:
         # A branch: the same forced prefix again, then generated on as before.
         if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
@@ -1246,6 +1256,7 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
             raise ValueError("record is of a branch, which needs a local transformers model")
         job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])  # type: ignore[call-arg]
         run = Generation(backend, job, settings)
+        _rerun_branch(run, branch, ("step", "token", "parent_token"))
     # Either count may be unknown: a record from a server that sent no usage has None, and
     # a run on a server has None until the server counts the prompt (after it has started).
     then, now = record["prompt_tokens"], run.prompt_tokens

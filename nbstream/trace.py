@@ -406,3 +406,6 @@ class RemoteTrace(list[RemoteTokenTrace]):
     chunk of text; the records before that point are kept, and nothing is made up)."""
 
     incomplete: str | None = None
+    #: The answer's text before the first record, which has none (a rerun of a branch on a
+    #: server: its prefix); "" when the records start at the answer's start.
+    lead: str = ""

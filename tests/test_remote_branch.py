@@ -604,3 +604,40 @@ def test_an_endpoint_refuses_a_tokenizer_that_cannot_render_a_conversation():
     tokenizer.chat_template = None
     with pytest.raises(ValueError, match="no chat template"):
         nbstream.Endpoint(url, "m", tokenizer=tokenizer)
+
+
+def test_a_rerun_of_a_server_branch_is_that_branch_again_with_its_trace(loopback, no_leftover_runs):
+    endpoint = nbstream.Endpoint(loopback.url("vllm", "rerunbranch"), "m")
+    run = answered(endpoint, alternatives=2, temperature=0)
+    branch = run.branch(2, " green")
+    assert branch.wait(30), branch.error
+    record = json.loads(json.dumps(branch.record))
+    again = nbstream.rerun(record, nbstream.Endpoint(loopback.url("vllm", "rerunbranch"), "m"))
+    assert again.wait(30), again.error
+    assert again.result == "Red and green yellow."
+    # The tokens after the prefix are recorded; the prefix has none, and says so.
+    assert [step.text for step in again.trace] == [" yellow", "."]
+    assert "its record" in again.trace.incomplete
+    with pytest.raises(ValueError, match="branch from the original run"):
+        again.branch(0, " pink")
+    rerecord = json.loads(json.dumps(again.record))
+    assert rerecord["branch"] == record["branch"]  # step, tokens, prefix, parent's record
+    third = nbstream.rerun(rerecord, nbstream.Endpoint(loopback.url("vllm", "rerunbranch"), "m"))
+    assert third.wait(30), third.error
+    assert loopback.posts("rerunbranch")[-1] == loopback.posts("rerunbranch")[-2]
+    assert third.result == branch.result
+
+
+def test_a_rerun_of_a_local_branch_records_that_branch_again(no_leftover_runs):
+    from nbstream.testing import tiny_model
+
+    model, tokenizer = tiny_model()
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=6, alternatives=3)
+    assert run.wait(60), run.error
+    branch = run.branch(2, run.trace[2].alternatives[1])
+    assert branch.wait(60), branch.error
+    record = json.loads(json.dumps(branch.record))
+    again = nbstream.rerun(record, model, tokenizer)
+    assert again.wait(60), again.error
+    assert again.token_ids == branch.token_ids
+    assert json.loads(json.dumps(again.record))["branch"] == record["branch"]

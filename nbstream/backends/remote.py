@@ -548,11 +548,13 @@ class Endpoint:
                 job.trace_capture.base = len(assistant_prefix)
             job.prefix_steps = prefix_steps
             if prefix_trace is None and job.trace_capture is not None:
+                # A note, not a stop: the tokens after the prefix are recorded.
                 job.trace_capture.trace.incomplete = (
                     f"the branch's first {prefix_steps} tokens (its forced prefix) have no "
                     "records: it was started again from its record, which keeps the prefix's "
                     "text only; the records start after it"
                 )
+                job.trace_capture.trace.lead = assistant_prefix
         job.in_effect = {
             "max_new_tokens": effective["max_new_tokens"],
             "do_sample": do_sample,  # None: the server's default
@@ -661,6 +663,12 @@ class Endpoint:
             )
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an int (a position in run.trace), got {step!r:.80}")
+        if trace.lead:
+            raise ValueError(
+                "this run's trace starts after its answer so far (a rerun of a branch has no "
+                "records for the prefix it was given), so its steps are not the answer's: "
+                "branch from the original run, or from the branch it reran"
+            )
         if not 0 <= step < len(trace):
             why = f"; {trace.incomplete}" if trace.incomplete else ""
             raise ValueError(
@@ -1392,19 +1400,22 @@ class RemoteTraceCapture:
         self._pending: list[tuple[RemoteTokenTrace, str]] = []
         self._pending_text = ""
         self._pending_chunks = 0
+        #: Recording has stopped (``trace.incomplete`` says why; it may also be a note only).
+        self._stopped = False
 
     def records(self, ids: list[int]) -> RemoteTrace:
         """A snapshot of the records so far (``ids`` is unused: a server sends none)."""
         with self._lock:
             snapshot = RemoteTrace(self.trace)
             snapshot.incomplete = self.trace.incomplete
+            snapshot.lead = self.trace.lead
             return snapshot
 
     def add(self, logprobs: Any, content: str, reasoning: bool) -> None:
         """Record one chunk's tokens (worker thread)."""
         self._text_chunks += 1
         self.seen += len(content)
-        if self.trace.incomplete is not None:
+        if self._stopped:
             return
         if reasoning:
             self._stop(
@@ -1470,7 +1481,7 @@ class RemoteTraceCapture:
     def finish(self) -> None:
         """The stream is over: tokens whose text never matched the streamed text stop the
         trace (they are not kept)."""
-        if self._pending and self.trace.incomplete is None:
+        if self._pending and not self._stopped:
             self._stop(
                 f"the server's last {len(self._pending)} token(s) never spelled its text "
                 f"({self.quote(self._pending_text, 40)!r})"
@@ -1494,6 +1505,7 @@ class RemoteTraceCapture:
         with self._lock:
             self.trace.incomplete = why
             self._pending = []
+            self._stopped = True
         logger.warning("run.trace stops short of the text: %s", why)
 
     @staticmethod
