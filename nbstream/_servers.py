@@ -96,7 +96,8 @@ FAMILIES: dict[str, ServerFamily] = {
             "top_logprobs); /v1/models owned_by 'vllm'",
             logprobs=True,
             logprobs_meaning="vLLM's logprobs: by default (--logprobs-mode raw_logprobs) the "
-            "model's own log-probabilities, before temperature, penalties, top-k and top-p; "
+            "model's own log-probabilities, before temperature, penalties, top-k and top-p "
+            "(V1 engine; V0, vLLM < 0.10, sent them after temperature and penalties); "
             "a server started with another --logprobs-mode sends processed ones",
             continuation="continue_final_message",
         ),

@@ -641,3 +641,24 @@ def test_a_rerun_of_a_local_branch_records_that_branch_again(no_leftover_runs):
     assert again.wait(60), again.error
     assert again.token_ids == branch.token_ids
     assert json.loads(json.dumps(again.record))["branch"] == record["branch"]
+
+
+def test_more_top_logprobs_than_asked_are_cut_to_k_and_far_more_stop_the_trace(
+    scripted, no_leftover_runs
+):
+    many = [f"w{i}" for i in range(6)]
+    server = scripted([chunk("w5", {"content": [entry("w5", many)]})])
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2)
+    # The 2 asked for, best first, and the chosen token's own entry (6th in the list).
+    assert [alt.text for alt in run.trace[0].alternatives] == ["w0", "w1", "w5"]
+    flood = [f"w{i}" for i in range(100)]
+    server = scripted([chunk("w0", {"content": [entry("w0", flood)]})])
+    run = answered(nbstream.Endpoint(server.url(), "m"), alternatives=2)
+    assert run.result == "w0" and len(run.trace) == 0
+    assert "100 top_logprobs for a token, asked for 2" in run.trace.incomplete
+
+
+def test_the_record_says_which_vllm_sends_the_models_own_logprobs(loopback, no_leftover_runs):
+    run = answered(nbstream.Endpoint(loopback.url("vllm", "meaning"), "m"), alternatives=2)
+    meaning = run.record["trace"]["meaning"]
+    assert "V1 engine" in meaning and "vLLM < 0.10" in meaning

@@ -1508,14 +1508,17 @@ class RemoteTraceCapture:
             self._stopped = True
         logger.warning("run.trace stops short of the text: %s", why)
 
-    @staticmethod
-    def _record(entry: Any) -> RemoteTokenTrace:
+    def _record(self, entry: Any) -> RemoteTokenTrace:
         text, logprob, raw = _logprob_entry(entry, "a token")
         tops = entry.get("top_logprobs")
         if tops is None:
             tops = []
         if not isinstance(tops, list):
             raise ValueError(f"top_logprobs is not a list: {str(tops)[:60]!r}")
+        if len(tops) > 4 * self.k + 8:
+            # Asked for k: a list far longer is not an answer to that (and would make every
+            # record, the widget's messages and a saved record that much larger).
+            raise ValueError(f"{len(tops)} top_logprobs for a token, asked for {self.k}")
         alternatives = []
         for top in tops:
             alt_text, alt_logprob, _ = _logprob_entry(top, "an alternative")
@@ -1524,6 +1527,11 @@ class RemoteTraceCapture:
         rank = None
         if any(alt.text == text for alt in alternatives):
             rank = 1 + sum(alt.logprob > logprob for alt in alternatives)
+        # The k asked for, and the chosen token where it ranks below them (as the server's
+        # own list may have it: llama-server and vLLM add it).
+        kept = alternatives[: self.k]
+        kept += [alt for alt in alternatives[self.k :] if alt.text == text][:1]
+        alternatives = kept
         return RemoteTokenTrace(
             text=text, logprob=logprob, rank=rank, alternatives=tuple(alternatives), bytes=raw
         )
