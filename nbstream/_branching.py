@@ -36,7 +36,7 @@ MODEL_CANNOT_BRANCH = (
 #: ``branch_unavailable`` for a model on a server (nbstream.Endpoint): the view lists no
 #: tokens of it, but ``w.branch`` does branch where the server can continue an answer.
 ENDPOINT_BRANCHES_IN_CODE = (
-    "this answer from a remote endpoint has no token probabilities, so its tokens have "
+    "This answer from a remote endpoint has no token probabilities, so its tokens have "
     "nothing to continue from. To branch on vLLM, SGLang, llama-server or llama-cpp-python "
     "(given the model's tokenizer=), generate with alternatives=5: the popover of a token "
     "then offers Continue, or call w.branch(step, w.run.trace[step].alternatives[1]): the "
