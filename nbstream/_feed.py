@@ -382,11 +382,13 @@ class RunFeed:
 
 def _token_count(run: Generation) -> int:
     """How many tokens of ``run`` the views can list: its ids, or, on a server (no ids), the
-    records of its trace."""
+    records of its trace. Asked on every tick of the feed: a local run's count is its ids
+    alone (reading its trace would build records, moving rows off the model's device)."""
+    ids = run.token_ids
+    if ids:
+        return len(ids)
     trace = run.trace
-    if isinstance(trace, RemoteTrace):
-        return len(trace)
-    return len(run.token_ids)
+    return len(trace) if isinstance(trace, RemoteTrace) else 0
 
 
 def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: bool) -> bool:

@@ -9,26 +9,18 @@ tests/test_remote_branch_view.py, the page alone tests/frontend/test_remote_bran
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-
 import pytest
 from playwright.sync_api import expect
 from test_branch_browser import branch_ended
-from test_remote_branch import ANSWER, CONTINUATION, PROMPT, Loopback
+from test_remote_branch import (
+    ANSWER,
+    CONTINUATION,
+    PROMPT,
+    loopback,  # noqa: F401 (the fixture)
+)
 from test_widget_browser import SETUP, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Loopback]:
-    loopback = Loopback()
-    thread = threading.Thread(target=loopback.serve_forever, daemon=True)
-    thread.start()
-    yield loopback
-    loopback.shutdown()
-    loopback.server_close()
 
 
 def texts(v) -> list[str]:
@@ -37,9 +29,9 @@ def texts(v) -> list[str]:
     )
 
 
-def test_continue_on_a_servers_alternative_and_switch_back(lab, server):
+def test_continue_on_a_servers_alternative_and_switch_back(lab, loopback):  # noqa: F811
     widget = (
-        f"w = nbstream.StreamWidget(nbstream.Endpoint({server.url('vllm', 'lab')!r}, 'm'),\n"
+        f"w = nbstream.StreamWidget(nbstream.Endpoint({loopback.url('vllm', 'lab')!r}, 'm'),\n"
         "                          max_new_tokens=20, alternatives=3, show_alternatives=True)\n"
         "w"
     )

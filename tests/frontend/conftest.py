@@ -110,3 +110,10 @@ def compare_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
     """A fresh page with the harness loading the CompareWidget header's bundle."""
     with harness_page(fe_browser, fe_server, "compare", height=600) as page:
         yield page
+
+
+@pytest.fixture
+def chat_harness_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
+    """A fresh page with the harness loading the ChatWidget's bundle."""
+    with harness_page(fe_browser, fe_server, "chat") as page:
+        yield page

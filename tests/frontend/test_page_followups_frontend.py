@@ -23,6 +23,7 @@ from typing import Any
 
 import test_chat_frontend
 from playwright.sync_api import Page, expect
+from test_branch_frontend import BRANCH
 from test_chat_frontend import answer, user
 from test_widget_frontend import change as widget_change
 from test_widget_frontend import delta, emit, mount, view
@@ -193,15 +194,6 @@ def test_a_column_run_alone_says_itself_and_the_header_nothing(compare_page: Pag
 
 # -- the branch switcher above the Thinking section ------------------------------------------
 
-BRANCH = {
-    "step": 2,
-    "parent_token": 253,
-    "parent_text": " a",
-    "token": 262,
-    "text": " the",
-    "parent": 0,
-    "status": "complete",
-}
 THOUGHT = {"text": "Colours first.", "tokens": 6, "elapsed_s": 0.4, "done": True}
 
 

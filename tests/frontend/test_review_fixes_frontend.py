@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from playwright.sync_api import Page, expect
+from test_branch_frontend import BRANCH
 from test_thinking_frontend import thinking
 from test_tokens_frontend import TOKENS, spans, tokens_msg
 from test_widget_frontend import change, delta, emit, frame, mount, sent, view
@@ -167,15 +168,7 @@ def test_a_refused_switch_does_not_pull_the_focus_later(fe_page: Page) -> None:
     page = fe_page
     mount(page, status="complete", run_id=1, show_alternatives=True, branch_unavailable="")
     root = view(page)
-    branch = {
-        "step": 2,
-        "parent_token": 253,
-        "parent_text": " a",
-        "token": 262,
-        "text": " the",
-        "parent": 0,
-        "status": "complete",
-    }
+    branch = dict(BRANCH)
     change(page, "_branches", [branch])
     change(page, "branch_shown", 1)
     buttons = root.get_by_role("group", name="Answers of this prompt").get_by_role("button")
@@ -227,33 +220,32 @@ def test_a_widened_slider_is_back_to_its_range_on_the_next_panel(fe_page: Page) 
     expect(temperature).to_have_value("0.7")
 
 
-def test_a_chat_answers_panel_closes_with_its_answer(fe_browser, fe_server) -> None:
-    from conftest import harness_page
+def test_a_chat_answers_panel_closes_with_its_answer(chat_harness_page: Page) -> None:
     from test_chat_frontend import FIRST, answer, user
 
-    with harness_page(fe_browser, fe_server, "chat") as page:
-        page.evaluate(
-            "([s]) => window.mount(s, null)",
-            [{"_messages": FIRST, "status": "complete", "run_id": 1, "show_alternatives": True}],
-        )
-        root = page.locator(".host .nbstream").first
-        emit(page, tokens_msg(1, 0, TOKENS))
-        bubble = root.locator('.nbstream-message[data-role="assistant"]').first
-        expect(spans(bubble)).to_have_count(len(TOKENS))
-        spans(bubble).nth(2).click()
-        bubble.get_by_role("button", name="How was this picked?").click()
-        panel = root.locator(".nbstream-dist")
-        expect(panel).to_be_visible()
-        page.evaluate("() => { window.__panel = document.querySelector('.nbstream-dist') }")
-        # A new answer starts below: the panel on the older answer closes.
-        second = [*FIRST, user(1, "More?"), answer(1, "", "queued", 2)]
-        change_many(page, {"_messages": second, "status": "queued", "run_id": 2})
-        # (waited for, not read at once: the view may redraw in its next frame)
-        page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
-        # Open again, on the first answer, then the chat is cleared: it closes with it.
-        spans(bubble).nth(1).click()
-        bubble.get_by_role("button", name="How was this picked?").click()
-        expect(panel).to_be_visible()
-        change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
-        expect(root.locator(".nbstream-message")).to_have_count(0)
-        page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
+    page = chat_harness_page
+    page.evaluate(
+        "([s]) => window.mount(s, null)",
+        [{"_messages": FIRST, "status": "complete", "run_id": 1, "show_alternatives": True}],
+    )
+    root = page.locator(".host .nbstream").first
+    emit(page, tokens_msg(1, 0, TOKENS))
+    bubble = root.locator('.nbstream-message[data-role="assistant"]').first
+    expect(spans(bubble)).to_have_count(len(TOKENS))
+    spans(bubble).nth(2).click()
+    bubble.get_by_role("button", name="How was this picked?").click()
+    panel = root.locator(".nbstream-dist")
+    expect(panel).to_be_visible()
+    page.evaluate("() => { window.__panel = document.querySelector('.nbstream-dist') }")
+    # A new answer starts below: the panel on the older answer closes.
+    second = [*FIRST, user(1, "More?"), answer(1, "", "queued", 2)]
+    change_many(page, {"_messages": second, "status": "queued", "run_id": 2})
+    # (waited for, not read at once: the view may redraw in its next frame)
+    page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
+    # Open again, on the first answer, then the chat is cleared: it closes with it.
+    spans(bubble).nth(1).click()
+    bubble.get_by_role("button", name="How was this picked?").click()
+    expect(panel).to_be_visible()
+    change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
+    expect(root.locator(".nbstream-message")).to_have_count(0)
+    page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
