@@ -189,8 +189,20 @@ class ChatWidget(BranchingWidget):
         The turn's user message and partial answer then reach the model with the next
         message, as if the answer had completed. Of a branched answer, the variant shown
         is kept, and stays kept: :meth:`show` it again and it is back in ``history``.
+        Raises ``RuntimeError`` while an answer is generated: that answer was asked without
+        the partial one, and ``history`` must not say otherwise.
+
+        Example::
+
+            >>> chat.generate("Tell me a long story")
+            >>> chat.stop()
+            >>> chat.keep_partial()                 # the next answer sees the story so far
         """
         with self._lock:
+            if self._busy():
+                raise RuntimeError(
+                    "the chat is answering; call stop() or wait() before keeping a partial answer"
+                )
             self._conversation.keep_partial(turn)
             with self.hold_sync():
                 self.input_error = ""

@@ -276,6 +276,22 @@ def test_history_and_system_cannot_change_while_answering(chat):
     chat.stop()
 
 
+def test_keep_partial_is_refused_while_answering(chat):
+    """Keeping an earlier partial answer while the next one is generated would make the
+    history claim the answer being generated followed it, which the model never saw."""
+    stopped = stopped_turn(chat, "Tell me a long story")
+    chat.generate("Something else", max_new_tokens=8000)
+    with pytest.raises(RuntimeError, match="answering"):
+        chat.keep_partial(0)
+    chat.stop()
+    with pytest.raises(nbstream.GenerationCancelled):
+        chat.wait()
+    assert not chat.transcript[1]["kept"]
+    assert user("Tell me a long story") not in chat.history
+    chat.keep_partial(0)  # once the chat is idle, it is accepted
+    assert chat.history[-2:] == [user("Tell me a long story"), assistant(stopped.partial_text)]
+
+
 def test_bad_messages_start_nothing(chat):
     for bad, error in (("", ValueError), ("   ", ValueError), (3, TypeError)):
         with pytest.raises(error):
