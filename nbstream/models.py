@@ -464,7 +464,7 @@ def load_model(
     ``proxies``) go to the tokenizer too.
 
     A local folder is known by its absolute path: the same relative path after a chdir is
-    another model.
+    another model. A leading ``~`` (in ``name_or_path`` and ``adapter``) is the home folder.
 
     Example::
 
@@ -475,10 +475,13 @@ def load_model(
     """
     if name_or_path is None:
         name_or_path = default_model_dir()
-    if os.path.isdir(name_or_path):  # what transformers takes for a local folder
-        source = str(Path(name_or_path).resolve())
-    else:
-        source = os.fspath(name_or_path)  # a hub id (or a missing folder: transformers says so)
+    # transformers and peft take "~" literally (as a hub id); no hub id starts with one.
+    name_or_path = os.path.expanduser(os.fspath(name_or_path))
+    if adapter is not None:
+        adapter = os.path.expanduser(os.fspath(adapter))
+    # A folder is what transformers takes for a local one; anything else is a hub id (or a
+    # missing folder: transformers says so).
+    source = str(Path(name_or_path).resolve()) if os.path.isdir(name_or_path) else name_or_path
     key = (
         source,
         repr(device_map),

@@ -115,6 +115,19 @@ def test_adapter_without_peft_says_how_to_install_it(tiny_folder, tmp_path, monk
         nbstream.load_model(tiny_folder, adapter=tmp_path)
 
 
+def test_a_folder_under_home_given_with_a_tilde_loads(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+    monkeypatch.setenv("HOME", str(tmp_path))
+    model.save_pretrained(tmp_path / "models" / "tiny")
+    tokenizer.save_pretrained(tmp_path / "models" / "tiny")
+    loaded, loaded_tokenizer = nbstream.load_model("~/models/tiny")
+    assert loaded.name_or_path == str((tmp_path / "models" / "tiny").resolve())
+    assert loaded_tokenizer.encode("Hello") == tokenizer.encode("Hello")
+    assert nbstream.load_model(tmp_path / "models" / "tiny")[0] is loaded  # the same folder
+    with pytest.raises(OSError, match=f"no model folder at {tmp_path / 'nope'}"):
+        nbstream.load_model("~/nope")
+
+
 def test_missing_folder_fails_offline(tmp_path):
     with pytest.raises(OSError):
         nbstream.load_model(tmp_path / "no-such-model")
