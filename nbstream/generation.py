@@ -659,7 +659,7 @@ class Generation:
         if remote_branch is not None:
             # A server (nbstream.Endpoint): the answer so far goes as text for it to continue.
             asked = validate_settings(settings)
-            clean = {**self.settings, **asked}
+            clean = {**self._asked_settings(), **asked}
             if "seed" not in asked and self.seed is not None:
                 clean["seed"] = self.seed
             job, info = remote_branch(self, step, token, clean)
@@ -676,7 +676,7 @@ class Generation:
                 f"got {token!r:.80}"
             )
         asked = validate_settings(settings)
-        clean = {**self.settings, **asked}
+        clean = {**self._asked_settings(), **asked}
         if "seed" not in asked and self.seed is not None:
             clean["seed"] = self.seed  # the same dice: a sampled branch is reproducible too
         prefix = [*ids[:step], token_id]
@@ -685,6 +685,13 @@ class Generation:
         run._parent = self
         run._branch = {"step": step, "token": token_id, "parent_token": ids[step]}
         return run
+
+    def _asked_settings(self) -> dict[str, Any]:
+        """What this run was given, not what it resolved from them and the model's
+        defaults (``do_sample``, ``max_new_tokens``): a branch inherits these, so that its
+        own settings mean what they mean on a fresh run."""
+        asked = getattr(self._job, "asked", None)
+        return dict(asked if isinstance(asked, Mapping) else self.settings)
 
     @property
     def branch_info(self) -> dict[str, Any] | None:

@@ -327,3 +327,52 @@ def test_one_forward_pass_serves_many_settings_of_a_step(parent, real_model):
         hook.remove()
     with pytest.raises(ValueError, match=r"logits must be run.step_logits\(2\)"):
         parent.distribution(2, logits=logits[None, :])
+
+
+# -- a branch's own settings mean what they mean on a fresh run -------------------------------
+
+
+def _greedy_after(model, tokenizer, run, prefix, n):
+    """What greedy decoding makes after ``prefix``, computed by transformers itself."""
+    prompt = tokenizer(run.prompt_text, add_special_tokens=False, return_tensors="pt")
+    ids = torch.cat((prompt["input_ids"], torch.tensor([prefix])), dim=-1)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=n,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return out[0, ids.shape[-1] :].tolist()
+
+
+def test_a_branch_of_a_greedy_run_samples_when_its_own_settings_say_so(tiny_line):
+    model, tokenizer = tiny_line
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=16)
+    run.wait(60)
+    token = run.token_ids[1]
+    branch = run.branch(1, token, temperature=1.5, seed=7)
+    branch.wait(60)
+    settings = branch.record["settings"]
+    assert settings["do_sample"] is True and settings["temperature"] == 1.5
+    assert branch.seed == 7
+    # A fresh run with the same settings samples: the branch draws what it would.
+    assert branch.token_ids[2:] != _greedy_after(model, tokenizer, run, run.token_ids[:2], 14)
+    again = nbstream.rerun(json.loads(json.dumps(branch.record)), model, tokenizer)
+    assert again.wait(60) == branch.result and again.token_ids == branch.token_ids
+
+
+def test_a_branch_of_a_sampled_run_can_be_greedy(tiny_line):
+    model, tokenizer = tiny_line
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=16, temperature=0.8)
+    run.wait(60)
+    branch = run.branch(1, run.token_ids[1], temperature=0)
+    branch.wait(60)
+    assert branch.record["settings"]["do_sample"] is False
+    assert branch.token_ids[2:] == _greedy_after(model, tokenizer, run, run.token_ids[:2], 14)
+    # What the parent was given explicitly is still inherited, and still contradicts.
+    explicit = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=4, do_sample=True)
+    explicit.wait(60)
+    with pytest.raises(ValueError, match="contradicts do_sample=True"):
+        explicit.branch(0, explicit.token_ids[0], temperature=0)

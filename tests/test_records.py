@@ -330,3 +330,24 @@ def test_default_model_record_and_rerun(real_model):
     hits = models_module._file_sha256.cache_info().hits
     assert again.record["model"]["sha256"] == record["model"]["sha256"]
     assert models_module._file_sha256.cache_info().hits == hits + 1
+
+
+def test_a_record_keeps_enable_thinking_and_the_tags_and_rerun_uses_them():
+    model, tokenizer = forced_model("[[plan]] answer")
+    tokenizer = copy.deepcopy(tokenizer)
+    # As Qwen3's template does: thinking switched off is an empty thinking block.
+    tokenizer.chat_template += (
+        "{% if enable_thinking is defined and enable_thinking is false %}"
+        "<think>\n\n</think>\n\n{% endif %}"
+    )
+    run = nbstream.stream(
+        model, tokenizer, "Hi", max_new_tokens=20, enable_thinking=False, thinking_tags=["[[", "]]"]
+    )
+    assert run.wait(60) == "answer" and run.thinking == "plan"
+    record = json.loads(json.dumps(run.record))
+    assert record["settings"]["enable_thinking"] is False
+    assert record["settings"]["thinking_tags"] == ["[[", "]]"]
+    again = nbstream.rerun(record, model, tokenizer)
+    assert again.prompt_text == run.prompt_text
+    assert again.wait(60) == "answer" and again.thinking == "plan"
+    assert again.record["settings"] == record["settings"]

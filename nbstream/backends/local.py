@@ -7,7 +7,13 @@ import inspect
 import logging
 from typing import Any
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, check_stop, samples
+from ..settings import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_THINKING_TAGS,
+    SETTINGS,
+    check_stop,
+    samples,
+)
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture, running_module
 from .base import RunControl
@@ -357,6 +363,9 @@ class LocalBackend:
             for name in ("temperature", "top_p", "top_k"):
                 kwargs.setdefault(name, config_value(config, name))
         in_effect = {
+            # Every setting given is in effect as given (enable_thinking, ...), unless
+            # resolved below: one added later is recorded, and rerun passes it again.
+            **{name: effective.get(name) for name in SETTINGS},
             "max_new_tokens": effective["max_new_tokens"],
             "do_sample": do_sample,
             "temperature": kwargs.get("temperature"),
@@ -380,8 +389,11 @@ class LocalBackend:
             if pad is not None:
                 kwargs["pad_token_id"] = pad
         job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        job.asked = dict(settings)
         job.prefix_ids = prefix
         job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
+        # The tags looked for ([] when off): a rerun then splits the thinking the same way.
+        in_effect["thinking_tags"] = list(job.thinking_tags or ())
         job.prompt = prompt
         job.in_effect = in_effect
         job.seed = seed
@@ -480,6 +492,8 @@ class LocalJob:
         self.prefix_ids: list[int] = []
         #: The tags around a reasoning model's thinking; None: not looked for.
         self.thinking_tags: tuple[str, str] | None = None
+        #: The settings as given to prepare (a branch inherits these, not resolved ones).
+        self.asked: dict[str, Any] = dict(settings)
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
