@@ -13,8 +13,10 @@ import contextlib
 import copy
 import json
 import logging
+import sys
 import threading
 import time
+import traceback
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -97,6 +99,41 @@ class InvalidJSON(ValueError):
         self.lineno = error.lineno
         self.colno = error.colno
         self.pos = error.pos
+
+
+def _drop_locals(error: BaseException) -> None:
+    """Let ``error`` (and its causes and contexts) keep where it was raised, not what was there.
+
+    A traceback holds its frames, and the frames their locals and functions (a closure's
+    cells too, which clearing a frame does not reach): for an error raised inside
+    ``generate()`` that is the KV cache, the logits and the inputs, kept for as long as the
+    run, a widget, a chat turn or a caught ``GenerationFailed`` keeps the error (on a GPU,
+    the memory the next try needs after running out of it). So each traceback becomes text,
+    kept as a note (which ``traceback.format_exception`` and IPython show with the message),
+    and the frames are let go.
+    """
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        pending += [current.__cause__, current.__context__]
+        frames = current.__traceback__
+        if frames is None:
+            continue
+        if sys.version_info < (3, 11):
+            # No notes to keep the text in (format_exception shows them from 3.11): the
+            # frames stay, without their locals.
+            traceback.clear_frames(frames)
+            continue
+        where = "".join(traceback.format_tb(frames)).rstrip("\n")
+        current.add_note(
+            "Traceback (most recent call last), kept as text (its frames held the model's "
+            f"tensors):\n{where}"
+        )
+        current.__traceback__ = None
 
 
 def _parse_json(text: str, finish_reason: str | None, settings: dict[str, Any]) -> Any:
@@ -424,6 +461,8 @@ class Generation:
             return  # exactly one end state: the first one decided stays
         self._ended = time.perf_counter()
         self._finish_reason = reason
+        if error is not None:
+            _drop_locals(error)
         self._error = error
         self._status = status
 
