@@ -47,7 +47,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PageRoute"]
+__all__ = ["PageRoute", "answer_on_sending_subshell"]
 
 
 # The parent of the cell that last started (its execute_request), kept by an IPython
@@ -159,3 +159,32 @@ def _subshell_exists(kernel: Any, subshell_id: str) -> bool:
         return subshell_id in listed()
     except Exception:
         return False
+
+
+def answer_on_sending_subshell(comm: Any) -> bool:
+    """Have ipykernel hand each message the page sends on ``comm`` to the subshell the page
+    sent it on; True if it could.
+
+    ipykernel 7 re-routes a comm's incoming messages to the subshell from which the kernel
+    last published on that comm (``BaseComm._reply_subshell_for``, asked by the shell
+    channel thread for every ``comm_msg``): made for a cell that waits for the page's reply.
+    No cell waits for a reply on these widgets' comms, but a widget made or driven by the
+    very cell that then blocks (``w.generate(...)`` then ``w.wait()``) published under that
+    cell's parent, with no subshell, so its Stop waited for the cell. Where the hook is
+    missing (another ipykernel) nothing changes and :class:`PageRoute` still applies.
+    """
+    decide = getattr(comm, "_reply_subshell_for", None)
+    if not callable(decide):
+        logger.debug("no per-comm routing in this ipykernel: comm messages routed as it does")
+        return False
+
+    def route(data: Any, sent_on: Any) -> Any:
+        decide(data, sent_on)  # ipykernel's own bookkeeping (it forgets answered requests)
+        return sent_on
+
+    try:
+        comm._reply_subshell_for = route
+    except Exception:  # a comm that takes no attributes: keep ipykernel's routing
+        logger.debug("could not route the page's messages to its subshell", exc_info=True)
+        return False
+    return True

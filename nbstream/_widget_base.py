@@ -36,7 +36,7 @@ from ._panel import (
     setting_error,
     setting_trait,
 )
-from ._route import PageRoute
+from ._route import PageRoute, answer_on_sending_subshell
 from .generation import TERMINAL, Generation
 from .settings import validate_settings
 
@@ -186,6 +186,9 @@ class RunWidget(anywidget.AnyWidget):
         # make two, and close() would close one. It starts no thread until a request.
         self._explainer = self._make_explainer()
         self.on_msg(self._handle_message)
+        # A Stop is handled on the page's subshell even while the cell that drives this
+        # widget blocks (see _route.py).
+        answer_on_sending_subshell(self.comm)
         cells.register(self)
 
     def _make_explainer(self) -> Explainer:

@@ -25,7 +25,7 @@ import traitlets
 from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
 from ._errors import input_checked
 from ._panel import PANEL_SETTINGS, TRAIT_OF_SETTING
-from ._route import PageRoute
+from ._route import PageRoute, answer_on_sending_subshell
 from ._widget_base import VIEW_TOGGLES, error_summary
 from .generation import QUEUED, RUNNING, Generation, GenerationError
 from .settings import samples, validate_settings
@@ -220,6 +220,7 @@ class _Header(anywidget.AnyWidget):
         # busy (see nbstream._route).
         self.route = PageRoute()
         super().__init__(**traits)
+        answer_on_sending_subshell(self.comm)
 
     def send_state(self, key: Any = None) -> None:
         with self.route.publishing(self.comm):

@@ -50,8 +50,10 @@ class StreamWidget(BranchingWidget):
         >>> w.wait()                            # the text, if it completed
         >>> w.result                            # None unless the last run completed
 
-    While a cell blocks the kernel (for instance in ``w.wait()``), the kernel cannot receive
-    the Stop click; use the kernel's interrupt button, which stops the run.
+    Stop acts while a cell blocks the kernel (``w.wait()``, even in the cell that started
+    the run) where the front end sends widget messages on a kernel subshell (JupyterLab and
+    Notebook 7 with ipykernel 7); elsewhere the click waits for the cell, and the kernel's
+    interrupt button stops the run.
 
     Branches: :meth:`branch` (or "Continue with this token" in the alternatives popover)
     continues the answer from another token; the widget keeps every branch of the prompt

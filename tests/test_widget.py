@@ -628,3 +628,58 @@ def test_a_widget_given_a_folder_loads_the_model_in_it(tiny, tmp_path):
     w = nbstream.StreamWidget(str(tmp_path / "tiny"), max_new_tokens=3)
     run = w.generate("Hi")
     assert w.wait() == run.result and w.status == "complete"
+
+
+# -- which subshell handles a page's messages (nbstream/_route.py) -----------------------------
+def _ipykernel_comm(**kwargs):
+    """A comm of ipykernel 7's kind that publishes nowhere, as if from a cell (no subshell)."""
+    from ipykernel.comm.comm import BaseComm
+
+    class Quiet(BaseComm):
+        def publish_msg(self, *args, **kwargs):
+            self._reply_subshell_id = None  # what a publication under a cell's parent leaves
+
+    return Quiet(**{"target_name": "nbstream-test", "primary": True, **kwargs})
+
+
+def test_a_page_message_is_handled_on_the_subshell_it_was_sent_on():
+    from nbstream._route import answer_on_sending_subshell
+
+    comm = _ipykernel_comm()
+    comm.send({"from": "a cell"})
+    # ipykernel on its own hands the page's Stop to the main shell, behind the busy cell.
+    assert comm._reply_subshell_for({"method": "custom"}, "page-subshell") is None
+    assert answer_on_sending_subshell(comm) is True
+    comm.send({"from": "a cell"})
+    assert comm._reply_subshell_for({"method": "custom"}, "page-subshell") == "page-subshell"
+    assert comm._reply_subshell_for({"method": "custom"}, None) is None  # no subshells
+
+
+def test_routing_is_left_alone_where_ipykernel_has_no_per_comm_routing(caplog):
+    from nbstream._route import answer_on_sending_subshell
+
+    class OtherComm:
+        pass
+
+    comm = OtherComm()
+    with caplog.at_level("DEBUG", logger="nbstream._route"):
+        assert answer_on_sending_subshell(comm) is False
+    assert not hasattr(comm, "_reply_subshell_for")
+    assert "no per-comm routing" in caplog.text
+
+
+@pytest.mark.parametrize("make", ["StreamWidget", "ChatWidget"])
+def test_a_widget_routes_its_page_messages_to_the_subshell_they_came_on(tiny, make, monkeypatch):
+    """A widget driven by a cell (which publishes with no subshell) still has the page's
+    Stop handled on the page's subshell, not behind that cell."""
+    import comm
+
+    monkeypatch.setattr(comm, "create_comm", _ipykernel_comm)
+    w = getattr(nbstream, make)(*tiny)
+    try:
+        w.max_new_tokens = 3  # a publication from this thread, under no subshell
+        assert w.comm._reply_subshell_for({"method": "custom"}, "page-subshell") == (
+            "page-subshell"
+        )
+    finally:
+        w.close()

@@ -17,12 +17,21 @@ runs in both front ends (the `jupyter` fixture).
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 from playwright.sync_api import expect
 from test_page_browser import SLOW  # a slowed model still streaming when a cell blocks
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
+from test_widget_browser import (
+    MS,
+    SETUP,
+    STREAM_TIMEOUT,
+    kval,
+    view,
+    wait_status,
+    wait_until,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -126,6 +135,54 @@ def test_stop_acts_while_a_cell_waits_for_the_run(jupyter):
     assert "GenerationCancelled" in nb.output(2)
     assert kval(nb, "w.status") == "cancelled"
     expect(v).to_have_attribute("data-status", "cancelled", timeout=STREAM_TIMEOUT * MS)
+    assert nb.console_errors() == []
+
+
+# "Generate, then wait" in one cell: the run is started by the very cell that then blocks.
+# The widget is shown by an earlier cell, or by that same cell (then the kernel has handled
+# no message from its view before the cell blocks).
+GENERATE_AND_WAIT = "w.generate('Hello')\nw.wait()"
+SLOWED_MODEL = SLOW.replace("w = nbstream.StreamWidget", "shown = nbstream.StreamWidget")
+SHOW_THEN_GENERATE_AND_WAIT = (
+    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3000)\n"
+    "display(w)\n" + GENERATE_AND_WAIT
+)
+_ENDED = re.compile("^(complete|failed|cancelled)$")
+
+
+@pytest.mark.parametrize("shown_by", ["an earlier cell", "the same cell"])
+def test_stop_acts_while_the_cell_that_started_the_run_waits_for_it(jupyter, shown_by, figures):
+    if shown_by == "an earlier cell":
+        nb = jupyter.open_notebook([SETUP, SLOW, GENERATE_AND_WAIT])
+    else:
+        nb = jupyter.open_notebook([SETUP, SLOWED_MODEL, SHOW_THEN_GENERATE_AND_WAIT])
+    nb.run_cell(0)
+    nb.run_cell(1)
+    nb.run_cell(2, wait=False)
+    # Watched from the page only until the run has ended: a request of the harness's own
+    # (kernel_eval, on a subshell of its own) would become the parent that the widget's
+    # background publications fall back on, and route the page's clicks to the harness's
+    # idle subshell, which no user's page has.
+    v = view(nb, 1 if shown_by == "an earlier cell" else 2)
+    wait_status(v, "running")
+    shown = v.locator(".nbstream-output")
+    wait_until(lambda: shown.inner_text().strip(), STREAM_TIMEOUT, what="text in the view")
+    assert nb.execution_count(2) is None  # the cell runs, in generate() or wait()
+
+    clicked = time.monotonic()
+    v.get_by_role("button", name="Stop", exact=True).click()
+    # The slowed run needs minutes for its 3,000 tokens: cancelled only if the Stop acted.
+    expect(v).to_have_attribute("data-status", _ENDED, timeout=600 * MS)
+    key = "stop_in_the_cell_that_started_the_run_s" + ("" if shown_by[0] == "a" else "_shown_there")
+    figures[key + ("" if jupyter.server.app == "lab" else "_notebook7")] = round(
+        time.monotonic() - clicked, 3
+    )
+    assert v.get_attribute("data-status") == "cancelled"
+    # The cell's own wait() ended with the cancellation: the Stop acted while it blocked.
+    nb.wait_cell(2)
+    assert "GenerationCancelled" in nb.output(2)
+    assert kval(nb, "(w.run.status, w.run.metrics['tokens'] < 3000)") == ("cancelled", True)
+    expect(v.locator(".nbstream-stop-waiting")).to_have_count(0)
     assert nb.console_errors() == []
 
 
