@@ -256,6 +256,9 @@ class Generation:
         self.prompt_tokens = job.prompt_tokens
         self._lock = threading.Lock()
         self._status = QUEUED
+        # The end state once decided, before it is published (see _publish_end): readers
+        # see only _status, written last, so an end they see is an end with all its parts.
+        self._end: str | None = None
         self._error: BaseException | None = None
         self._finish_reason: str | None = None
         self._control = RunControl(settings.get("budget_s"))
@@ -403,6 +406,14 @@ class Generation:
         """
         self._pump(final=True)  # a no-op unless the job raised before the text was final
         with self._lock:  # with add_done_callback's check: no callback is ever missed
+            if self._end is None:  # cannot happen: every way out of the worker decides
+                self._finish(FAILED, "error", RuntimeError("the run ended without an end state"))
+            # The one write that makes the end visible, after the text, the error and the
+            # reason: a reader that sees a terminal status (``done`` is read from it too)
+            # finds everything as that status says.
+            end = self._end
+            assert end is not None
+            self._status = end
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
         self._buffer.close()
@@ -424,7 +435,7 @@ class Generation:
     def _budget_spent(self) -> None:
         budget = self._control.budget_s
         with self._lock:
-            if not self._generating or self._status in TERMINAL:
+            if not self._generating or self._end is not None:
                 return  # the job already returned: the worker decides, as usual
             # From here on this thread decides the end; the worker only releases the model
             # when its step finally returns.
@@ -457,14 +468,15 @@ class Generation:
 
     def _finish(self, status: str, reason: str, error: BaseException | None) -> None:
         # Called with self._lock held: the end state, its reason and its error change together.
-        if self._status in TERMINAL:
+        # Decided here, published by _publish_end once the text is final.
+        if self._end is not None:
             return  # exactly one end state: the first one decided stays
         self._ended = time.perf_counter()
         self._finish_reason = reason
         if error is not None:
             _drop_locals(error)
         self._error = error
-        self._status = status
+        self._end = status
 
     def _run_callbacks(self, callbacks: list[Callable[[Generation], Any]]) -> None:
         for callback in callbacks:
@@ -502,7 +514,8 @@ class Generation:
     @property
     def done(self) -> bool:
         """True once the run has ended (its state is final and its text complete)."""
-        return self._done.is_set()
+        # Read from the status, so that the two never disagree (see _publish_end).
+        return self._status in TERMINAL
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Block until the run has ended, at most ``timeout`` seconds; never raises.
@@ -510,12 +523,13 @@ class Generation:
         Returns :attr:`done`. Unlike :meth:`wait`, it neither returns the text nor raises
         the run's error: for code that only needs to know when the run is over.
         """
-        return self._done.wait(timeout)
+        self._done.wait(timeout)
+        return self.done
 
     @property
     def error(self) -> BaseException | None:
         """The exception that ended a failed run (a ``TimeoutError`` for a budget overrun)."""
-        return self._error
+        return self._error if self._status in TERMINAL else None
 
     @property
     def cancel_reason(self) -> str | None:
@@ -526,7 +540,7 @@ class Generation:
     @property
     def value(self) -> Any:
         """The parsed JSON of a complete run with ``expect="json"``; ``None`` otherwise."""
-        if self._status != COMPLETE or not self._done.is_set():
+        if self._status != COMPLETE:
             return None
         return self._value
 
@@ -547,29 +561,33 @@ class Generation:
             >>> nbstream.rerun(run.record, model, tokenizer).wait() == text
             True
         """
-        if not self._done.is_set():
+        status = self._status
+        if status not in TERMINAL:
             return None
-        if self._record is None:
-            # Built once, on first use, off the generating thread.
-            self._record = build_record(
+        record = self._record
+        if record is None:
+            # Built once, on first use, off the generating thread; whole before it is kept,
+            # as another reader may copy the kept one at any moment.
+            record = build_record(
                 backend=self._backend,
                 job=self._job,
-                status=self._status,
+                status=status,
                 metrics=self.metrics,
                 error=self._error,
                 created_at=self._created_at,
             )
-            self._record["cancel_reason"] = self.cancel_reason
-            self._record["branch"] = self._branch_record()
+            record["cancel_reason"] = self.cancel_reason
+            record["branch"] = self._branch_record()
             # A reasoning model's thinking, kept apart from the text (None: it did not think).
-            self._record["thinking"] = self.thinking
-        return copy.deepcopy(self._record)  # each caller may edit its own copy
+            record["thinking"] = self.thinking
+            self._record = record
+        return copy.deepcopy(record)  # each caller may edit its own copy
 
     @property
     def result(self) -> str | None:
         """The final text, only when the run completed; ``None`` otherwise."""
-        if self._status != COMPLETE or not self._done.is_set():
-            return None
+        if self._status != COMPLETE:
+            return None  # once it is, the text is final (see _publish_end)
         self._pump()
         return self._text()
 
@@ -879,7 +897,8 @@ class Generation:
         metrics["tokens"] = tokens
         if tokens and tokens >= 2 and len(times) >= 2 and times[-1] > times[0]:
             metrics["tokens_per_s"] = (tokens - 1) / (times[-1] - times[0])
-        metrics["finish_reason"] = self._finish_reason
+        # Published with the end state, as the rest of the end.
+        metrics["finish_reason"] = self._finish_reason if self._status in TERMINAL else None
         thinker = self._thinker
         if thinker is not None and thinker.opened:
             # Still thinking: every token so far is thinking.
@@ -1041,7 +1060,7 @@ class Generation:
         read (then they are the last)."""
         # Seen before the read: once done is set, the text is final and the state, result
         # and record are published (see _publish_end).
-        ended = self._done.is_set()
+        ended = self._status in TERMINAL
         self._pump()
         # Everything up to `seen` is decoded and its chunks are in the list, whoever decoded
         # them (another reader may have: then the iterator does not sleep on them).
@@ -1105,7 +1124,7 @@ class Generation:
         run, then propagates.
         """
         try:
-            finished = self._done.wait(timeout)
+            finished = self._done.wait(timeout) or self.done
         except KeyboardInterrupt:
             self.stop(INTERRUPTED)
             self._done.wait(_INTERRUPT_GRACE_S)
@@ -1159,7 +1178,7 @@ class Generation:
         :meth:`wait` raises. The first stop's reason stays.
         """
         with self._lock:
-            if self._status in TERMINAL or self._control.cancel_event.is_set():
+            if self._end is not None or self._control.cancel_event.is_set():
                 return False
             self._control.cancel_event.set()
             self._stopped_by_user = True
