@@ -199,3 +199,42 @@ def test_filter_rejects_empty_stop_strings():
         StopFilter([])
     with pytest.raises(ValueError):
         StopFilter(["a", ""])
+
+
+@pytest.mark.parametrize("read", ["wait", "iterate"])
+def test_a_stop_string_in_a_branchs_forced_tokens_ends_it_before_generating(tiny_line, read):
+    # The one-line model never writes a newline itself: the branch forces one at step 2.
+    model, tokenizer = tiny_line
+    (newline,) = tokenizer.encode("\n", add_special_tokens=False)
+    parent = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=200, stop=["\n"])
+    parent.wait()
+    assert parent.metrics["finish_reason"] == "length"
+    run = parent.branch(2, newline)
+    text = run.wait() if read == "wait" else "".join(run)
+    assert run.status == "complete" and run.metrics["finish_reason"] == "stop"
+    assert text == tokenizer.decode(parent.token_ids[:2])
+    # Whoever reads (or nobody), the model stops at once: nothing beyond the forced tokens.
+    assert run.token_ids == [*parent.token_ids[:2], newline]
+
+
+def test_a_stop_string_across_a_branchs_forced_tokens_and_its_first_new_one(tiny_line):
+    model, tokenizer = tiny_line
+    parent = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=12)
+    parent.wait()
+    (forced,) = tokenizer.encode(" Paris", add_special_tokens=False)
+    free = parent.branch(2, forced)
+    free.wait()
+    prefix, first = free.token_ids[:3], free.token_ids[3]
+    before = tokenizer.decode(prefix)
+    new = tokenizer.decode([*prefix, first])[len(before) :]
+    assert new
+    # The shortest that starts in the forced text and is not all in it.
+    stop = min(
+        (before[-k:] + new[:m] for k in range(1, len(before) + 1) for m in (1, len(new))),
+        key=lambda candidate: (candidate in before, len(candidate)),
+    )
+    assert stop not in before
+    run = parent.branch(2, forced, stop=[stop])
+    run.wait()
+    assert run.metrics["finish_reason"] == "stop"
+    assert run.token_ids == [*prefix, first]  # halted by the token that completed it

@@ -72,12 +72,21 @@ class _StopStringWatch:
         self._window = max(len(stop.encode("utf-8")) for stop in stops) + 2
         self._prompt_tokens = prompt_tokens
         self._candidates: dict[int, bool] = {}
+        # The first look takes in all of the answer so far: a branch's forced tokens are all
+        # there at once, and may hold a stop string that no newest token completes.
+        self._looked = False
 
     def hit(self, input_ids: Any) -> bool:
         if self._answer_from is None:
             self._answer_from = self._answer_start(input_ids)
             if self._answer_from is None:
                 return False
+        if not self._looked:
+            self._looked = True
+            answer = self._tokenizer.decode(
+                input_ids[0, self._answer_from :].tolist(), **DECODE_OPTIONS
+            )
+            return any(stop in answer for stop in self._stops)
         token = int(input_ids[0, -1])
         candidate = self._candidates.get(token)
         if candidate is None:
@@ -509,12 +518,23 @@ class LocalJob:
         prompt_length = int(inputs["input_ids"].shape[-1])
         streamer: Any = buffer
         capture = self.trace_capture
+        stops = self.settings.get("stop")
+        watch = (
+            _StopStringWatch(self.backend.tokenizer, stops, prompt_length, self.thinking_watch())
+            if stops
+            else None
+        )
         if self.prefix_ids:
             # The forced tokens first, so they show at once; their trace (one forward pass)
             # follows, and readers see it aligned with them whenever they look.
             inputs, streamer = self._start_from_prefix(inputs, buffer)
             if capture is not None:
                 capture.keep_prefix(self.step_logits(self.prefix_ids[:-1], 0), self.prefix_ids)
+            if watch is not None and watch.hit(inputs["input_ids"]):
+                # The forced tokens already hold a stop string: the answer is over before
+                # the model would generate anything, whoever reads the run (or nobody).
+                control.stop_found.set()
+                return "stop"
             if self.prefix_ids[-1] in self.backend._eos_ids():
                 return "eos"  # the chosen token ends the answer: nothing to generate
             if self.kwargs["max_new_tokens"] <= 0:
@@ -535,12 +555,6 @@ class LocalJob:
             # Greedy (a sampled run always has a seed by now): the trace's processor goes
             # last, after generate()'s own, and sees the scores argmax picks from.
             kwargs["logits_processor"] = [capture.greedy_processor()]
-        stops = self.settings.get("stop")
-        watch = (
-            _StopStringWatch(self.backend.tokenizer, stops, prompt_length, self.thinking_watch())
-            if stops
-            else None
-        )
         with capture.attached(model) if capture is not None else contextlib.nullcontext():
             model.generate(
                 **inputs,
