@@ -11,6 +11,7 @@ of this file's own on loopback.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import logging
@@ -30,7 +31,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 import nbstream
+from nbstream import generation
 from nbstream._serve import LocalServer, free_port
+from nbstream.backends import remote
 from nbstream.backends.remote import EndpointError
 
 KEY = "sk-nbstream-test-9f3c2a7e51"
@@ -307,12 +310,19 @@ ERRORS = {
 
 
 class Fake(ThreadingHTTPServer):
-    daemon_threads = True
+    """The fake server; ``handler`` a Handler subclass with scenarios of its own, ``port``
+    a port to listen on (0: any free one)."""
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler] | None = None, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), handler or Handler)
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        #: The path (with its query) of every request, in order.
+        self.paths: list[str] = []
         self.listings_served = 0
+        self.listings_asked = 0
         self.stalled = threading.Event()
         self.client_gone = threading.Event()
         self.release = threading.Event()
@@ -333,9 +343,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         # GET /<scenario>+<family>/v1/models: what a server of that family lists; a
-        # scenario without "+" is a server that does not answer it (404).
+        # scenario without "+" is a server that does not answer it (404); "+busy" one that
+        # cannot answer now (503).
+        self.server.paths.append(self.path)
+        self.server.listings_asked += 1
         _, _, family = self.path.split("/")[1].partition("+")
-        if not self.path.endswith("/v1/models") or family not in LISTINGS:
+        if family == "busy":
+            self.send_error(503)
+            return
+        path = self.path.partition("?")[0]
+        if not path.endswith("/v1/models") or family not in LISTINGS:
             self.send_error(404)
             return
         self.server.listings_served += 1
@@ -349,6 +366,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         scenario = self.path.split("/")[1].partition("+")[0]
+        self.server.paths.append(self.path)
         self.server.requests.append((scenario, dict(self.headers), body))
         if scenario in ERRORS:
             status, payload = ERRORS[scenario]
@@ -433,15 +451,24 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[Fake]:
-    server = Fake()
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler] | None = None, port: int = 0) -> Iterator[Fake]:
+    """A fake server (see Fake) listening while the block runs."""
+    server = Fake(handler, port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server
-    server.release.set()
-    server.shutdown()
-    server.server_close()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[Fake]:
+    with serving() as server:
+        yield server
 
 
 @pytest.fixture
@@ -723,6 +750,76 @@ def test_the_server_says_what_it_is_once(fake, listing, family):
     assert fake.listings_served == before + (0 if listing is None else 1)
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The Endpoint's clock for its probe's back-off, frozen: ``clock[0] += s`` moves it."""
+    now = [1000.0]
+    monkeypatch.setattr(remote, "_clock", lambda: now[0])
+    return now
+
+
+def test_a_server_that_was_not_up_yet_is_asked_again(clock, no_leftover_runs):
+    # Used before its server listens: the probe fails, and so does the run. Once a vLLM
+    # server is up, the same Endpoint sees it (branching, enable_thinking, concurrency).
+    port = free_port()
+    endpoint = nbstream.Endpoint(f"http://127.0.0.1:{port}/ok+vllm/v1", "fake-model")
+    assert "cannot connect" in fail(nbstream.stream(endpoint, None, "Hi"))
+    with serving(port=port) as up:
+        clock[0] += remote._PROBE_RETRY_S  # the next run, after the probe's short back-off
+        run = nbstream.stream(endpoint, None, "Hi", enable_thinking=False)
+        assert run.wait(60) == "".join(PIECES)
+        assert endpoint.family == "vllm" and endpoint.concurrent and endpoint.can_continue
+        assert run.record["server"]["family"] == "vllm"
+        assert up.requests[-1][2]["chat_template_kwargs"] == {"enable_thinking": False}
+        # The answer is kept: asked once, for good.
+        clock[0] += 10 * remote._PROBE_RETRY_S
+        nbstream.stream(endpoint, None, "Hi").wait(60)
+        assert up.listings_asked == 1
+
+
+def test_a_server_that_cannot_answer_now_is_not_asked_at_every_use(fake, clock, no_leftover_runs):
+    # GET /models answers 503: not an answer to keep. One run asks once (not once for each
+    # check it makes), and uses in the back-off that follows do not ask again; after it, the
+    # server is asked again.
+    endpoint = nbstream.Endpoint(fake.url("ok+busy"), "fake-model")
+    before = fake.listings_asked
+    run = nbstream.stream(endpoint, None, "Hi", alternatives=2)
+    assert run.wait(60) == "".join(PIECES)
+    assert endpoint.family == "generic" and not endpoint.concurrent
+    assert fake.listings_asked == before + 1
+    clock[0] += remote._PROBE_RETRY_S
+    assert endpoint.family == "generic"
+    assert fake.listings_asked == before + 2
+
+
+def test_a_base_url_with_a_query_keeps_it_after_the_path(fake, no_leftover_runs):
+    # Azure-style gateways take the API version as a query string on every request.
+    base = fake.url("ok+vllm") + "?api-version=2024-06-01"
+    run = nbstream.stream(nbstream.Endpoint(base, "fake-model"), None, "Hi")
+    assert run.wait(60) == "".join(PIECES)
+    root = "/ok+vllm/v1"
+    assert fake.paths[-2:] == [
+        f"{root}/models?api-version=2024-06-01",
+        f"{root}/chat/completions?api-version=2024-06-01",
+    ]
+    assert "api-version" not in json.dumps(run.record)  # a query may carry a secret
+
+
+def test_runs_on_a_concurrent_endpoint_leave_no_queue_behind(fake, no_leftover_runs):
+    # Each run on a concurrent server has a queue of its own (it waits for no other): the
+    # engine's queue table must let it go with the run.
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model", concurrent=True)
+    gc.collect()
+    before = len(generation._queues) + len(generation._strong_queues)
+    runs = []
+    for _ in range(100):
+        runs.append(nbstream.stream(endpoint, None, "Hi"))
+        assert runs[-1].wait(60) == "".join(PIECES)
+    del runs
+    gc.collect()
+    assert len(generation._queues) + len(generation._strong_queues) == before
+
+
 @pytest.mark.parametrize(
     ("listing", "sent"),
     [
@@ -902,7 +999,7 @@ def test_a_url_with_credentials_is_never_shown():
 
 
 def test_missing_extra_names_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "httpx_sse", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'nbstream\[remote\]'"):
         nbstream.Endpoint("http://127.0.0.1:8000/v1", "m")
 
@@ -922,7 +1019,7 @@ def test_chat_widget_on_an_endpoint_sends_the_conversation(fake, no_leftover_run
 
 
 # -- nbstream's handling of events, property-based -------------------------------------------
-# httpx-sse splits the bytes into events; these check what nbstream makes of them, however
+# nbstream's reader splits the bytes into events; these check what it makes of them, however
 # the bytes are cut into reads: the same text and end, and a malformed event failing the run
 # with an EndpointError (never a hang, never another exception escaping the reader).
 
@@ -1060,10 +1157,11 @@ JSON_VALUES = st.recursive(
 
 
 def not_json(text: str) -> bool:
+    """Malformed data: not JSON, and not what carries nothing (blank: no chunk at all)."""
     try:
         json.loads(text)
     except ValueError:
-        return text.strip() != "[DONE]"
+        return text.strip() not in ("[DONE]", "")
     return False
 
 

@@ -6,16 +6,19 @@ with server-sent events). :class:`Endpoint` is a backend under the engine's seam
 on a server has the same lifecycle, end states, Stop, budget, metrics and record as a run
 on a local model.
 
-The client is ``httpx`` with ``httpx-sse`` (``pip install 'nbstream[remote]'``), driven by
-an event loop of the run's own on the worker thread: a Stop, a spent budget or a stop
-string cancels the request at once, even while it waits for the server, and closing the
-connection is what tells the server to stop generating.
+The client is ``httpx`` (``pip install 'nbstream[remote]'``), driven by an event loop of
+the run's own on the worker thread: a Stop, a spent budget or a stop string cancels the
+request at once, even while it waits for the server (or for its name to be looked up), and
+closing the connection is what tells the server to stop generating. What a server sends is
+read a bounded step at a time (an error body, a line of the event stream, a compressed
+body), so a hostile or broken server cannot fill the kernel's memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import contextlib
 import dataclasses
 import html
@@ -24,10 +27,12 @@ import logging
 import math
 import re
 import threading
+import time
 import traceback
 import urllib.parse
-from collections.abc import Callable
-from typing import Any
+import zlib
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from .. import _servers
 from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
@@ -48,11 +53,35 @@ _WATCH_INTERVAL_S = 0.01
 #: The longest a first request waits for the server to say what it is (``GET /models``);
 #: the answer is kept, so this happens once per server.
 _PROBE_TIMEOUT_S = 5.0
+#: After a probe that got no answer (the server not up yet, too slow, busy), how long the
+#: Endpoint goes on without asking again: long enough that one run's checks ask once, short
+#: enough that a server that has come up is seen at the next run.
+_PROBE_RETRY_S = 1.0
+#: The clock of that back-off (a test moves it).
+_clock = time.monotonic
 _INSTALL_HINT = "install the remote extra with: pip install 'nbstream[remote]'"
 #: How much of a server's error text goes into a message (of a malformed event: less, since
 #: it is shown as a repr).
 _ERROR_TEXT_LIMIT = 500
 _EVENT_TEXT_LIMIT = 120
+#: The most of a server's text that is scrubbed for a quote of ``limit`` characters: this
+#: many times the limit (blotting out the key shortens the text, never below a half).
+_QUOTE_WINDOW = 4
+#: The most of a body read where the whole is not needed (after decompression): an error
+#: response's, a model list's. A server may send any size, and a small compressed body can
+#: inflate to gigabytes (a decompression bomb); what is shown of it is a few hundred
+#: characters, and the rest goes unread.
+_ERROR_BODY_LIMIT = 2**20
+_LISTING_LIMIT = 4 * 2**20
+#: The longest line of an event stream, and the most data one event may carry: a chunk of a
+#: streamed answer is a few hundred bytes (a few KB with top_logprobs).
+_LINE_LIMIT = 2**20
+#: The most a compressed body is inflated at one time; the run's Stop is looked at between.
+_INFLATE_STEP = 64 * 2**10
+#: What nbstream asks servers to compress with: what it can inflate a bounded step at a time.
+_ACCEPT_ENCODING = "gzip, deflate"
+#: Answers to ``GET /models`` that say the server has no model list (kept, as an answer).
+_NO_LISTING = (404, 405, 501)
 #: The servers' finish reasons that end a text answer, as the engine names them: OpenAI's,
 #: vLLM's, SGLang's, llama.cpp's and transformers serve's ``stop`` and ``length``; Text
 #: Generation Inference's ``eos_token`` and ``stop_sequence`` (nbstream sends no stop
@@ -96,6 +125,12 @@ _known: dict[str, ServerInfo] = {}
 _known_lock = threading.Lock()
 
 
+class _OwnQueue:
+    """The queue key of one run on a concurrent server: shared with no other run."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _Traffic:
     """How many requests this process has started on each server, so that a stream that
     ends early can tell whether another request started while it was streaming."""
@@ -117,6 +152,187 @@ class _Traffic:
 
 
 _traffic = _Traffic()
+
+
+_T = TypeVar("_T")
+
+
+def _run_loop(main: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(main)``, except that the end does not wait for the loop's threads.
+
+    An event loop hands one thing to a thread: a name lookup (``getaddrinfo``), which
+    nothing can interrupt. ``asyncio.run`` waits for it before it returns, so a slow
+    resolver held a Stop, or a probe past its bound, for as long as it took. Here a lookup
+    still going when ``main`` is over is left to end on its own thread, its answer unused.
+    """
+    loop = asyncio.new_event_loop()
+    lookups = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="nbstream-lookup")
+    loop.set_default_executor(lookups)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            lookups.shutdown(wait=False, cancel_futures=True)
+            loop.close()
+
+
+class _BodyError(Exception):
+    """A body nbstream will not read further: what is wrong with it, for a message."""
+
+
+class _Inflater:
+    """A body's bytes as sent (``Content-Encoding`` gzip, deflate or none), inflated at most
+    ``_INFLATE_STEP`` bytes at a time: a small compressed body that inflates to gigabytes
+    never sits in memory whole, and the reader can stop after the part it needs (httpx's own
+    decoders inflate each read whole: about 1,000 times the 64 KB read, for a bomb)."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding.strip().lower()
+        self._raw_fallback = False
+        if self.encoding in ("", "identity"):
+            self._inflate: Any = None
+        elif self.encoding in ("gzip", "x-gzip"):
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif self.encoding == "deflate":
+            # Zlib-wrapped as the standard says, or raw deflate as some servers send it.
+            self._inflate = zlib.decompressobj()
+            self._raw_fallback = True
+        else:
+            raise _BodyError(
+                f"it is compressed as {encoding!r}, which nbstream did not ask for "
+                f"(it asks for {_ACCEPT_ENCODING})"
+            )
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The inflated bytes of ``data`` (the next bytes of the body), a step at a time."""
+        if self._inflate is None:
+            for start in range(0, len(data), _INFLATE_STEP):
+                yield data[start : start + _INFLATE_STEP]
+            return
+        pending = data
+        while not self._inflate.eof:
+            try:
+                out = self._inflate.decompress(pending, _INFLATE_STEP)
+            except zlib.error as exc:
+                if not self._raw_fallback:
+                    raise _BodyError(f"its {self.encoding} compression is corrupt ({exc})") from exc
+                self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                self._raw_fallback = False
+                continue
+            self._raw_fallback = False
+            pending = self._inflate.unconsumed_tail
+            if out:
+                yield out
+            # A full step may leave more inside the decompressor, even with no input left.
+            if not pending and len(out) < _INFLATE_STEP:
+                return
+
+
+async def _read_bounded(response: Any, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of ``response``'s body, inflated; and whether there was more
+    (the rest is not read). ``_BodyError`` for a body that cannot be inflated."""
+    inflater = _Inflater(response.headers.get("content-encoding", ""))
+    kept = bytearray()
+    async for raw in response.aiter_raw():
+        for piece in inflater.feed(raw):
+            room = limit - len(kept)
+            kept += piece[:room]
+            if len(piece) > room:
+                return bytes(kept), True
+            await asyncio.sleep(0)  # a bomb's steps: the run's Stop is looked at between
+    return bytes(kept), False
+
+
+def _body_text(body: bytes, response: Any) -> str:
+    """``body`` decoded as its response says (UTF-8 when it does not, or names no codec)."""
+    charset = response.charset_encoding or "utf-8"
+    try:
+        return body.decode(charset, "replace")
+    except LookupError:
+        return body.decode("utf-8", "replace")
+
+
+#: A line ending of an event stream: CRLF, LF or CR.
+_EOL = re.compile("\r\n|\r|\n")
+
+
+class _EventStream:
+    """The events of a ``text/event-stream`` body, as the WHATWG HTML standard's
+    "Interpreting an event stream" reads them, with a bound on a line and on an event's data
+    (``_EventTooLong``).
+
+    Fed the body's bytes in any cuts. httpx-sse (0.4) reads the same grammar, but holds a
+    line of any length whole before it is parsed, and dispatches an event for an ``id:``
+    line alone, which the standard does not (nothing is dispatched while the data buffer is
+    empty). ``id`` and ``retry`` serve reconnecting, which nbstream never does: ignored."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._started = False
+        self._after_cr = False  # the last text ended in CR: an LF first in the next pairs it
+        self._line: list[str] = []  # the line so far, in pieces (the text's cuts)
+        self._line_size = 0
+        self._type = ""
+        self._data: list[str] = []
+        self._data_size = 0
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        """The events (type, data) that ``data`` completes."""
+        text = self._utf8.decode(data)
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            text = text.removeprefix("\ufeff")  # one byte order mark may open the stream
+        if self._after_cr and text.startswith("\n"):
+            text = text[1:]
+        self._after_cr = text.endswith("\r")
+        *lines, rest = _EOL.split(text)
+        events: list[tuple[str, str]] = []
+        for line in lines:
+            if self._line:
+                line = "".join(self._line) + line
+                self._line, self._line_size = [], 0
+            self._check(len(line), line)
+            self._field(line, events)
+        if rest:
+            self._line.append(rest)
+            self._line_size += len(rest)
+            self._check(self._line_size, self._line[0])
+        return events
+
+    def _check(self, size: int, start: str) -> None:
+        if size > self._limit:
+            raise _EventTooLong(start[:_EVENT_TEXT_LIMIT])
+
+    def _field(self, line: str, events: list[tuple[str, str]]) -> None:
+        if not line:  # dispatch, if the data buffer holds anything
+            if self._data:
+                events.append((self._type or "message", "\n".join(self._data)))
+            self._type, self._data, self._data_size = "", [], 0
+            return
+        if line.startswith(":"):
+            return  # a comment (a keep-alive)
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+            self._data_size += len(value) + 1
+            self._check(self._data_size, self._data[0])
+        elif name == "event":
+            self._type = value
+
+
+class _EventTooLong(Exception):
+    """A line (or an event's data) past ``_LINE_LIMIT``; its start, for a message."""
 
 
 class EndpointError(RuntimeError):
@@ -212,10 +428,9 @@ class _Secret:
 def _require_client() -> None:
     try:
         import httpx  # noqa: F401
-        import httpx_sse  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            f"nbstream.Endpoint needs httpx and httpx-sse, which are not installed; {_INSTALL_HINT}"
+            f"nbstream.Endpoint needs httpx, which is not installed; {_INSTALL_HINT}"
         ) from exc
 
 
@@ -232,14 +447,18 @@ class Endpoint:
     connecting and each read: a server that sends nothing for that long fails the run. The
     setting ``budget_s`` bounds a whole run, as for a local model.
 
-    Needs ``pip install 'nbstream[remote]'`` (httpx and httpx-sse).
+    Needs ``pip install 'nbstream[remote]'`` (httpx).
 
     **Which server.** Servers differ beyond the shared protocol, so nbstream asks the server
-    what it is (``GET {base_url}/models``, once per server, at the first run; at most 5 s)
-    or takes ``server=``: ``"vllm"``, ``"sglang"``, ``"tgi"``, ``"llama.cpp"``
+    what it is (``GET {base_url}/models``, once per server, at the first run; at most 5 s,
+    name lookup included; a server that gave no answer, not up yet, is asked again at the
+    next run) or takes ``server=``: ``"vllm"``, ``"sglang"``, ``"tgi"``, ``"llama.cpp"``
     (llama-server), ``"llama-cpp-python"``, ``"transformers"`` (``transformers serve``) or
     ``"generic"`` (any other; nothing is asked). :attr:`family` says which it is, and each
-    run's record says so under ``server``.
+    run's record says so under ``server``. A ``base_url`` may carry a query string (an
+    ``api-version``), kept after each path. nbstream follows no redirect (the
+    ``Authorization`` header would not be sent on): a 3xx fails the run, naming where it
+    pointed.
 
     **One request at a time.** ``concurrent=False`` runs one request at a time on this server
     (from this process): a second run waits ``queued``, first in first out, as runs on a
@@ -355,6 +574,9 @@ class Endpoint:
             None if named is None else ServerInfo(named, "named", f"server={server!r}")
         )
         self._info_lock = threading.Lock()
+        # What a probe that got no answer left (used until _retry_at, then asked again).
+        self._unanswered: ServerInfo | None = None
+        self._retry_at = 0.0
 
     def __repr__(self) -> str:
         key = ", api_key='***'" if self._api_key is not None else ""
@@ -379,8 +601,10 @@ class Endpoint:
     # -- the Backend protocol ---------------------------------------------------------------
     def queue_key(self) -> Any:
         if self.concurrent:
-            # A fresh key per run: the server schedules concurrent requests.
-            return object()
+            # A key of the run's own: the server schedules concurrent requests. Weakly
+            # referenced by the engine's queue table, which lets it go with the run (a plain
+            # object() cannot be, and would be kept for the life of the process).
+            return _OwnQueue()
         # One queue per server, whichever Endpoint object reaches it (rerun, a compare's
         # columns and a widget may each make their own): the server is what cannot share.
         return ("nbstream.Endpoint", self.base_url)
@@ -730,37 +954,69 @@ class Endpoint:
 
     # -- private -------------------------------------------------------------------------------
     def _server_info(self) -> ServerInfo:
-        """What the server is: named, known from an earlier ask, or asked now (once)."""
+        """What the server is: named, known from an earlier answer, or asked now.
+
+        Only an answer is kept. A server that gave none (not listening yet, too slow, busy)
+        is taken as ``generic`` for a short back-off (``_PROBE_RETRY_S``: the checks of one
+        run ask once), then asked again: one that has come up is seen at the next run."""
         with self._info_lock:
-            if self._info is None:
-                with _known_lock:
-                    known = _known.get(self.base_url)
-                if known is None:
-                    known, answered = self._ask_server()
-                    if answered:  # a server that could not be asked is asked again next time
-                        with _known_lock:
-                            _known[self.base_url] = known
+            if self._info is not None:
+                return self._info
+            with _known_lock:
+                known = _known.get(self.base_url)
+            if known is not None:
                 self._info = known
-            return self._info
+                return known
+            if self._unanswered is not None and _clock() < self._retry_at:
+                return self._unanswered
+            info, answered = self._ask_server()
+            if answered:
+                with _known_lock:
+                    _known[self.base_url] = info
+                self._info, self._unanswered = info, None
+            else:
+                self._unanswered, self._retry_at = info, _clock() + _PROBE_RETRY_S
+            return info
 
     def _ask_server(self) -> tuple[ServerInfo, bool]:
         """``GET {base_url}/models``, read for the server's family, and whether the server
         answered; never raises (a server that cannot say is ``generic``, and the run itself
-        then says what is wrong)."""
-        import httpx
+        then says what is wrong). Takes at most ``_PROBE_TIMEOUT_S``, name lookup included."""
+        url = self._url("/models")
+        bound = min(self.timeout, _PROBE_TIMEOUT_S)
+        outcome: list[Any] = []
 
-        url = f"{self.base_url}/models"
-        headers = {k: v for k, v in self._headers().items() if k != "Accept"}
-        try:
-            with httpx.Client(timeout=min(self.timeout, _PROBE_TIMEOUT_S)) as client:
-                response = client.get(url, headers=headers)
-            listing = response.json() if response.status_code == 200 else None
-            why = f"GET /models answered HTTP {response.status_code}"
-        except (httpx.HTTPError, ValueError) as exc:
-            listing, why = None, f"GET /models failed ({type(exc).__name__})"
+        def ask() -> None:
+            try:
+                outcome.append(_run_loop(asyncio.wait_for(self._get_listing(url, bound), bound)))
+            except BaseException as exc:  # handed to the caller, which says what failed
+                outcome.append(exc)
+
+        # On a thread of its own: the caller may be running an event loop (a notebook's),
+        # and a name lookup that hangs past the bound is left there, not waited for.
+        thread = threading.Thread(target=ask, name="nbstream-probe", daemon=True)
+        thread.start()
+        thread.join(bound + 1.0)
+        result = outcome[0] if outcome else asyncio.TimeoutError()
+        listing: Any = None
+        if isinstance(result, (asyncio.TimeoutError, TimeoutError)):
+            why, answered = f"GET /models did not answer within {bound:g} s", False
+        elif isinstance(result, BaseException):
+            why, answered = f"GET /models failed ({type(result).__name__})", False
+        else:
+            status, body = result
+            why = f"GET /models answered HTTP {status}"
+            # No list (404...) is an answer to keep; a refusal (a wrong key, a busy or
+            # failing server, a redirect) may not be the next time.
+            answered = status == 200 or status in _NO_LISTING
+            if status == 200:
+                try:
+                    listing = json.loads(body)
+                except ValueError:
+                    why = "GET /models answered with no JSON model list"
         if listing is None:
             logger.debug("%s: %s; treated as a generic server", _safe_url(url), why)
-            return ServerInfo(_servers.GENERIC, "unknown", why), False
+            return ServerInfo(_servers.GENERIC, "unknown", why), answered
         family, evidence = _servers.detect(listing)
         how = "unknown" if family is _servers.GENERIC else "detected"
         # What the server wrote is kept and quoted (record, warnings, log): a server may echo
@@ -771,8 +1027,31 @@ class Endpoint:
         info = ServerInfo(family, how, evidence, models, _servers.stated_context(listing))
         return info, True
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
+    async def _get_listing(self, url: str, timeout: float) -> tuple[int, bytes]:
+        """The status and (bounded) body of ``GET url``."""
+        import httpx
+
+        headers = self._headers("application/json")
+        async with (
+            httpx.AsyncClient(timeout=timeout) as client,
+            client.stream("GET", url, headers=headers) as response,
+        ):
+            if response.status_code != 200:
+                return response.status_code, b""
+            try:
+                body, cut = await _read_bounded(response, _LISTING_LIMIT)
+            except _BodyError:
+                return 200, b""
+            return 200, b"" if cut else body
+
+    def _url(self, path: str) -> str:
+        """``path`` under base_url, keeping base_url's query string (an API version, as
+        Azure-style gateways take it) after it."""
+        parts = urllib.parse.urlsplit(self.base_url)
+        return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
+
+    def _headers(self, accept: str = "text/event-stream") -> dict[str, str]:
+        headers = {"Accept": accept, "Accept-Encoding": _ACCEPT_ENCODING}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
         return headers
@@ -784,9 +1063,20 @@ class Endpoint:
 
     def _quote(self, text: str, limit: int) -> str:
         """At most ``limit`` characters of a server's ``text`` for a message: scrubbed first,
-        so that the cut cannot leave a piece of the key the scrub no longer recognizes."""
-        text = self._scrub(text)
-        return text if len(text) <= limit else text[:limit] + "…"
+        so that the cut cannot leave a piece of the key the scrub no longer recognizes.
+
+        Only the start is scrubbed (``_QUOTE_WINDOW`` times the limit: a body or an event
+        may be a megabyte, and the scrub is Python). A key the window's end cuts may leave
+        a piece too short to be recognized at the end of what was scrubbed: that end is
+        dropped, as far as such a piece can reach."""
+        window = _QUOTE_WINDOW * limit + _SCRUB_RUN
+        if len(text) <= window:
+            shown = self._scrub(text)
+            cut = len(shown) > limit
+        else:
+            shown = self._scrub(text[:window])[: -(_SCRUB_RUN - 1)]
+            cut = True
+        return shown[:limit] + "…" if cut else shown
 
     def _shown_error(self, error: Exception) -> Exception:
         """``error`` as a run may keep and show it: itself if nothing in it, its chain, its
@@ -996,7 +1286,7 @@ class RemoteJob:
             # A branch's answer so far: the reader shows it at once, as for a local branch.
             buffer.put(self.assistant_prefix)
         try:
-            return asyncio.run(self._run(buffer, control))
+            return _run_loop(self._run(buffer, control))
         except Exception as exc:
             # The one way out for every error: the key is blotted out of all of it here.
             failure = self.endpoint._shown_error(exc)
@@ -1019,12 +1309,53 @@ class RemoteJob:
                     await request
                 return "stop" if control.stop_found.is_set() else "cancelled"
 
+    async def _events(self, response: Any) -> AsyncGenerator[tuple[str, str], None]:
+        """The events (type, data) of ``response``'s event stream, read a bounded step at a
+        time (see ``_EventStream``); an EndpointError for what is not one."""
+        kind = response.headers.get("content-type", "").partition(";")[0].strip()
+        if "text/event-stream" not in kind.lower():
+            raise self._error(
+                f"the server did not answer with an event stream (its Content-Type is "
+                f"{kind!r}, not 'text/event-stream'); check that base_url points at an "
+                "OpenAI-compatible API (it ends in /v1)"
+            )
+        reader = _EventStream(_LINE_LIMIT)
+        try:
+            inflater = _Inflater(response.headers.get("content-encoding", ""))
+            async for raw in response.aiter_raw():
+                for piece in inflater.feed(raw):
+                    for event in reader.feed(piece):
+                        yield event
+                    await asyncio.sleep(0)  # a bomb's steps: Stop is looked at between
+        except _BodyError as exc:
+            raise self._error(
+                f"the server's event stream cannot be read: {exc}; the text so far is in "
+                "partial_text"
+            ) from None
+        except _EventTooLong as exc:
+            start = self.endpoint._quote(str(exc), _EVENT_TEXT_LIMIT)
+            raise self._error(
+                f"the server sent an event-stream line of more than {_LINE_LIMIT // 2**20} MiB "
+                f"after {self.chunks} chunks (it starts {start!r}); nbstream reads no more of "
+                "it, since a chunk of a streamed answer is a few KB at most; the text so far "
+                "is in partial_text"
+            ) from None
+
+    async def _error_body(self, response: Any) -> str | None:
+        """The start of an error response's body (``_ERROR_BODY_LIMIT``, inflated), as text;
+        None if it cannot be read."""
+        try:
+            body, _ = await _read_bounded(response, _ERROR_BODY_LIMIT)
+        except _BodyError as exc:
+            logger.debug("an error body not read: %s", exc)
+            return None
+        return _body_text(body, response)
+
     async def _stream(self, buffer: TokenBuffer, control: RunControl) -> str:
         import httpx
-        from httpx_sse import EventSource, SSEError
 
         endpoint = self.endpoint
-        url = f"{endpoint.base_url}{self.path}"
+        url = endpoint._url(self.path)
         stops = self.settings.get("stop")
         watch = StopFilter(stops) if stops else None
         # The answer's characters fed to the stop check, and those it released (shown).
@@ -1051,10 +1382,13 @@ class RemoteJob:
                 httpx.AsyncClient(timeout=httpx.Timeout(endpoint.timeout)) as client,
                 client.stream("POST", url, json=self.body, headers=endpoint._headers()) as response,
             ):
+                if 300 <= response.status_code < 400:
+                    raise self._redirect_error(response)
                 if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response.status_code, response)
-                events = EventSource(response).aiter_sse()
+                    raise self._status_error(
+                        response.status_code, response, await self._error_body(response)
+                    )
+                events = self._events(response)
                 try:
                     while True:
                         try:
@@ -1070,17 +1404,20 @@ class RemoteJob:
                                 "no end of stream %g s after the finish reason; closing it", grace
                             )
                             break
-                        if event.data.strip() == "[DONE]":
+                        kind, data = event
+                        if data.strip() == "[DONE]":
                             break
-                        if event.event == "error":
+                        if kind == "error":
                             raise self._error(
                                 "the server reported an error mid-stream: "
-                                f"{endpoint._quote(event.data, _ERROR_TEXT_LIMIT)}"
+                                f"{endpoint._quote(data, _ERROR_TEXT_LIMIT)}"
                             )
-                        if event.event not in ("", "message"):
+                        if kind != "message":
                             continue  # a kind of event this protocol does not define
+                        if not data.strip():
+                            continue  # an event with no data ("data:" alone) is no chunk
                         self.chunks += 1
-                        text, reason = self._parse(event.data)
+                        text, reason = self._parse(data)
                         if half or _SURROGATE.search(text):
                             text, half = _join_surrogates(half + text)
                         if text:
@@ -1131,11 +1468,6 @@ class RemoteJob:
             )
         except httpx.TimeoutException as exc:
             raise self._error(f"the request timed out ({type(exc).__name__}: {exc})") from exc
-        except SSEError as exc:  # not an event stream at all (an httpx error too)
-            raise self._error(
-                f"the server did not answer with an event stream ({exc}); check that "
-                "base_url points at an OpenAI-compatible API (it ends in /v1)"
-            ) from exc
         except httpx.HTTPError as exc:
             raise self._error(f"the request failed: {type(exc).__name__}: {exc}") from exc
         if finish is None:
@@ -1319,8 +1651,35 @@ class RemoteJob:
             f"{quoted!r}; the text so far is in partial_text"
         )
 
-    def _status_error(self, status: int, response: Any) -> EndpointError:
-        detail = _error_text(response, self.endpoint)
+    def _redirect_error(self, response: Any) -> EndpointError:
+        """A 3xx: nbstream follows no redirect, and says where it pointed."""
+        status = response.status_code
+        url = _safe_url(str(response.request.url))
+        location = response.headers.get("location")
+        if not location:
+            where = "without saying where to (no Location header)"
+            hint = "check base_url"
+        else:
+            target = urllib.parse.urljoin(str(response.request.url), location)
+            shown = self.endpoint._scrub(_safe_url(target))
+            where = f"to {shown}"
+            if urllib.parse.urlsplit(target).query:
+                where += " (its query string not shown)"
+            suggested = shown.removesuffix(self.path)
+            hint = (
+                "use the final URL as base_url"
+                + (f": base_url={suggested!r}" if suggested != shown else "")
+                + " (with the query string the server asks for, if any)"
+            )
+        return self._error(
+            f"HTTP {status} from {url}: the server redirects {where}. nbstream follows no "
+            "redirect, since the Authorization header (the API key) would not be sent on to "
+            f"another address; {hint}",
+            status,
+        )
+
+    def _status_error(self, status: int, response: Any, body: str | None) -> EndpointError:
+        detail = _error_text(body, response, self.endpoint)
         url = _safe_url(str(response.request.url))
         said = f"HTTP {status} from {url}: {detail}"
         if status in (401, 403):
@@ -1663,12 +2022,11 @@ def _checked_key(api_key: Any) -> str:
     return key
 
 
-def _error_text(response: Any, endpoint: Endpoint) -> str:
-    """The server's own words from an error response (OpenAI, FastAPI, TGI or plain text),
-    scrubbed and cut to a length for a message."""
-    try:
-        raw = response.text
-    except Exception:
+def _error_text(raw: str | None, response: Any, endpoint: Endpoint) -> str:
+    """The server's own words from an error response's body ``raw`` (OpenAI, FastAPI, TGI
+    or plain text; None: it could not be read), scrubbed and cut to a length for a
+    message."""
+    if raw is None:
         return "(no readable body)"
     try:
         body = json.loads(raw)
