@@ -232,6 +232,9 @@ class EchoHandler(BaseHTTPRequestHandler):
             if scenario == "listing":  # and its chunks name the model as the key
                 ok["model"] = auth
             status, kind, body = _stream([b"data: " + json.dumps(ok).encode() + b"\n\n"])
+        elif scenario.startswith("copies-"):  # "." * offset, then the key over and over
+            offset = int(scenario.removeprefix("copies-"))
+            status, kind, body = 500, "text/plain", ("." * offset + key * 80_000).encode()
         else:
             status, kind, body = SERVED[scenario](auth, key)
         self.send_response(status)
@@ -416,6 +419,20 @@ def test_the_error_keeps_the_servers_words_around_the_blotted_key(echo, no_lefto
     message = str(run.error)
     assert "HTTP 403" in message and "Bearer ***" in message and "…" in message
     assert not leaks(message, KEY)
+
+
+@pytest.mark.parametrize("offset", range(len(KEY)))
+def test_a_key_cut_by_nbstreams_own_bound_leaves_no_piece(echo, offset, no_leftover_runs):
+    # A body of nothing but copies of the key, far longer than nbstream reads and scrubs:
+    # blotted out, the copies shrink to one mark, and nbstream's bound cuts a copy at every
+    # offset in turn. Whatever piece of it the cut leaves (shorter than the scrub
+    # recognizes), none may show: the quote is the dots, marks and ellipsis, nothing else.
+    endpoint = nbstream.Endpoint(echo.url(f"copies-{offset}"), "fake-model", api_key=KEY)
+    run = nbstream.stream(endpoint, None, "Hi")
+    assert run.wait_done(60) and isinstance(run.error, EndpointError)
+    message = str(run.error)
+    quoted = message.partition("/chat/completions: ")[2].partition(". The server failed")[0]
+    assert quoted and set(quoted) <= {".", "*", "…"}, quoted
 
 
 def test_a_model_list_that_echoes_the_key_shows_it_nowhere(echo, caplog, no_leftover_runs):
