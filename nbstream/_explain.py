@@ -1,17 +1,18 @@
-"""The kernel side of the sampling panel ("How was this picked?"): the ``distribution``
-request a view sends when a token's panel opens or one of its sliders moves, and the
+"""The kernel side of the sampling panel ("How was this picked?"): the ``distribution`` request
+a view sends when a token's panel opens or one of its sliders moves, and the
 ``distribution`` reply, to that view only. See PROTOCOL.md.
 
-The numbers are :meth:`nbstream.Generation.distribution`'s (transformers' own warpers, via
-:func:`nbstream.distribution.distribution_from_logits`). Only the logits cost anything (one
-forward pass of the prompt and the tokens before the step), and a slider move never changes
-them: they are kept for the last few (run, step) pairs, the run known by the object itself
-(an answer shown again by ``show()`` gets a new ``run_id`` but is the same run), so only a
-panel's first request runs the model; every later one is a softmax and a sort. Requests are
-answered on one worker thread, never on the comm handler's (a forward pass would hold up
-Stop and the other messages), in order; a request that a newer one from the same view has
-overtaken is skipped (its page would drop the reply anyway). Nothing raises into the comm
-handler: a bad request, or a failure, is answered with an ``error`` the panel shows.
+The numbers are :meth:`nbstream.Generation.distribution`'s: every processor the run applied
+(transformers' own, built as ``generate`` builds them), each a stage of the reply. Only the
+logits cost anything (one forward pass of the prompt and the tokens before the step), and a
+slider move never changes them: they are kept for the last few (run, step) pairs, the run
+known by the object itself (an answer shown again by ``show()`` gets a new ``run_id`` but is
+the same run), so only a panel's first request runs the model; every later one is a softmax
+and a sort. Requests are answered on one worker thread, never on the comm handler's (a
+forward pass would hold up Stop and the other messages), in order; a request that a newer
+one from the same view has overtaken is skipped (its page would drop the reply anyway).
+Nothing raises into the comm handler: a bad request, or a failure, is answered with an
+``error`` the panel shows.
 """
 
 from __future__ import annotations
@@ -24,11 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._tokens import TokenPieces
-from .distribution import (
-    STAGES,
-    Candidate,
-    Distribution,
-)
+from .distribution import Candidate, Distribution
 from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
@@ -189,6 +186,7 @@ class Explainer:
         """What the panel draws of ``d`` (the reply's fields; PROTOCOL.md)."""
         top = d.top(TOP_N)
         ids = [c.id for c in top]
+        stages = d.stages  # every stage the run applied, in its order
         if d.chosen is not None and d.chosen not in ids:
             # The token the run took is always drawn, after the top ones.
             chosen = d.chosen
@@ -196,32 +194,28 @@ class Explainer:
                 Candidate(
                     id=chosen,
                     text=self._text(chosen),
-                    probs={stage: d.prob(chosen, stage) for stage in STAGES},
+                    probs={stage: d.prob(chosen, stage) for stage in stages},
                     removed_by=d.removed_by(chosen),
                 )
             )
         rest = []
-        for stage in STAGES:
+        for stage in stages:
             shown = sum(c.probs[stage] for c in top)
             rest.append(max(0.0, 1.0 - shown))
-        words = d.describe()
-        # describe() is "<temperature>; <top-k>; <top-p>; <the chosen token's odds>": the
-        # three stage phrases never hold "; ", the token's text may.
-        parts = words.split("; ", 3)
-        phrases = dict(zip((*SLIDERS, "token"), parts, strict=False))
+        phrases = d.phrases()
         return {
             "chosen": self._entry(d.chosen) if d.chosen is not None else None,
             "settings": d.settings,
             "run_settings": d.run_settings,
-            "stages": list(STAGES),
+            "stages": list(stages),
             "top": [
-                [*self._entry(c.id), [c.probs[stage] for stage in STAGES], c.removed_by]
+                [*self._entry(c.id), [c.probs[stage] for stage in stages], c.removed_by]
                 for c in top
             ],
             "rest": rest,
-            "kept": [d.kept(stage) for stage in STAGES],
+            "kept": [d.kept(stage) for stage in stages],
             "size": d.size,
-            "words": words,
+            "words": "; ".join(phrases.values()),
             "phrases": phrases,
             "note": d.note,
         }

@@ -25,7 +25,7 @@ from typing import Any
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .distribution import Distribution, distribution_from_logits, resolve_settings
+from .distribution import Distribution
 from .record import build_record, replay_arguments, warn_if_different
 from .settings import DEFAULT_THINKING_TAGS, validate_settings
 from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
@@ -830,30 +830,14 @@ class Generation:
     def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
         """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's
         sampling panel keeps them, so a slider move needs no forward pass)."""
-        # The run's own values are where the sliders start (a greedy run's temperature is
-        # 0); a repetition penalty is said, not applied (it is not a sampling slider).
-        effect = dict(getattr(self._job, "in_effect", {}))
-        own = (
-            {name: effect.get(name) for name in ("temperature", "top_k", "top_p")}
-            if effect.get("do_sample")
-            else {"temperature": 0.0, "top_k": None, "top_p": None}
-        )
-        note = None
-        penalty = effect.get("repetition_penalty")
-        if penalty not in (None, 1.0):
-            note = (
-                f"the run also applied repetition_penalty={penalty:g} before these filters; "
-                "the stages here start from the model's own odds"
-            )
-        return distribution_from_logits(
-            logits,
-            step=step,
-            chosen=self.token_ids[step],
-            settings=resolve_settings(asked, own),
-            run_settings=resolve_settings({}, own),
-            tokenizer=getattr(self._backend, "tokenizer", None),
-            note=note,
-        )
+        # The job knows what the run applied (the model's processors, as generate() builds
+        # them), so the stages are those, in its order.
+        explain = getattr(self._job, "distribution", None)
+        if explain is None:
+            self._require_logits()  # says why, in the words every other caller gets
+            raise ValueError(f"{type(self._backend).__name__} cannot explain a step")
+        d: Distribution = explain(step, self.token_ids, asked, logits)
+        return d
 
     @staticmethod
     def _check_step(step: Any, length: int) -> int:

@@ -193,7 +193,8 @@ def test_the_stages_equal_transformers_own_warpers(parent, real_model, temperatu
     for stage in STAGES:
         probs = d.probs[stage]
         assert probs.dim() == 1 and probs.shape[0] == d.size
-        assert float(probs.sum()) == pytest.approx(1.0, abs=1e-5)
+        # float32 over 49,152 tokens: the sum's rounding reaches 1.5e-5 (seen on "model").
+        assert float(probs.sum()) == pytest.approx(1.0, abs=1e-4)
     expected = _warped(real_model, parent, 4, temperature, top_k, top_p)
     kept = d.probs["top_p"] > 0
     assert torch.equal(kept, expected > 0), "the kept set"

@@ -411,3 +411,42 @@ def test_trace_benchmark_runs_end_to_end(tmp_path):
     assert per_token["tokens"] > 0 and per_token["probabilities"] > 0
     assert per_token["tokens+probabilities+alternatives"] > 2 * per_token["tokens"]
     assert "| views off tok/s |" in proc.stdout
+
+
+def test_the_distribution_gives_no_chance_to_what_the_trace_marks_cut(tiny_line):
+    """The model's sequence_bias (here: newlines and special tokens banned) is applied by
+    run.distribution as by the run: a banned token has probability 0, as run.trace says."""
+    from transformers import SequenceBiasLogitsProcessor, TopPLogitsWarper
+
+    model, tokenizer = tiny_line
+    bias = model.generation_config.sequence_bias
+    banned = [ids[0] for ids, value in bias if value == float("-inf")]
+    run = nbstream.stream(
+        model,
+        tokenizer,
+        "Hello",
+        max_new_tokens=6,
+        alternatives=100,
+        temperature=1.0,
+        top_k=0,
+        top_p=0.9,
+        seed=2,
+    )
+    run.wait(60)
+    prompt = model_inputs(run)
+    seen_cut = 0
+    for step, record in enumerate(run.trace):
+        d = run.distribution(step)
+        # Independently: transformers' own processors, in generate()'s order, on raw logits.
+        history = torch.cat([prompt, torch.tensor([run.token_ids[:step]], dtype=torch.long)], 1)
+        with torch.no_grad():
+            scores = model(history).logits[:, -1].float()
+        scores = SequenceBiasLogitsProcessor(bias)(history, scores)
+        scores = TopPLogitsWarper(0.9)(history, scores)
+        expected = torch.softmax(scores, dim=-1)[0]
+        assert torch.allclose(d.probs["top_p"], expected, atol=1e-6)
+        assert float(d.probs["top_p"][banned].sum()) == 0.0
+        for alt, cut in zip(record.alternative_ids, record.cut, strict=True):
+            assert cut == (d.prob(alt, "top_p") == 0.0)
+            seen_cut += alt in banned
+    assert seen_cut  # a banned token was among the alternatives: the check saw one

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
+from ..distribution import Distribution, distribution_from_logits, resolve_settings
 from ..settings import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_THINKING_TAGS,
@@ -398,6 +399,9 @@ class LocalBackend:
             if pad is not None:
                 kwargs["pad_token_id"] = pad
         job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        # What generate() will apply, built now: a processor nbstream cannot apply and
+        # show is refused before anything starts.
+        job.stages = generate_stages(self.model, _stage_options(kwargs), job.generate_ids(prefix))
         job.asked = dict(settings)
         job.prefix_ids = prefix
         job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
@@ -503,6 +507,9 @@ class LocalJob:
         self.thinking_tags: tuple[str, str] | None = None
         #: The settings as given to prepare (a branch inherits these, not resolved ones).
         self.asked: dict[str, Any] = dict(settings)
+        #: What generate() applies at a sampled step (see generate_stages), on the model's
+        #: device: the seeded sampler applies those only a sampled step does.
+        self.stages: list[Stage] = []
 
     def decoder(self) -> TokenDecoder:
         return TokenDecoder(self.backend.tokenizer)
@@ -546,7 +553,8 @@ class LocalJob:
             # even while other threads draw random numbers, and the caller's RNG is never
             # touched. generate() then runs greedy over logits where only the drawn token
             # survives, after its own processors (repetition penalty, suppressed tokens).
-            sampler = _seeded_sampler(seed, kwargs, model.generation_config, device, capture)
+            warpers = [s.processor for s in self.stages if s.sampling and s.processor is not None]
+            sampler = _seeded_sampler(seed, warpers, device, capture)
             kwargs["logits_processor"] = [sampler]
             for name in ("temperature", "top_p", "top_k"):
                 kwargs.pop(name, None)
@@ -569,6 +577,53 @@ class LocalJob:
             if last in self.backend._eos_ids():
                 return "eos"
         return "length"
+
+    def generate_ids(self, prefix: list[int], device: Any = "model") -> Any:
+        """The input ids generate() is given: the prompt's, then a branch's ``prefix``
+        (on the model's device, or ``device``)."""
+        import torch
+
+        ids = self.encoded["input_ids"]
+        if prefix:
+            ids = torch.cat((ids, torch.tensor([prefix], dtype=ids.dtype)), dim=-1)
+        if device == "model":
+            device = getattr(self.backend.model, "device", None)
+        return ids.to(device) if device is not None else ids
+
+    def distribution(
+        self, step: int, ids: list[int], asked: dict[str, Any], logits: Any
+    ) -> Distribution:
+        """``run.distribution(step, **asked)`` from the step's raw ``logits`` (``ids``: the
+        run's tokens): every processor the run applied, as transformers builds it, each a
+        stage; the sliders' values those ``asked``, else the run's own."""
+        import torch
+
+        effect = self.in_effect
+        own = (
+            {name: effect.get(name) for name in SLIDER_STAGES}
+            if effect.get("do_sample")
+            else {"temperature": 0.0, "top_k": None, "top_p": None}
+        )
+        settings = resolve_settings(asked, own)
+        options = _stage_options(self.kwargs)
+        options.update(settings)
+        if not settings["temperature"]:
+            options["temperature"] = 1.0  # greedy: the filters after it change nothing
+        prompt = self.encoded["input_ids"]
+        stages = generate_stages(
+            self.backend.model, options, self.generate_ids(self.prefix_ids, device=prompt.device)
+        )
+        history = torch.cat((prompt, torch.tensor([ids[:step]], dtype=prompt.dtype)), dim=-1)
+        return distribution_from_logits(
+            logits,
+            step=step,
+            chosen=ids[step],
+            settings=settings,
+            run_settings=resolve_settings({}, own),
+            tokenizer=self.backend.tokenizer,
+            stages=[(stage.name, stage.processor, stage.sampling) for stage in stages],
+            input_ids=history,
+        )
 
     def thinking_watch(self) -> tuple[str, str, bool] | None:
         """For the stop-string watch: the thinking tags and whether the prompt opened them."""
@@ -642,6 +697,18 @@ class _AfterFirstPut:
 _GENERATE_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition_penalty": 1.0}
 
 
+def _stage_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """generate()'s options as a sampled step sees them; a greedy run's sliders off (its
+    stages then say what the model's config adds, whatever the sliders are)."""
+    options = dict(kwargs)
+    # A branch whose forced tokens fill max_new_tokens generates nothing (generate() is not
+    # called), but a config with none left is refused: its stages are those of one more.
+    options["max_new_tokens"] = max(1, int(options.get("max_new_tokens") or 1))
+    if not options.get("do_sample"):
+        options.update(temperature=1.0, top_k=0, top_p=1.0)
+    return options
+
+
 def config_value(config: Any, name: str) -> Any:
     """The value generate() uses for ``name`` when the call does not set it."""
     value = getattr(config, name, None)
@@ -665,37 +732,182 @@ def draw_seed() -> int:
     return int(torch.randint(0, 2**32, (1,)).item())
 
 
+#: The stage each of transformers' logits processors is shown as: the generation config
+#: field that makes ``generate()`` add it (``GenerationMixin._get_logits_processor``).
+PROCESSOR_STAGES = {
+    "SequenceBiasLogitsProcessor": "sequence_bias",
+    "EncoderRepetitionPenaltyLogitsProcessor": "encoder_repetition_penalty",
+    "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
+    "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
+    "EncoderNoRepeatNGramLogitsProcessor": "encoder_no_repeat_ngram_size",
+    "NoBadWordsLogitsProcessor": "bad_words_ids",
+    "MinLengthLogitsProcessor": "min_length",
+    "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
+    "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id",
+    "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
+    "InfNanRemoveLogitsProcessor": "remove_invalid_values",
+    "ExponentialDecayLengthPenalty": "exponential_decay_length_penalty",
+    "SuppressTokensLogitsProcessor": "suppress_tokens",
+    "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
+    "TemperatureLogitsWarper": "temperature",
+    "TopHLogitsWarper": "top_h",
+    "TopKLogitsWarper": "top_k",
+    "TopPLogitsWarper": "top_p",
+    "MinPLogitsWarper": "min_p",
+    "TypicalLogitsWarper": "typical_p",
+    "EpsilonLogitsWarper": "epsilon_cutoff",
+    "EtaLogitsWarper": "eta_cutoff",
+    "LogitNormalization": "renormalize_logits",
+}
+#: The sampling filters in the order transformers applies them; the sliders' three are
+#: always stages (one left off changes nothing), the others when the config sets them.
+WARPER_ORDER = (
+    "temperature",
+    "top_h",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+)
+SLIDER_STAGES = ("temperature", "top_k", "top_p")
+# Processors that cannot be applied by the seeded sampler and shown as a stage, by the
+# field that adds them, with why.
+_REFUSED = {
+    "UnbatchedClassifierFreeGuidanceLogitsProcessor": (
+        "guidance_scale",
+        "classifier-free guidance runs the model a second time at every step, which "
+        "run.trace and run.distribution cannot show",
+    ),
+    "WatermarkLogitsProcessor": (
+        "watermarking_config",
+        "a watermark changes the odds after the sampling filters, where nbstream draws the token",
+    ),
+    "SynthIDTextWatermarkLogitsProcessor": (
+        "watermarking_config",
+        "a watermark changes the odds after the sampling filters, where nbstream draws the token",
+    ),
+}
+# What generate() is called with that is not part of the generation config.
+_NOT_CONFIG = {"streamer", "stopping_criteria", "logits_processor"}
+
+
+class Stage(NamedTuple):
+    """One of the processors ``generate()`` applies at a step, shown as a stage."""
+
+    #: The generation config field (or setting) that adds it.
+    name: str
+    #: The transformers processor; None for a slider left off (the stage changes nothing).
+    processor: Any
+    #: True for what only a sampled step applies (transformers' warpers, and what follows).
+    sampling: bool
+
+
+def generate_stages(model: Any, kwargs: dict[str, Any], input_ids: Any) -> list[Stage]:
+    """Every logits processor ``model.generate(input_ids, **kwargs)`` would apply to a
+    sampled step, built by transformers itself (``_get_logits_processor``, from the model's
+    generation config and ``kwargs``), in its order, each named by the setting that adds
+    it; the three sliders are always there.
+
+    Raises ``ValueError`` naming a processor that cannot be applied and shown.
+    """
+    greedy = _build_processors(model, kwargs, input_ids, do_sample=False)
+    sampled = _build_processors(model, kwargs, input_ids, do_sample=True)
+    # The sampled list is the greedy one with the warpers inserted after the processors
+    # every step applies (and before what follows all of them: renormalize_logits).
+    split = 0
+    while split < len(greedy) and type(greedy[split]) is type(sampled[split]):
+        split += 1
+    extra = len(sampled) - len(greedy)
+    before, warpers, after = (
+        sampled[:split],
+        sampled[split : split + extra],
+        sampled[split + extra :],
+    )
+    stages = [Stage(_stage_name(p, model), p, False) for p in before]
+    named = {_stage_name(p, model): p for p in warpers}
+    order = [name for name in WARPER_ORDER if name in named or name in SLIDER_STAGES]
+    if [name for name in order if name in named] != list(named) or set(named) - set(order):
+        raise RuntimeError(  # pragma: no cover (a transformers that reorders its warpers)
+            f"this transformers applies its sampling filters in the order {list(named)}, "
+            "which nbstream does not know how to show; please report it"
+        )
+    stages += [Stage(name, named.get(name), True) for name in order]
+    stages += [Stage(_stage_name(p, model), p, True) for p in after]
+    return stages
+
+
+def _build_processors(model: Any, kwargs: dict[str, Any], input_ids: Any, do_sample: bool) -> Any:
+    """``_get_logits_processor``'s list, prepared as ``generate()`` prepares it (the
+    config merged with the call, special tokens, the lengths)."""
+    options = {k: v for k, v in kwargs.items() if k not in _NOT_CONFIG}
+    options["do_sample"] = do_sample
+    own = model.generation_config
+    config, _ = model._prepare_generation_config(None, **options)
+    device = input_ids.device
+    model._prepare_special_tokens(config, True, device=device, batch_size=1)
+    length = int(input_ids.shape[-1])
+    config = model._prepare_generated_length(
+        generation_config=config,
+        has_default_max_length=getattr(own, "max_length", None) is None,
+        has_default_min_length=getattr(own, "min_length", None) is None,
+        model_input_name="input_ids",
+        input_ids_length=length,
+        inputs_tensor=input_ids,
+    )
+    return list(
+        model._get_logits_processor(
+            generation_config=config,
+            input_ids_seq_length=length,
+            encoder_input_ids=input_ids,
+            device=device,
+            model_kwargs={},
+        )
+    )
+
+
+def _stage_name(processor: Any, model: Any) -> str:
+    kind = type(processor).__name__
+    if kind in _REFUSED:
+        field, why = _REFUSED[kind]
+        raise ValueError(
+            f"the model's generation_config sets {field}, which nbstream cannot apply: {why}; "
+            f"set model.generation_config.{field} = None (or generate with transformers "
+            "directly)"
+        )
+    name = PROCESSOR_STAGES.get(kind)
+    if name is None:
+        config = getattr(model, "generation_config", None)
+        try:
+            fields = ", ".join(sorted(config.to_diff_dict())) if config is not None else ""
+        except Exception:  # a custom config object
+            fields = ""
+        raise ValueError(
+            f"the model's generation_config makes transformers apply {kind}, which nbstream "
+            "cannot apply to a seeded run and show in run.trace and run.distribution; unset "
+            f"the generation_config field that adds it (the fields it sets: {fields})"
+        )
+    return name
+
+
 def _seeded_sampler(
     seed: int,
-    kwargs: dict[str, Any],
-    config: Any,
+    warpers: list[Any],
     device: Any,
     capture: TraceCapture | None = None,
 ) -> Any:
     """A logits processor that samples as transformers does, from a generator of its own.
 
-    With ``capture``, each step is also recorded for ``run.trace``: which alternatives the
-    warpers left a chance, and the drawn token (the same draws as without it).
+    ``warpers`` are the sampling filters ``generate()`` would apply after its other
+    processors (which it still applies itself, before this one): see
+    :func:`generate_stages`. With ``capture``, each step is also recorded for
+    ``run.trace``: which alternatives the warpers left a chance, and the drawn token (the
+    same draws as without it).
     """
     import torch
-    from transformers import (
-        LogitsProcessor,
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
+    from transformers import LogitsProcessor
 
-    # The same defaults transformers' sampling would use (the model's generation config).
-    temperature = kwargs.get("temperature", getattr(config, "temperature", None))
-    top_k = kwargs.get("top_k", getattr(config, "top_k", None))
-    top_p = kwargs.get("top_p", getattr(config, "top_p", None))
-    warpers: list[Any] = []
-    if temperature is not None and temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(float(temperature)))
-    if top_k:
-        warpers.append(TopKLogitsWarper(int(top_k)))
-    if top_p is not None and top_p < 1.0:
-        warpers.append(TopPLogitsWarper(float(top_p)))
     generator = torch.Generator(device=device if device is not None else "cpu")
     generator.manual_seed(seed)
 
