@@ -7,12 +7,15 @@ stopped or failed run's text is never mistaken for a finished answer.
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
+import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .generation import COMPLETE, TERMINAL
+from .generation import COMPLETE, TERMINAL, Generation
 
 logger = logging.getLogger(__name__)
 
@@ -316,3 +319,110 @@ class FallbackDisplay:
             status, data, _metadata = shown
             if republish(data, self.display_id):
                 self.published_status = status
+
+
+# -- a run shown as a cell's value -------------------------------------------------------------
+# A run changes until it ends: shown once (its repr), it would say "running" under the cell
+# for ever. In a kernel, a run given to IPython's display (a cell ending in
+# `w.generate(...)` or `nbstream.stream(...)`) shows instead either nothing, when a widget
+# already shows it, or a small view that follows it to its end through widget state (which
+# reaches the page from a background thread), with a saved fallback rewritten at the end.
+
+#: The saved output of the widget that shows each run (set as the widget starts it).
+_widget_outputs: weakref.WeakKeyDictionary[Generation, FallbackDisplay] = (
+    weakref.WeakKeyDictionary()
+)
+#: How much of a running answer the view shows (its end; all of it once the run has ended):
+#: each update resends what it shows, so a long answer must not be resent whole.
+LIVE_TAIL = 2000
+#: How often the view of a running run is brought up to date, in seconds.
+LIVE_PERIOD_S = 0.5
+#: The name of the thread that follows a run shown as a cell's value.
+RUN_VIEW_THREAD = "nbstream-shown-run"
+
+
+def shown_by_widget(run: Generation, output: FallbackDisplay) -> None:
+    """Note that a widget whose outputs are ``output`` shows ``run`` (lock-free)."""
+    _widget_outputs[run] = output
+
+
+def _error_info(run: Generation) -> dict[str, str] | None:
+    error = run.error
+    return None if error is None else {"type": type(error).__name__, "message": str(error)}
+
+
+def run_bundle(run: Generation) -> tuple[str, dict[str, str]]:
+    """(the state, the text/plain and text/markdown fallbacks) of a run shown on its own."""
+    status = run.status  # read first: an ended run's text is final
+    text = run.partial_text
+    bundle = fallback_bundle(status, text, run.metrics, _error_info(run), thinking=run.thinking)
+    return status, bundle
+
+
+def run_html(run: Generation) -> str:
+    """The live view's HTML: a state line, then the text (its end while the run goes on)."""
+    status = run.status
+    text = run.partial_text
+    metrics = run.metrics
+    if status in TERMINAL:
+        state, note = _state(status, _error_info(run), metrics.get("finish_reason"))
+    else:
+        state, note = status, None
+        if len(text) > LIVE_TAIL:
+            text = "…" + text[-LIVE_TAIL:]
+    words = " · ".join(["nbstream run", state, *([note] if note else []), *_figures(metrics)])
+    body = (
+        f'<pre class="nbstream-run-text" style="white-space: pre-wrap; margin: 0.25em 0 0">'
+        f"{html.escape(text)}</pre>"
+        if text
+        else ""
+    )
+    return (
+        f'<div class="nbstream-run" data-status="{html.escape(status)}">'
+        f'<div class="nbstream-run-state">{html.escape(words)}</div>{body}</div>'
+    )
+
+
+def show_run(run: Generation) -> None:
+    """IPython's display of a run in a kernel (see above)."""
+    output = _widget_outputs.get(run)
+    if output is not None and output.display_id is not None:
+        return  # its widget, shown, follows it: nothing here could disagree with it
+    import ipywidgets
+
+    view = ipywidgets.HTML(run_html(run))
+    display_id = f"nbstream-run-{uuid.uuid4().hex}"
+    lock = threading.Lock()
+
+    def fallback() -> dict[str, Any]:
+        return {**view._repr_mimebundle_(), **run_bundle(run)[1]}
+
+    with lock:
+        show_with_fallback(fallback(), {}, display_id)
+
+    def follow() -> None:
+        while True:
+            ended = run.wait_done(LIVE_PERIOD_S)
+            try:
+                view.value = run_html(run)
+            except Exception:  # the kernel is going away: nothing left to show it
+                logger.debug("could not update a shown run", exc_info=True)
+                return
+            if ended:
+                with lock:
+                    republish(fallback(), display_id)
+                return
+
+    threading.Thread(target=follow, name=RUN_VIEW_THREAD, daemon=True).start()
+
+
+def register_run_display() -> bool:
+    """In a kernel, have IPython show a :class:`Generation` with :func:`show_run` (IPython's
+    documented ``for_type``); elsewhere (a terminal, a script) its repr stays. True if done."""
+    if not in_kernel():
+        return False
+    from IPython import get_ipython
+
+    formatter = get_ipython().display_formatter.ipython_display_formatter
+    formatter.for_type(Generation, show_run)
+    return True

@@ -23,7 +23,7 @@ import anywidget
 import traitlets
 
 from . import _cells as cells
-from ._display import FallbackDisplay
+from ._display import FallbackDisplay, register_run_display, shown_by_widget
 from ._explain import Explainer
 from ._feed import RunFeed
 from ._panel import (
@@ -41,6 +41,10 @@ from .generation import TERMINAL, Generation
 from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
+
+# In a kernel, a run shown as a cell's value (`w.generate(...)` on a cell's last line) shows
+# nothing more than its widget does, or a view that follows it to its end (_display.py).
+register_run_display()
 
 # How long wait() gives the view thread to publish a finished run's end state.
 _JOIN_S = 5.0
@@ -408,6 +412,7 @@ class RunWidget(anywidget.AnyWidget):
                 )
             run = make_run()
             self._run = run
+            shown_by_widget(run, self._output)
             with self.hold_sync():
                 for name, value in traits.items():
                     setattr(self, name, value)

@@ -683,3 +683,47 @@ def test_a_widget_routes_its_page_messages_to_the_subshell_they_came_on(tiny, ma
         )
     finally:
         w.close()
+
+
+# -- a run shown as a cell's value (nbstream/_display.py) --------------------------------------
+def test_a_run_shown_on_its_own_is_followed_to_its_end_live_and_in_its_saved_fallback(
+    tiny, monkeypatch
+):
+    import ipywidgets
+
+    from nbstream import _display
+
+    shown, rewritten, views = [], [], []
+
+    class HTML(ipywidgets.HTML):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            views.append(self)
+
+    monkeypatch.setattr(ipywidgets, "HTML", HTML)
+    monkeypatch.setattr(_display, "show_with_fallback", lambda d, _m, i: shown.append((d, i)))
+    monkeypatch.setattr(_display, "republish", lambda d, i: rewritten.append((d, i)) or True)
+    run = nbstream.stream(*tiny, "Hello", max_new_tokens=5)
+    _display.show_run(run)
+    text = run.wait()
+    for thread in threading.enumerate():
+        if thread.name == _display.RUN_VIEW_THREAD:
+            thread.join(10)  # it ends with the run: nothing of it outlives what it shows
+    assert not [t for t in threading.enumerate() if t.name == _display.RUN_VIEW_THREAD]
+    ((first, display_id),), ((last, rewritten_id),), (view,) = shown, rewritten, views
+    assert rewritten_id == display_id
+    assert first[_display.WIDGET_VIEW]["model_id"] == view.model_id
+    assert last["text/plain"].startswith("nbstream · complete") and text in last["text/plain"]
+    assert 'data-status="complete"' in view.value and "running" not in view.value
+
+
+def test_a_running_runs_view_shows_the_end_of_a_long_answer_escaped():
+    from nbstream import _display
+
+    class Run:
+        status, metrics = "running", {"tokens": 9000, "elapsed_s": 2.0}
+        partial_text = "<b>" + "x" * 5000 + "</b>"
+
+    shown = _display.run_html(Run())
+    assert "&lt;/b&gt;" in shown and "</b>" not in shown  # the model's text is never markup
+    assert shown.count("x") <= _display.LIVE_TAIL and "running · 9000 tokens · 2.0 s" in shown
