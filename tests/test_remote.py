@@ -780,7 +780,7 @@ def test_a_server_that_was_not_up_yet_is_asked_again(clock, no_leftover_runs):
 def test_a_server_that_cannot_answer_now_is_not_asked_at_every_use(fake, clock, no_leftover_runs):
     # GET /models answers 503: not an answer to keep. One run asks once (not once for each
     # check it makes), and uses in the back-off that follows do not ask again; after it, the
-    # server is asked again.
+    # server is asked again (by a run, or a look at what it is).
     endpoint = nbstream.Endpoint(fake.url("ok+busy"), "fake-model")
     before = fake.listings_asked
     run = nbstream.stream(endpoint, None, "Hi", alternatives=2)
@@ -788,6 +788,9 @@ def test_a_server_that_cannot_answer_now_is_not_asked_at_every_use(fake, clock, 
     assert endpoint.family == "generic" and not endpoint.concurrent
     assert fake.listings_asked == before + 1
     clock[0] += remote._PROBE_RETRY_S
+    # A view asks whether it may offer branching under its lock: never a new request.
+    assert endpoint.why_no_branch() is not None and not endpoint.can_continue
+    assert fake.listings_asked == before + 1
     assert endpoint.family == "generic"
     assert fake.listings_asked == before + 2
 

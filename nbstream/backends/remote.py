@@ -814,11 +814,12 @@ class Endpoint:
     def can_continue(self) -> bool:
         """Whether ``run.branch`` works on this server: it continues a given assistant
         prefix (vLLM, SGLang with ``continue_final_message``; llama-server by prefill)."""
-        return self._server_info().family.continuation is not None
+        return self._server_info(ask_again=False).family.continuation is not None
 
     def why_no_branch(self) -> str | None:
         """Why ``run.branch`` is refused on this server (None: it is not)."""
-        family = self._server_info().family
+        # Asked by a view under its lock: never a new request when a run already asked.
+        family = self._server_info(ask_again=False).family
         if family.continuation == "completions" and self.tokenizer is None:
             return (
                 f"{family.title} needs the model's tokenizer to continue a given answer: "
@@ -953,12 +954,14 @@ class Endpoint:
         return job, info
 
     # -- private -------------------------------------------------------------------------------
-    def _server_info(self) -> ServerInfo:
+    def _server_info(self, *, ask_again: bool = True) -> ServerInfo:
         """What the server is: named, known from an earlier answer, or asked now.
 
         Only an answer is kept. A server that gave none (not listening yet, too slow, busy)
         is taken as ``generic`` for a short back-off (``_PROBE_RETRY_S``: the checks of one
-        run ask once), then asked again: one that has come up is seen at the next run."""
+        run ask once), then asked again: one that has come up is seen at the next run.
+        ``ask_again=False``: what the last probe said, answer or not (a probe only if none
+        was made)."""
         with self._info_lock:
             if self._info is not None:
                 return self._info
@@ -967,7 +970,7 @@ class Endpoint:
             if known is not None:
                 self._info = known
                 return known
-            if self._unanswered is not None and _clock() < self._retry_at:
+            if self._unanswered is not None and (not ask_again or _clock() < self._retry_at):
                 return self._unanswered
             info, answered = self._ask_server()
             if answered:
