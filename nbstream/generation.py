@@ -41,6 +41,9 @@ METRIC_KEYS = (
     "ttft_s",
     "first_chunk_s",
     "tokens",
+    # A branch's forced start (0 for any other run): tokens it was given, not generated;
+    # ttft_s and tokens_per_s count only the tokens generated after them.
+    "forced_tokens",
     "tokens_per_s",
     "elapsed_s",
     "finish_reason",
@@ -854,8 +857,11 @@ class Generation:
     def metrics(self) -> dict[str, Any]:
         """Timings and counts; every key is present from the start, ``None`` until known.
 
-        Timings start when the run gets the model. ``tokens`` counts generated token ids
-        (not chunks); ``tokens_per_s`` is the decode rate after the first token.
+        Timings start when the run gets the model. ``tokens`` counts the run's token ids
+        (not chunks); ``tokens_per_s`` is the decode rate after the first token. For a
+        branch, ``forced_tokens`` says how many of them were given (its answer so far, read
+        as prefill, not generated): ``ttft_s`` is the time to the first token generated
+        after them, and ``tokens_per_s`` counts only the generated ones.
         """
         self._pump()
         times = self._buffer.times
@@ -867,20 +873,25 @@ class Generation:
             times = times[: self._decoded]
             if tokens is not None and tokens > self._decoded:
                 tokens = self._decoded
+        forced_items, forced_tokens, counted = self._forced()
+        generated_times = times[forced_items:]
+        generated = tokens - counted if tokens is not None else None
         metrics: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
         if started is not None:
             metrics["queued_s"] = started - self._created
             now = ended if ended is not None else time.perf_counter()
             metrics["elapsed_s"] = now - started
-            if times:
-                metrics["ttft_s"] = times[0] - started
+            if generated_times:
+                metrics["ttft_s"] = generated_times[0] - started
             if self._first_chunk_at is not None:
                 metrics["first_chunk_s"] = self._first_chunk_at - started
         elif ended is not None:
             metrics["queued_s"] = ended - self._created
         metrics["tokens"] = tokens
-        if tokens and tokens >= 2 and len(times) >= 2 and times[-1] > times[0]:
-            metrics["tokens_per_s"] = (tokens - 1) / (times[-1] - times[0])
+        metrics["forced_tokens"] = forced_tokens
+        first, last = generated_times[:1], generated_times[-1:]
+        if generated and generated >= 2 and len(generated_times) >= 2 and last[0] > first[0]:
+            metrics["tokens_per_s"] = (generated - 1) / (last[0] - first[0])
         # Published with the end state, as the rest of the end.
         metrics["finish_reason"] = self._finish_reason if self._status in TERMINAL else None
         thinker = self._thinker
@@ -898,6 +909,19 @@ class Generation:
         if callable(extra):
             metrics.update(extra())
         return metrics
+
+    def _forced(self) -> tuple[int, int | None, int]:
+        """A branch's forced start: how many of the buffer's first items it is, how many
+        tokens (None: a server's, not counted), and how many of them ``count_tokens``
+        counts (a local model counts its ids; a server counts what it generated)."""
+        ids = getattr(self._job, "prefix_ids", None)
+        if ids:
+            return len(ids), len(ids), len(ids)
+        if getattr(self._job, "assistant_prefix", None):
+            # Sent as one text, put as one item; as long as the parent's trace records.
+            steps: int | None = getattr(self._job, "prefix_steps", None)
+            return 1, steps, 0
+        return 0, 0, 0
 
     # -- decoding on the reader side ---------------------------------------------------------
     def _pump(self, final: bool = False) -> None:
@@ -971,14 +995,18 @@ class Generation:
         stops = self._stops
         if stops is not None and stops.found is not None:
             return
-        self._append(self._decoder.finish("".join(self._raw)))
+        shown = self._append(self._decoder.finish("".join(self._raw)))
         if self._thinker is not None:
             thinking, answer = self._thinker.flush()
-            self._think(thinking)
-            self._answer(answer)
+            shown = self._think(thinking) or shown
+            shown = self._answer(answer) or shown
         if stops is not None and stops.found is None:
             # No token will follow: what was held back can no longer begin a stop string.
-            self._release(stops.flush())
+            shown = self._release(stops.flush()) or shown
+        if shown and self._first_chunk_at is None and self._buffer.times:
+            # Text held back to the end (an answer of blanks, which might still have opened
+            # a thinking section; the start of a stop string): first seen with the last token.
+            self._first_chunk_at = self._buffer.times[-1]
 
     def _append(self, text: str) -> bool:
         """Add decoded text: its thinking part, then its answer through the stop strings if

@@ -182,8 +182,8 @@ def test_metrics_keys_exist_from_the_start(tiny_line, probe):
         assert tuple(run.metrics) == METRIC_KEYS
     queued = second.metrics
     assert second.status == "queued"
-    assert {k for k, v in queued.items() if v is not None} <= {"tokens"}
-    assert queued["tokens"] in (0, None)
+    assert {k for k, v in queued.items() if v is not None} <= {"tokens", "forced_tokens"}
+    assert queued["tokens"] in (0, None) and queued["forced_tokens"] == 0
     running = first.metrics
     assert running["ttft_s"] is None and running["first_chunk_s"] is None
     assert running["finish_reason"] is None
@@ -897,3 +897,66 @@ def test_wait_done_never_raises(tiny_line, probe):
     p.release()
     assert run.wait_done(30) is True
     assert run.done and run.status == "failed"
+
+
+# -- a branch's figures -----------------------------------------------------------------------
+
+
+class StepClock:
+    """A clock that moves one second per forward of the model and stands still otherwise:
+    rates and times then count model steps, whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def tick(self, _calls: int) -> None:
+        self.now += 1.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_branchs_rate_and_first_token_count_only_what_it_generated(tiny_line, probe, monkeypatch):
+    """111 forced tokens and 9 generated: the rate and the time to the first token are the
+    generated tokens', as a fresh run's; the metrics say how many were forced."""
+    import types
+
+    import nbstream.generation as generation
+    import nbstream.streaming as streaming
+
+    model, tokenizer = tiny_line
+    parent = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=120)
+    parent.wait()
+    clock = StepClock()
+    fake = types.SimpleNamespace(**{**vars(time), "perf_counter": clock.perf_counter})
+    monkeypatch.setattr(generation, "time", fake)
+    monkeypatch.setattr(streaming, "time", fake)
+    probe(model).on_call = clock.tick
+    branch = parent.branch(110, parent.token_ids[110] + 1)
+    branch.wait()
+    fresh = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=9)
+    fresh.wait()
+    metrics = branch.metrics
+    assert metrics["tokens"] == 120 and metrics["forced_tokens"] == 111
+    # One step a second: the first generated token after one, then one a second.
+    assert metrics["ttft_s"] == fresh.metrics["ttft_s"] == 1.0
+    assert metrics["tokens_per_s"] == fresh.metrics["tokens_per_s"] == 1.0
+    assert fresh.metrics["forced_tokens"] == 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "settings"),
+    [("   \n  ", {}), ("EN", {"stop": ["END"]})],
+    ids=["blanks", "held-as-a-stop-strings-start"],
+)
+def test_an_answer_shown_only_at_its_end_has_a_first_chunk_time(answer, settings):
+    # Blanks might yet open a thinking section, "EN" might yet be "END": both are held back
+    # until the last token, and shown then.
+    from nbstream.testing import forced_model
+
+    model, tokenizer = forced_model(answer)
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10, **settings)
+    assert run.wait() == answer
+    m = run.metrics
+    assert m["first_chunk_s"] is not None and m["first_answer_s"] == m["first_chunk_s"]
+    assert m["ttft_s"] <= m["first_chunk_s"] <= m["elapsed_s"]
