@@ -94,10 +94,12 @@ def test_a_failed_run_keeps_its_error_but_not_the_models_tensors(tiny_line, tens
         assert run.record is not None and "CUDA out of memory" in str(run.record["error"])
 
 
-def test_a_widgets_failed_run_shows_its_traceback_and_keeps_no_tensors(tiny_line, tensors):
+@pytest.mark.parametrize("kind", ["StreamWidget", "ChatWidget"])
+def test_a_widgets_failed_run_shows_its_traceback_and_keeps_no_tensors(tiny_line, tensors, kind):
+    # A chat keeps each turn's run, and so its error, for as long as the conversation.
     model, tokenizer = tiny_line
     tensors.fail = True
-    widgets = [nbstream.StreamWidget(model, tokenizer) for _ in range(3)]
+    widgets = [getattr(nbstream, kind)(model, tokenizer) for _ in range(3)]
     for widget in widgets:
         widget.generate("Hi", max_new_tokens=6)
         with pytest.raises(nbstream.GenerationFailed):
