@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from test_remote_branch import PROMPT, loopback  # noqa: F401 (a loopback server that branches)
 
 import nbstream
 from nbstream.generation import METRIC_KEYS, active_runs
@@ -960,3 +961,16 @@ def test_an_answer_shown_only_at_its_end_has_a_first_chunk_time(answer, settings
     m = run.metrics
     assert m["first_chunk_s"] is not None and m["first_answer_s"] == m["first_chunk_s"]
     assert m["ttft_s"] <= m["first_chunk_s"] <= m["elapsed_s"]
+
+
+def test_a_server_branchs_metrics_say_what_was_forced(loopback):  # noqa: F811
+    """On a server the answer so far is sent as text: counted as forced, and the first token
+    is the server's first, which comes after it is shown."""
+    endpoint = nbstream.Endpoint(loopback.url("vllm", "branch"), "m")
+    run = nbstream.stream(endpoint, None, PROMPT, max_new_tokens=20, alternatives=3)
+    run.wait(30)
+    branch = run.branch(2, run.trace[2].alternatives[1])
+    branch.wait(30)
+    metrics = branch.metrics
+    assert metrics["forced_tokens"] == 3 and run.metrics["forced_tokens"] == 0
+    assert metrics["first_chunk_s"] < metrics["ttft_s"] <= metrics["elapsed_s"]
