@@ -372,14 +372,14 @@ def run_html(run: Generation) -> str:
             text = "…" + text[-LIVE_TAIL:]
     words = " · ".join(["nbstream run", state, *([note] if note else []), *_figures(metrics)])
     body = (
-        f'<pre class="nbstream-run-text" style="white-space: pre-wrap; margin: 0.25em 0 0">'
+        f'<pre class="nbstream-run-view-text" style="white-space: pre-wrap; margin: 0.25em 0 0">'
         f"{html.escape(text)}</pre>"
         if text
         else ""
     )
     return (
-        f'<div class="nbstream-run" data-status="{html.escape(status)}">'
-        f'<div class="nbstream-run-state">{html.escape(words)}</div>{body}</div>'
+        f'<div class="nbstream-run-view" data-status="{html.escape(status)}">'
+        f'<div class="nbstream-run-view-state">{html.escape(words)}</div>{body}</div>'
     )
 
 

@@ -47,14 +47,14 @@ def test_a_run_of_its_own_shows_a_view_that_follows_it_to_its_end(jupyter):
     )
     for cell in range(3):
         nb.run_cell(cell)
-    shown = nb.cell(2).locator(".nbstream-run")
+    shown = nb.cell(2).locator(".nbstream-run-view")
     expect(shown).to_have_attribute("data-status", "running", timeout=STREAM_TIMEOUT * MS)
     _release(nb, "run")
     assert kval(nb, "run.status") == "complete"
     expect(shown).to_have_attribute("data-status", "complete", timeout=STREAM_TIMEOUT * MS)
     # The whole answer, as the kernel has it.
     text = kval(nb, "run.result")
-    assert shown.locator(".nbstream-run-text").inner_text() == text
+    assert shown.locator(".nbstream-run-view-text").inner_text() == text
     # Saved: what nbconvert and GitHub read (text/plain, text/markdown) says complete too.
     saved = _saved_outputs(jupyter, nb, 2)
     plain = ["".join(o["data"]["text/plain"]) for o in saved if "text/plain" in o.get("data", {})]
@@ -84,3 +84,44 @@ def test_a_run_its_shown_widget_streams_shows_nothing_more_under_its_cell(jupyte
     saved = _saved_outputs(jupyter, nb, 3)
     assert [o for o in saved if o["output_type"] != "stream"] == []
     assert nb.console_errors() == []
+
+
+VOILA_CELLS = [
+    "import time\nimport torch\ntorch.set_num_threads(1)\nimport nbstream\n"
+    "from nbstream.testing import tiny_model\n"
+    "model, tokenizer = tiny_model(one_line=True)\n"
+    # slowed, so that the last cell's run still streams while the page first shows it
+    "slow = model.register_forward_hook(lambda *a: time.sleep(0.03))",
+    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=20)\nw",
+    "w.generate('Hello')",
+    "w.wait() and None",
+    "run = nbstream.stream(model, tokenizer, 'Hello', max_new_tokens=300)\nrun",
+]
+
+
+def test_voila_shows_runs_that_follow_them_to_their_end(chromium, tmp_path):
+    import nbformat
+    from test_voila import RENDER_TIMEOUT_MS, voila_serving
+
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(code) for code in VOILA_CELLS],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    path = tmp_path / "runs.ipynb"
+    nbformat.write(notebook, path)
+    with voila_serving(path, tmp_path / "voila.log") as url:
+        context = chromium.new_context()
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(url, timeout=RENDER_TIMEOUT_MS)
+            shown = page.locator(".nbstream-run-view")
+            expect(shown).to_have_attribute("data-status", "complete", timeout=RENDER_TIMEOUT_MS)
+            expect(page.locator(".nbstream").first).to_have_attribute("data-status", "complete")
+            # Nothing else on the page says a run is running or queued.
+            for output in page.locator(".jp-OutputArea-output").all_inner_texts():
+                assert "running" not in output and "queued" not in output, output
+            assert errors == []
+        finally:
+            context.close()

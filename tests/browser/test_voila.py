@@ -6,6 +6,7 @@ displays must then stream from the page and stop from the page, as in JupyterLab
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -32,10 +33,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def voila_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def voila_serving(notebook: Path, log: Path) -> Iterator[str]:
+    """`voila NOTEBOOK` on a free local port; yields its URL (its output goes to `log`)."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("voila") / "voila.log"
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -50,7 +51,7 @@ def voila_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 sys.executable,
                 "-m",
                 "voila",
-                str(REPO / "notebooks" / "quickstart.ipynb"),
+                str(notebook),
                 "--no-browser",
                 f"--port={port}",
                 "--Voila.ip=127.0.0.1",
@@ -81,6 +82,13 @@ def voila_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def voila_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("voila") / "voila.log"
+    with voila_serving(REPO / "notebooks" / "quickstart.ipynb", log) as url:
+        yield url
 
 
 def test_voila_serves_the_quickstart_and_the_widget_streams_and_stops(
