@@ -408,6 +408,9 @@ class Generation:
         close, a ``wait()``) finds the whole text, ``result``, ``value`` and ``record``.
         """
         self._pump(final=True)  # a no-op unless the job raised before the text was final
+        if self._error is not None:
+            # Before the error is published (run.error), outside the lock (it reads sources).
+            _drop_locals(self._error)
         with self._lock:  # with add_done_callback's check: no callback is ever missed
             if self._end is None:  # cannot happen: every way out of the worker decides
                 self._finish(FAILED, "error", RuntimeError("the run ended without an end state"))
@@ -476,8 +479,6 @@ class Generation:
             return  # exactly one end state: the first one decided stays
         self._ended = time.perf_counter()
         self._finish_reason = reason
-        if error is not None:
-            _drop_locals(error)
         self._error = error
         self._end = status
 
