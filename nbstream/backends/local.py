@@ -556,8 +556,8 @@ class LocalJob:
             warpers = [s.processor for s in self.stages if s.sampling and s.processor is not None]
             sampler = _seeded_sampler(seed, warpers, device, capture)
             kwargs["logits_processor"] = [sampler]
-            for name in ("temperature", "top_p", "top_k"):
-                kwargs.pop(name, None)
+            # The sampler applies them: generate() must not, nor warn that it ignores them.
+            kwargs.update(dict.fromkeys(WARPER_ORDER))
             kwargs["do_sample"] = False
         elif capture is not None:
             # Greedy (a sampled run always has a seed by now): the trace's processor goes
@@ -841,7 +841,10 @@ def generate_stages(model: Any, kwargs: dict[str, Any], input_ids: Any) -> list[
 def _build_processors(model: Any, kwargs: dict[str, Any], input_ids: Any, do_sample: bool) -> Any:
     """``_get_logits_processor``'s list, prepared as ``generate()`` prepares it (the
     config merged with the call, special tokens, the lengths)."""
-    options = {k: v for k, v in kwargs.items() if k not in _NOT_CONFIG}
+    # A greedy list is built without the sliders' values, which it ignores (given, they
+    # make transformers warn that they "may be ignored", although a sampled run uses them).
+    skip = _NOT_CONFIG if do_sample else _NOT_CONFIG | set(WARPER_ORDER)
+    options = {k: v for k, v in kwargs.items() if k not in skip}
     options["do_sample"] = do_sample
     own = model.generation_config
     config, _ = model._prepare_generation_config(None, **options)
