@@ -394,8 +394,10 @@ def show_run(run: Generation) -> None:
     display_id = f"nbstream-run-{uuid.uuid4().hex}"
     lock = threading.Lock()
 
+    live = {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": view.model_id}}
+
     def fallback() -> dict[str, Any]:
-        return {**view._repr_mimebundle_(), **run_bundle(run)[1]}
+        return {**live, **run_bundle(run)[1]}
 
     with lock:
         show_with_fallback(fallback(), {}, display_id)
