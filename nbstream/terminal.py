@@ -24,9 +24,11 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -247,17 +249,69 @@ class _MarkdownAnswer:
         if now - self.drawn_at < _RENDER_INTERVAL_S:
             return
         self.drawn_at = now
-        self._commit_finished_blocks()
-        self._draw()
+        with _ctrl_c_held():
+            self._commit_finished_blocks()
+            self._draw()
 
     def end(self, text: str) -> None:
         if text.startswith(self.text[: self.printed]):
             self.text = text  # what the run holds, including what the last read missed
-        self._commit_finished_blocks()
-        self.live.stop()  # transient: the window goes, the whole last block takes its place
-        rest = self.text[self.printed :].strip("\r\n")
-        if rest:
-            self.console.print(self._markdown(rest))
+        # The run has ended: a Ctrl-C now has nothing left to stop.
+        with _ctrl_c_held(deliver=False):
+            self._commit_finished_blocks()
+            self.live.stop()  # transient: the window goes, the whole last block takes its place
+            rest = self.text[self.printed :].strip("\r\n")
+            if rest:
+                self.console.print(self._markdown(rest))
+
+
+@contextlib.contextmanager
+def _ctrl_c_held(*, deliver: bool = True) -> Iterator[None]:
+    """Hold Ctrl-C back while a frame is written; then deliver it (or drop it).
+
+    A KeyboardInterrupt inside rich's write leaves the frame in the console's buffer, and
+    the next write sends it again: the screen then holds lines that rich does not count,
+    and its redraw leaves them in place, above the answer's last frame.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread gets KeyboardInterrupt
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed and deliver:
+        signal.raise_signal(signal.SIGINT)  # to the handler that was there, as if pressed now
+
+
+@contextlib.contextmanager
+def _no_echo() -> Iterator[None]:
+    """Keep the terminal from echoing keys (^C, type-ahead) while a live region is drawn.
+
+    rich redraws its live region by moving the cursor up as many lines as it drew; an echo
+    moves the cursor (one after a full-width line wraps it to a new line), and the old
+    lines then stay on the screen above the redrawn ones. Keys typed meanwhile are still
+    read by the next prompt, which shows them itself.
+    """
+    try:
+        import termios
+    except ImportError:  # Windows: no termios, and no echo of Ctrl-C into the output
+        yield
+        return
+    if sys.stdin is None or not sys.stdin.isatty():
+        yield
+        return
+    fd = sys.stdin.fileno()
+    before = termios.tcgetattr(fd)
+    quiet = list(before)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 def _markdown_available() -> bool:
@@ -329,6 +383,13 @@ class ChatSession:
         except (TypeError, ValueError) as exc:
             raise _Refused(str(exc)) from None
         turn = self.conversation.turns[-1]
+        with _no_echo() if self.markdown else contextlib.nullcontext():
+            self._show(run)
+        self.say(_status_line(turn))
+        return run.status
+
+    def _show(self, run: Any) -> None:
+        """Stream ``run`` to the screen until it ends (Ctrl-C stops it)."""
         shown: _PlainAnswer | _MarkdownAnswer = (
             _MarkdownAnswer(self.out) if self.markdown else _PlainAnswer(self.out)
         )
@@ -354,8 +415,6 @@ class ChatSession:
             except KeyboardInterrupt:
                 run.stop("Ctrl-C was pressed")
         shown.end(run.partial_text)
-        self.say(_status_line(turn))
-        return run.status
 
     # -- commands ----------------------------------------------------------------------------
     def command(self, line: str) -> bool:

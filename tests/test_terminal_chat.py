@@ -387,6 +387,39 @@ def test_an_answer_taller_than_the_terminal_is_shown_once(tmp_path):
     assert [w for w in text if re.fullmatch(r"w\d+", w)] == words
 
 
+def test_ctrl_c_during_a_markdown_answer_shows_the_partial_answer_once(tmp_path):
+    """The terminal's echo of ^C must not move the live region: rich redraws it counting
+    lines up from the cursor, and a moved cursor leaves the old lines on the screen."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER, encoding="utf-8")
+    answer = " ".join(f"w{i}" for i in range(1000))  # far longer than the wait for Ctrl-C
+    rows, columns = 40, 120
+    child = pexpect.spawn(sys.executable, [str(driver), answer, "--max-new-tokens", "6000"],
+                          env=cli_env(), encoding="utf-8", timeout=TIMEOUT,
+                          dimensions=(rows, columns))  # fmt: skip
+    seen = io.StringIO()
+    child.logfile_read = seen
+    child.expect_exact(PROMPT)
+    ask(child, "Go")
+    child.expect(r"w60 ")
+    child.sendintr()
+    child.expect(STATE)
+    assert child.match.group(0).startswith("[cancelled")
+    child.expect_exact(PROMPT)
+    path = tmp_path / "chat.json"
+    say(child, f"/save {path}")
+    quit_chat(child)
+    (stopped,) = answers(saved(path))
+    assert stopped["status"] == "cancelled" and stopped["content"]
+    shown = pyte.HistoryScreen(columns, rows, history=10_000)
+    pyte.Stream(shown).feed(seen.getvalue())
+    lines = ["".join(line[x].data for x in range(columns)) for line in shown.history.top]
+    lines += shown.display
+    # Each word once, in order (the last may be cut mid-word: "w" of "w64").
+    on_screen = [w for w in " ".join(lines).split() if re.fullmatch(r"w\d*", w)]
+    assert on_screen == stopped["content"].split()
+
+
 # -- an endpoint ---------------------------------------------------------------------------------
 
 
