@@ -34,7 +34,14 @@ _LABELS = {"temperature": "temperature", "top_k": "top-k", "top_p": "top-p"}
 #: processor (None: changes nothing) and whether only a sampled step applies it.
 StageSpec = tuple[str, Any, bool]
 
-__all__ = ["STAGES", "Candidate", "Distribution", "StageSpec", "distribution_from_logits"]
+__all__ = [
+    "STAGES",
+    "Candidate",
+    "Distribution",
+    "StageSpec",
+    "distribution_from_logits",
+    "slider_stages",
+]
 
 
 class Candidate(NamedTuple):
@@ -228,12 +235,15 @@ def distribution_from_logits(
     """
     import torch
 
-    scores = logits.detach().float().reshape(1, -1).cpu()
+    # Computed where the logits are (the processors' tensors are on the model's device);
+    # each stage's probabilities are kept on the CPU.
+    scores = logits.detach().float().reshape(1, -1)
     if input_ids is None:
-        input_ids = torch.zeros((1, 1), dtype=torch.long)  # the warpers read only the scores
+        # The sliders' warpers read only the scores.
+        input_ids = torch.zeros((1, 1), dtype=torch.long, device=scores.device)
     if stages is None:
-        stages = _slider_stages(settings)
-    probs = {"model": torch.softmax(scores, dim=-1)[0]}
+        stages = slider_stages(settings)
+    probs = {"model": torch.softmax(scores, dim=-1)[0].cpu()}
     greedy: Any = None
     for name, processor, sampling in stages:
         if sampling and settings["temperature"] == 0:
@@ -242,12 +252,12 @@ def distribution_from_logits(
                 # before left takes all the mass (what generate() picks), and no filter
                 # after it can change that.
                 greedy = torch.zeros_like(probs["model"])
-                greedy[int(scores[0].argmax())] = 1.0
+                greedy[int(scores[0].argmax())] = 1.0  # on the CPU, as probs["model"]
             probs[name] = greedy
             continue
         if processor is not None:
             scores = processor(input_ids, scores)
-        probs[name] = torch.softmax(scores, dim=-1)[0]
+        probs[name] = torch.softmax(scores, dim=-1)[0].cpu()
     for stage, tensor in probs.items():
         total = float(tensor.sum())
         if not math.isclose(total, 1.0, abs_tol=1e-3):  # pragma: no cover (a broken model)
@@ -264,8 +274,9 @@ def distribution_from_logits(
     )
 
 
-def _slider_stages(settings: Mapping[str, Any]) -> list[StageSpec]:
-    """The sliders' stages alone, as transformers' warpers (None where one is off)."""
+def slider_stages(settings: Mapping[str, Any]) -> list[StageSpec]:
+    """The sliders' stages, as ``generate()`` builds them for a sampled step with these
+    values: transformers' warpers, None where one is off."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     temperature, top_k, top_p = settings["temperature"], settings["top_k"], settings["top_p"]

@@ -326,3 +326,52 @@ def test_two_first_requests_at_once_are_answered_by_one_worker_that_close_ends(t
     finally:
         w.close()
     _wait_for(lambda: _explain_threads() - before == set())
+
+
+def test_the_panel_shows_the_models_bans_as_a_stage_and_agrees_with_the_trace(
+    tiny_line, monkeypatch
+):
+    import copy
+
+    import torch
+
+    model, tokenizer = tiny_line
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
+    with torch.no_grad():
+        first = model(**tokenizer(text, add_special_tokens=False, return_tensors="pt")).logits
+    favourites = first[0, -1].topk(5).indices.tolist()  # the model's top 5 at step 0
+    config = copy.deepcopy(model.generation_config)
+    config.sequence_bias = [*config.sequence_bias, *([[t], float("-inf")] for t in favourites)]
+    monkeypatch.setattr(model, "generation_config", config)
+    w = nbstream.StreamWidget(
+        model,
+        tokenizer,
+        max_new_tokens=3,
+        temperature=1.0,
+        top_k=0,
+        top_p=0.9,
+        seed=3,
+        alternatives=20,
+    )
+    try:
+        w.generate("Hi")
+        w.wait(60)
+        trace = w.run.trace[0]
+        page = Page(w)
+        page.ask(request=1, run_id=w.run_id, step=0)
+        reply = page.reply(1)
+        assert reply["error"] is None
+        assert reply["stages"] == ["model", "sequence_bias", "temperature", "top_k", "top_p"]
+        assert "sequence_bias" in reply["phrases"] and reply["words"].startswith("sequence_bias")
+        bars = {entry[0]: entry for entry in reply["top"]}
+        assert set(favourites) <= set(bars)
+        for token in favourites:
+            assert bars[token][4] == "sequence_bias" and bars[token][3][-1] == 0.0
+        # The bars and the trace agree on every token both show.
+        for alt, cut in zip(trace.alternative_ids, trace.cut, strict=True):
+            if alt in bars:
+                assert cut == (bars[alt][3][-1] == 0.0)
+    finally:
+        w.close()

@@ -7,7 +7,12 @@ import inspect
 import logging
 from typing import Any, NamedTuple
 
-from ..distribution import Distribution, distribution_from_logits, resolve_settings
+from ..distribution import (
+    Distribution,
+    distribution_from_logits,
+    resolve_settings,
+    slider_stages,
+)
 from ..settings import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_THINKING_TAGS,
@@ -578,24 +583,24 @@ class LocalJob:
                 return "eos"
         return "length"
 
-    def generate_ids(self, prefix: list[int], device: Any = "model") -> Any:
-        """The input ids generate() is given: the prompt's, then a branch's ``prefix``
-        (on the model's device, or ``device``)."""
+    def generate_ids(self, prefix: list[int]) -> Any:
+        """The input ids generate() is given, on the model's device: the prompt's, then a
+        branch's ``prefix``."""
         import torch
 
         ids = self.encoded["input_ids"]
         if prefix:
             ids = torch.cat((ids, torch.tensor([prefix], dtype=ids.dtype)), dim=-1)
-        if device == "model":
-            device = getattr(self.backend.model, "device", None)
+        device = getattr(self.backend.model, "device", None)
         return ids.to(device) if device is not None else ids
 
     def distribution(
         self, step: int, ids: list[int], asked: dict[str, Any], logits: Any
     ) -> Distribution:
         """``run.distribution(step, **asked)`` from the step's raw ``logits`` (``ids``: the
-        run's tokens): every processor the run applied, as transformers builds it, each a
-        stage; the sliders' values those ``asked``, else the run's own."""
+        run's tokens): the processors this run applied (the very ones, built when it
+        started: a generation config changed since does not change them), each a stage;
+        the sliders' three at the values ``asked``, else the run's own."""
         import torch
 
         effect = self.in_effect
@@ -605,24 +610,20 @@ class LocalJob:
             else {"temperature": 0.0, "top_k": None, "top_p": None}
         )
         settings = resolve_settings(asked, own)
-        options = _stage_options(self.kwargs)
-        options.update(settings)
-        if not settings["temperature"]:
-            options["temperature"] = 1.0  # greedy: the filters after it change nothing
-        prompt = self.encoded["input_ids"]
-        stages = generate_stages(
-            self.backend.model, options, self.generate_ids(self.prefix_ids, device=prompt.device)
-        )
-        history = torch.cat((prompt, torch.tensor([ids[:step]], dtype=prompt.dtype)), dim=-1)
+        sliders = {spec[0]: spec for spec in slider_stages(settings)}
+        stages = [sliders.get(s.name, (s.name, s.processor, s.sampling)) for s in self.stages]
+        # On the model's device, where the run's processors keep their tensors.
+        history = self.generate_ids([])
+        answer = torch.tensor([ids[:step]], dtype=history.dtype, device=history.device)
         return distribution_from_logits(
-            logits,
+            logits.to(history.device),
             step=step,
             chosen=ids[step],
             settings=settings,
             run_settings=resolve_settings({}, own),
             tokenizer=self.backend.tokenizer,
-            stages=[(stage.name, stage.processor, stage.sampling) for stage in stages],
-            input_ids=history,
+            stages=stages or None,
+            input_ids=torch.cat((history, answer), dim=-1),
         )
 
     def thinking_watch(self) -> tuple[str, str, bool] | None:
