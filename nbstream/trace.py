@@ -14,9 +14,12 @@ token, a :class:`TokenTrace`:
 - ``alternatives``: the model's top ``k`` at that step as :class:`Alternative`
   ``(id, text, logprob)`` tuples, best first (raw logits too).
 - ``cut``: one bool per alternative, ``True`` where the run's settings left it no chance
-  at this step: a sampled run's temperature/top-k/top-p (and anything the model's
-  generation config bans, such as a ``sequence_bias`` of ``-inf``) gave it probability
-  zero; in a greedy run every alternative but the chosen token is cut.
+  at this step: in a sampled run, the processors ``generate`` applies (the model's
+  ``sequence_bias``, ``bad_words_ids``, ``no_repeat_ngram_size``..., then temperature,
+  top-k, top-p and the config's ``min_p``, ``typical_p``, ``epsilon_cutoff``,
+  ``eta_cutoff``, ``top_h``) gave it probability zero, as the last stage of
+  ``run.distribution(step)`` does; in a greedy run every alternative but the chosen token
+  is cut.
 - ``rank``: where the chosen token stood among the raw logits (1 = the model's favourite;
   a sampled run's pick can be far down, as can a greedy pick after a repetition penalty).
 
