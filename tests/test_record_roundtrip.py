@@ -133,7 +133,7 @@ def _each_setting_is_recorded(record: dict, given: dict) -> None:
 
 
 @settings(
-    max_examples=30,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
