@@ -23,7 +23,8 @@ import { disconnected, h, isNum } from "./common.js";
 /**
  * The kernel's reply, to the view that asked (Python → JS). Each entry of `top` is
  * `[id, text, kind, probs, removed_by]`: `probs` the token's probability at each of
- * `stages` (model, temperature, top_k, top_p), `removed_by` the first stage that gave it no
+ * `stages` ("model", then each processor the run applied, by its setting's name; temperature,
+ * top_k and top_p always), `removed_by` the first stage that gave it no
  * chance (null: it survives). `rest` and `kept` are per stage too. `error` is set (and the
  * rest absent) when the kernel could not answer.
  * @typedef {{type: "distribution", view: string, request: number, run_id: number,
@@ -52,6 +53,20 @@ const STAGE_WORDS = /** @type {Record<string, string>} */ ({
   temperature: "greedy (temperature 0)",
   top_k: "top-k",
   top_p: "top-p",
+  min_p: "min-p",
+  typical_p: "typical-p",
+  top_h: "top-h",
+  epsilon_cutoff: "the epsilon cutoff",
+  eta_cutoff: "the eta cutoff",
+  sequence_bias: "the model's sequence bias (a ban)",
+  bad_words_ids: "a banned word (bad_words_ids)",
+  no_repeat_ngram_size: "no repeated n-grams",
+  min_length: "the minimum length",
+  min_new_tokens: "the minimum length",
+  suppress_tokens: "suppressed tokens",
+  begin_suppress_tokens: "suppressed tokens",
+  forced_bos_token_id: "a forced first token",
+  forced_eos_token_id: "a forced last token",
 });
 /** The keys a range input moves with. */
 const SLIDER_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"]);

@@ -249,3 +249,37 @@ def test_a_chat_answers_panel_closes_with_its_answer(chat_harness_page: Page) ->
     change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
     expect(root.locator(".nbstream-message")).to_have_count(0)
     page.wait_for_function("() => window.__panel.hidden === true", timeout=10_000)
+
+
+def test_a_token_cut_by_the_models_own_ban_names_it(fe_page: Page) -> None:
+    page = fe_page
+    root, panel = open_panel(page)
+    ask = [m for m in sent(page) if m["type"] == "distribution"][-1]
+    run = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    stages = ["model", "sequence_bias", "temperature", "top_k", "top_p"]
+    emit(
+        page,
+        {
+            "type": "distribution",
+            "view": ask["view"],
+            "request": ask["request"],
+            "run_settings": run,
+            "settings": run,
+            "chosen": [5, " red", "text"],
+            "stages": stages,
+            "top": [
+                [7, " blue", "text", [0.6, 0.0, 0.0, 0.0, 0.0], "sequence_bias"],
+                [5, " red", "text", [0.4, 1.0, 1.0, 1.0, 1.0], None],
+            ],
+            "rest": [0.0] * len(stages),
+            "kept": [2, 1, 1, 1, 1],
+            "size": 2,
+        },
+    )
+    cut = panel.locator(".nbstream-dist-cut")
+    expect(cut).to_have_count(1)
+    expect(cut).to_have_attribute("data-removed-by", "sequence_bias")
+    expect(cut).to_contain_text("cut by the model's sequence bias (a ban)")
+    # The bars draw the last stage: the banned token has no chance, the other all of it.
+    chosen = panel.locator(".nbstream-dist-bar[data-chosen='true']")
+    expect(chosen).to_have_attribute("data-p", "1")
