@@ -410,6 +410,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # +1 at every change of the columns' runs (under _view_lock): marks computed for an
         # older state are stale and never written.
         self._mark_generation = 0
+        # The threads computing marks (each one forward pass): wait() returns after them.
+        self._marking: list[threading.Thread] = []
 
         self._columns: list[_Column] = []
         try:
@@ -634,6 +636,13 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 # Let the column publish its end state, so that status agrees on return.
                 with contextlib.suppress(GenerationError):
                     column.wait(0)
+            # The marks of where the columns part, started by the last column's end: their
+            # forward pass is work on the model, done before wait() returns (a script that
+            # ends here must not end under it: torch aborts the process).
+            with self._view_lock:
+                marking = list(self._marking)
+            for thread in marking:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt:
             self.stop()
             for _column, run in started:
@@ -787,14 +796,23 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._start_marking(self._words_of_divergence, generation, *divergence)
 
     def _start_marking(self, target: Callable[..., None], *args: Any) -> None:
+        # Not a daemon: the interpreter joins it before it shuts down, so it never ends the
+        # process inside a forward pass (torch aborts then).
+        thread = threading.Thread(
+            target=target, args=args, name="nbstream-compare-mark", daemon=False
+        )
+        with self._view_lock:
+            self._marking = [t for t in self._marking if t.is_alive()]
+            self._marking.append(thread)
         try:
-            threading.Thread(
-                target=target, args=args, name="nbstream-compare-mark", daemon=True
-            ).start()
+            thread.start()
         except RuntimeError:  # out of threads: the marks stay as they were, said in the log
             logger.warning("nbstream: no thread to mark where the compare columns part")
 
     def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:
+        with self._view_lock:
+            if generation != self._mark_generation:
+                return  # the columns changed since: no forward pass for a stale mark
         try:
             marks = divergence_words([c.run for c in self._columns], self._tokenizer, step, tokens)
         except Exception as exc:  # a thread of the widget: never raise

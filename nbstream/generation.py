@@ -165,15 +165,39 @@ def _parse_json(text: str, finish_reason: str | None, settings: dict[str, Any]) 
         ) from exc
 
 
+class _Ticket:
+    """A place in a model's queue for work that is not a run (a forward pass that explains
+    a step): it waits its turn as a run does, so it never runs beside one."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Event()
+
+
 class _ModelQueue:
     """FIFO access to one model: one run at a time, in the order they were started."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._holder: Generation | None = None
-        self._waiting: deque[Generation] = deque()
+        self._holder: Generation | _Ticket | None = None
+        self._waiting: deque[Generation | _Ticket] = deque()
 
-    def try_acquire(self, run: Generation) -> bool:
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold the model for the block: after the runs queued before, before later ones."""
+        ticket = _Ticket()
+        if not self.try_acquire(ticket):
+            try:
+                ticket._turn.wait()
+            except BaseException:
+                if not self.withdraw(ticket):  # the model came meanwhile: pass it on
+                    self.release(ticket)
+                raise
+        try:
+            yield
+        finally:
+            self.release(ticket)
+
+    def try_acquire(self, run: Generation | _Ticket) -> bool:
         with self._lock:
             if self._holder is None and not self._waiting:
                 self._holder = run
@@ -181,7 +205,7 @@ class _ModelQueue:
             self._waiting.append(run)
             return False
 
-    def withdraw(self, run: Generation) -> bool:
+    def withdraw(self, run: Generation | _Ticket) -> bool:
         """Take a queued run out of the line; False if it already got the model."""
         with self._lock:
             try:
@@ -190,7 +214,7 @@ class _ModelQueue:
                 return False
             return True
 
-    def release(self, run: Generation) -> None:
+    def release(self, run: Generation | _Ticket) -> None:
         with self._lock:
             if self._holder is not run:
                 return
@@ -198,7 +222,7 @@ class _ModelQueue:
             if self._holder is not None:
                 self._holder._turn.set()
 
-    def snapshot(self) -> tuple[Generation | None, list[Generation]]:
+    def snapshot(self) -> tuple[Generation | _Ticket | None, list[Generation | _Ticket]]:
         with self._lock:
             return self._holder, list(self._waiting)
 
@@ -826,10 +850,13 @@ class Generation:
         """The model's raw next-token logits at ``step`` (a 1-D float tensor over the
         vocabulary, on the CPU), recomputed exactly with one forward pass of the prompt and
         the tokens before ``step``. Give it to :meth:`distribution` (``logits=``) to try
-        many settings on one step without another forward pass. Needs a local model."""
+        many settings on one step without another forward pass. Needs a local model. The
+        pass waits its turn in the model's queue, as a run does: never beside a run."""
         compute = self._require_logits()
         step = self._check_step(step, len(self.token_ids))
-        return compute(self.token_ids[:step], step)[0].detach().float().cpu()
+        ids = self.token_ids[:step]
+        with self._queue.turn():
+            return compute(ids, step)[0].detach().float().cpu()
 
     def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
         """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's

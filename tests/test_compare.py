@@ -633,6 +633,18 @@ def marks_agree(cw) -> bool:
     return all(mark is not None and mark["step"] == divergence[0] for mark in marks)
 
 
+def test_the_marks_are_written_when_wait_returns(line):
+    """Their forward pass is work on the model: done before wait() returns, so nothing of
+    the comparison is still running when the caller goes on (or its process ends)."""
+    cw = nbstream.CompareWidget(*line, "Hi", PARTING, max_new_tokens=12)
+    cw.generate()
+    cw.wait()
+    assert "nbstream-compare-mark" not in thread_names()
+    assert cw.divergence is not None and marks_agree(cw)
+    assert all(c.compare_mark["words"].startswith("Columns part at token") for c in cw.columns)
+    cw.close()
+
+
 def test_a_column_starting_a_run_while_the_marks_are_written_does_not_hang(line, monkeypatch):
     """The marks are written (a thread, once every column has ended) at the moment a
     column starts a run: the column holds its lock while its state changes, and the

@@ -1,0 +1,84 @@
+"""Script-style use: a plain ``python`` process that ends right after its last ``wait()``.
+
+Nothing nbstream started may still be working on the model then: torch aborts the process
+(SIGABRT, "terminate called without an active exception") when a thread is inside an
+operation while the interpreter shuts down. Each script runs in its own process, and its
+exit status is the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TIMEOUT = 240  # a hang fails the test instead of blocking the suite
+
+TINY = """\
+import nbstream
+from nbstream.testing import tiny_model
+model, tokenizer = tiny_model(one_line=True)
+"""
+DEFAULT = """\
+import nbstream
+model, tokenizer = nbstream.load_model()
+"""
+
+SCRIPTS = {
+    "stream": """\
+run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=40)
+print(len(run.wait()) > 0)
+""",
+    "stream widget": """\
+w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=40)
+w.generate("Name two colors.")
+print(len(w.wait()) > 0)
+""",
+    "chat widget": """\
+chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=40)
+chat.generate("Name two colors.")
+chat.wait()
+chat.generate("And two more?")
+print(len(chat.wait()) > 0)
+""",
+    # Two columns that part at once (greedy, and sampled hot): their marks need a forward
+    # pass of the model, after the runs.
+    "compare": """\
+cw = nbstream.CompareWidget(model, tokenizer, "Name two colors.", max_new_tokens=40,
+                            settings=[{"temperature": 0}, {"temperature": 5.0, "seed": 3}])
+cw.generate()
+print(all(r is not None for r in cw.wait()))
+""",
+    "branch": """\
+run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=40)
+run.wait()
+branch = run.branch(3, run.token_ids[3] + 1)
+print(len(branch.wait()) > 0)
+""",
+    "explainer": """\
+run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=40, alternatives=3)
+run.wait()
+print(run.distribution(5, temperature=0.7, top_p=0.9).describe()[:20])
+""",
+}
+
+
+def run_script(setup: str, body: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-c", setup + textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT,
+    )
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_a_script_exits_0_right_after_its_last_wait(name):
+    done = run_script(TINY, SCRIPTS[name])
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.stdout.strip().splitlines()[-1] not in ("", "False")
