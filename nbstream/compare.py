@@ -807,6 +807,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         try:
             thread.start()
         except RuntimeError:  # out of threads: the marks stay as they were, said in the log
+            with self._view_lock:
+                self._marking.remove(thread)  # never started: nothing for wait() to join
             logger.warning("nbstream: no thread to mark where the compare columns part")
 
     def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:

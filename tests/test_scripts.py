@@ -63,6 +63,16 @@ run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=40, a
 run.wait()
 print(run.distribution(5, temperature=0.7, top_p=0.9).describe()[:20])
 """,
+    # The sampling panel's request, sent as the page sends it: answered on the widget's
+    # worker thread, which is still at it when the script ends.
+    "sampling panel": """\
+w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=40)
+w.generate("Name two colors.")
+w.wait()
+request = {"type": "distribution", "view": "v1", "request": 1, "run_id": w.run_id, "step": 5}
+w._handle_message(w, request, [])
+print(True)
+""",
 }
 
 
