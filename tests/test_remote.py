@@ -909,6 +909,24 @@ def test_the_model_that_answered_is_recorded_and_a_different_one_warned_about(
     assert [r for r in caplog.records if r.getMessage() == warning]
 
 
+def test_what_a_server_listed_for_one_key_is_not_read_with_another(fake, no_leftover_runs):
+    # A key that shares a piece with the model's name: the list kept for it is scrubbed of
+    # that key, and must neither warn its own run nor mangle another key's view.
+    url = fake.url("ok+vllm") + "?case=two-keys"  # a server no other test has asked
+    shared = nbstream.Endpoint(url, "fake-model", api_key="sk-x-fake-model-1")
+    mine = nbstream.stream(shared, None, "Hi")
+    assert mine.wait(60)
+    assert mine.record["warnings"] == []
+    before = fake.listings_served
+    plain = nbstream.stream(nbstream.Endpoint(url, "fake-model"), None, "Hi")
+    assert plain.wait(60)
+    assert plain.record["warnings"] == []
+    assert fake.listings_served == before + 1  # another key asks for its own list
+    again = nbstream.stream(nbstream.Endpoint(url, "fake-model"), None, "Hi")
+    assert again.wait(60)
+    assert fake.listings_served == before + 1  # and only once
+
+
 def test_without_usage_tokens_are_none_and_the_metrics_say_why(fake, no_leftover_runs):
     run = nbstream.stream(nbstream.Endpoint(fake.url("nousage"), "fake-model"), None, "Hi")
     assert run.wait(60) == "".join(PIECES)

@@ -21,6 +21,7 @@ import codecs
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import html
 import json
 import logging
@@ -119,9 +120,11 @@ _BLOT = "***"
 #: A UTF-16 surrogate: half of a character beyond U+FFFF, which JSON can escape on its own.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-#: What each server (by base_url) said it is, for the rest of the process: new Endpoint
-#: objects on the same server (rerun, a compare's columns) do not ask again.
-_known: dict[str, ServerInfo] = {}
+#: What each server said it is, for the rest of the process: new Endpoint objects on the
+#: same server (rerun, a compare's columns) do not ask again. Keyed by base_url and the key's
+#: fingerprint: a gateway may list other models for another key, and what is kept is scrubbed
+#: of the key that asked.
+_known: dict[tuple[str, str | None], ServerInfo] = {}
 _known_lock = threading.Lock()
 
 
@@ -385,6 +388,10 @@ class _Secret:
 
     def reveal(self) -> str:
         return self._value
+
+    def fingerprint(self) -> str:
+        """A digest that tells keys apart without holding them (cache keys)."""
+        return hashlib.sha256(self._value.encode("utf-8", "surrogatepass")).hexdigest()
 
     def scrub(self, text: str) -> str:
         """``text`` without any piece of the key (see ``_SCRUB_RUN``), each blotted out."""
@@ -748,7 +755,9 @@ class Endpoint:
             )
             job.warnings.append(warning)
             logger.warning("%s", warning)
-        if info.models and self.model not in info.models:
+        # The list was scrubbed of the key: a name sharing a piece with the key is compared
+        # as scrubbed the same way.
+        if info.models and self._scrub(self.model) not in info.models:
             # A server with one model may answer any name with it (llama-cpp-python does, and
             # echoes the name asked for in every chunk): its own list is what says so.
             warning = (
@@ -954,6 +963,10 @@ class Endpoint:
         return job, info
 
     # -- private -------------------------------------------------------------------------------
+    @property
+    def _known_key(self) -> tuple[str, str | None]:
+        return (self.base_url, None if self._api_key is None else self._api_key.fingerprint())
+
     def _server_info(self, *, ask_again: bool = True) -> ServerInfo:
         """What the server is: named, known from an earlier answer, or asked now.
 
@@ -966,7 +979,7 @@ class Endpoint:
             if self._info is not None:
                 return self._info
             with _known_lock:
-                known = _known.get(self.base_url)
+                known = _known.get(self._known_key)
             if known is not None:
                 self._info = known
                 return known
@@ -975,7 +988,7 @@ class Endpoint:
             info, answered = self._ask_server()
             if answered:
                 with _known_lock:
-                    _known[self.base_url] = info
+                    _known[self._known_key] = info
                 self._info, self._unanswered = info, None
             else:
                 self._unanswered, self._retry_at = info, _clock() + _PROBE_RETRY_S
@@ -1636,7 +1649,9 @@ class RemoteJob:
         """Keep the model name a chunk carried; warn when it is not the one asked for."""
         self.answered_by.append(model)
         asked = self.endpoint.model
-        if model == asked:
+        # ``model`` comes scrubbed of the key: a name that shares a piece with the key is
+        # compared as scrubbed the same way.
+        if model in (asked, self.endpoint._scrub(asked)):
             return
         said = self.endpoint._quote(model, _EVENT_TEXT_LIMIT)
         warning = (

@@ -253,7 +253,7 @@ def test_a_chat_answers_panel_closes_with_its_answer(chat_harness_page: Page) ->
 
 def test_a_token_cut_by_the_models_own_ban_names_it(fe_page: Page) -> None:
     page = fe_page
-    root, panel = open_panel(page)
+    _root, panel = open_panel(page)
     ask = [m for m in sent(page) if m["type"] == "distribution"][-1]
     run = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
     stages = ["model", "sequence_bias", "temperature", "top_k", "top_p"]
