@@ -614,8 +614,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
         A column's entry is its text if it completed, ``None`` if it was stopped or failed
         (its ``status``, ``partial_text`` and ``error`` say more) or never ran: one stopped
-        column is part of a comparison, not an error. ``timeout`` bounds the whole wait;
-        when it expires ``TimeoutError`` is raised and the runs go on. A
+        column is part of a comparison, not an error. The columns' marks of where they part
+        (one forward pass of the model) are written by then too. ``timeout`` bounds the
+        whole wait; when it expires ``TimeoutError`` is raised and the runs go on. A
         ``KeyboardInterrupt`` (the kernel's interrupt button) stops every column, then
         propagates.
         """
