@@ -22,7 +22,14 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from ._display import Bundle, FallbackDisplay, compare_fallback_bundle, states_summary
+from ._display import (
+    Bundle,
+    FallbackDisplay,
+    compare_fallback_bundle,
+    show,
+    shown_by_widget,
+    states_summary,
+)
 from ._errors import input_checked
 from ._panel import PANEL_SETTINGS, TRAIT_OF_SETTING
 from ._route import PageRoute, answer_on_sending_subshell
@@ -188,6 +195,19 @@ def _draw_seed() -> int:
     from .backends.local import draw_seed
 
     return draw_seed()
+
+
+class Runs(list[Generation]):
+    """The runs one :meth:`CompareWidget.generate` started, one per column (a plain list).
+
+    As a cell's last value it shows each run as a run is shown (see ``_display.show_run``):
+    nothing where the CompareWidget is on the page, which follows them; never a snapshot
+    of their states that would go stale.
+    """
+
+    def _ipython_display_(self) -> None:
+        for run in self:
+            show(run)
 
 
 class _Header(anywidget.AnyWidget):
@@ -548,8 +568,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return [column.record for column in self._columns]
 
     @input_checked
-    def generate(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
-        """Start every column on the prompt (default: the prompt box); return their runs.
+    def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
+        """Start every column on the prompt (default: the prompt box); return their runs
+        (a list, :class:`Runs`).
 
         ``settings`` override every column's own for these runs (as keyword settings of
         ``StreamWidget.generate``), and are checked before anything starts.
@@ -600,7 +621,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                         raise kind(f"column {len(runs) + 1}: {exc}") from exc
                 raise
             self._header.input_error = ""
-            return runs
+            for run in runs:
+                # The columns are shown inside this widget, never on their own.
+                shown_by_widget(run, self._output)
+            return Runs(runs)
 
     def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
         """Deprecated: :meth:`generate` (warns ``DeprecationWarning``)."""

@@ -820,3 +820,28 @@ def test_a_busy_column_keeps_in_run_all(line):
     cw.stop()
     cw.wait(60)
     cw.close()
+
+
+def test_generate_as_a_cells_value_shows_nothing_that_goes_stale(line, monkeypatch):
+    from nbstream import _display, compare
+
+    model, tokenizer = line
+    shown: list[object] = []
+    monkeypatch.setattr(_display, "show_with_fallback", lambda d, _m, i: shown.append(d))
+    monkeypatch.setattr(_display, "republish", lambda d, i: True)
+    monkeypatch.setattr(_display, "in_kernel", lambda: True)
+    cw = nbstream.CompareWidget(model, tokenizer, "Hello", settings=THREE, max_new_tokens=5)
+    cw._ipython_display_()  # the widget is on the page
+    assert len(shown) == 1
+    runs = cw.generate()
+    # As a cell's last value, each run is displayed as a run (never the list's snapshot of
+    # "running" states), and a run its shown CompareWidget follows shows nothing more.
+    displayed: list[object] = []
+    monkeypatch.setattr(compare, "show", displayed.append)
+    runs._ipython_display_()
+    assert displayed == list(runs) == [c.run for c in cw.columns]
+    for run in runs:
+        _display.show_run(run)
+    assert len(shown) == 1
+    cw.wait(60)
+    cw.close()
