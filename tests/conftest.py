@@ -224,9 +224,10 @@ def greedy() -> Any:
 # Markers (pyproject.toml) are given here, from where a test lives and what it uses, so that
 # nobody has to remember them: `make check` runs what has none of them, `make test` all.
 TESTS = Path(__file__).resolve().parent
-# Whole modules that build and install environments (wheel, sdist, fresh venvs, Binder) or
-# run mypy over the package: minutes each, and `make check` runs mypy itself.
-SLOW_MODULES = {"test_binder.py", "test_packaging.py"}
+# Whole modules that build and install environments (wheel, sdist, fresh venvs, Binder), run
+# mypy over the package (`make check` runs mypy itself), or start a fresh interpreter per test
+# (test_scripts: torch's import each time): a minute or more each.
+SLOW_MODULES = {"test_binder.py", "test_packaging.py", "test_scripts.py"}
 # Fixtures that load or convert the embedded default model (tens of seconds on a CPU).
 MODEL_FIXTURES = {"real_model", "fresh_conversion"}
 
