@@ -9,6 +9,7 @@ of the token stream is never taken as success on its own.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import copy
 import json
@@ -254,6 +255,30 @@ def active_runs() -> list[Generation]:
     with _live_lock:
         runs = list(_live)
     return [run for run in runs if run.status not in TERMINAL]
+
+
+#: How long the interpreter's exit waits for the runs it stops: a decode step or two.
+EXIT_JOIN_S = 10.0
+
+
+def _stop_runs_at_exit() -> None:
+    """Stop every run still going when the interpreter exits, and wait for its worker.
+
+    A run's worker is a daemon thread; torch aborts the whole process (SIGABRT,
+    "terminate called without an active exception") when one is inside an operation while
+    the interpreter shuts down, so a script that ends before its run would die instead of
+    exiting. Stopped here, each run ends ``cancelled`` within a decode step.
+    """
+    runs = active_runs()
+    for run in runs:
+        run.stop("the interpreter is exiting")
+    deadline = time.monotonic() + EXIT_JOIN_S
+    for run in runs:
+        if not run.join(max(0.0, deadline - time.monotonic())):
+            logger.warning("a run was still working when the interpreter exited")
+
+
+atexit.register(_stop_runs_at_exit)
 
 
 class Generation:

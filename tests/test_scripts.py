@@ -92,3 +92,21 @@ def test_a_script_exits_0_right_after_its_last_wait(name):
     done = run_script(TINY, SCRIPTS[name])
     assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
     assert done.stdout.strip().splitlines()[-1] not in ("", "False")
+
+
+@pytest.mark.parametrize("how", ["running", "queued behind another"])
+def test_a_script_that_ends_before_its_run_exits_0(how):
+    # No wait(): the run is still generating (and, queued, another still waits) when the
+    # interpreter exits; each is stopped and its worker joined first.
+    body = """\
+first = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=5000)
+for _ in first:
+    break
+runs = [first]
+if HOW == "queued behind another":
+    runs.append(nbstream.stream(model, tokenizer, "And two more?", max_new_tokens=5000))
+print(all(run.status in ("running", "queued") for run in runs))
+"""
+    done = run_script(TINY + f"HOW = {how!r}\n", body)
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "True"
