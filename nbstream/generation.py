@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures.thread  # noqa: F401 (its exit hook first: see below)
 import contextlib
 import copy
 import json
@@ -268,6 +269,10 @@ def _stop_runs_at_exit() -> None:
     "terminate called without an active exception") when one is inside an operation while
     the interpreter shuts down, so a script that ends before its run would die instead of
     exiting. Stopped here, each run ends ``cancelled`` within a decode step.
+
+    Called before the interpreter joins its non-daemon threads (see below): work waiting in
+    a model's queue on such a thread (a compare mark, the sampling panel's) would otherwise
+    wait there for every run ahead of it to end on its own.
     """
     runs = active_runs()
     for run in runs:
@@ -278,7 +283,15 @@ def _stop_runs_at_exit() -> None:
             logger.warning("a run was still working when the interpreter exited")
 
 
-atexit.register(_stop_runs_at_exit)
+# threading's own exit hooks run before it joins the non-daemon threads; atexit's run only
+# after. They run last registered first: concurrent.futures joins its workers (the sampling
+# panel's) from one, so it is imported first (above) to register before this one. Private
+# API, hence the guard.
+_at_threading_exit = getattr(threading, "_register_atexit", None)
+if callable(_at_threading_exit):
+    _at_threading_exit(_stop_runs_at_exit)
+else:  # pragma: no cover (an interpreter without it: runs are still stopped, later)
+    atexit.register(_stop_runs_at_exit)
 
 
 class Generation:

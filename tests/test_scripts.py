@@ -110,3 +110,44 @@ print(all(run.status in ("running", "queued") for run in runs))
     done = run_script(TINY + f"HOW = {how!r}\n", body)
     assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
     assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_work_queued_behind_a_run_at_exit_does_not_keep_the_process(tmp_path):
+    # The sampling panel's forward pass (on a non-daemon worker) waits in the model's queue
+    # behind a long run when the script ends: the run is stopped before the interpreter
+    # joins that worker, instead of the exit waiting for all its tokens.
+    out = tmp_path / "status"
+    body = f"""\
+w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=40)
+w.generate("Name two colors.")
+w.wait()
+long = nbstream.stream(model, tokenizer, "Count.", max_new_tokens=8000)
+long.add_done_callback(lambda run: open({str(out)!r}, "w").write(run.status))
+for _ in long:
+    break
+request = {{"type": "distribution", "view": "v1", "request": 1, "run_id": w.run_id, "step": 5}}
+w._handle_message(w, request, [])
+print(True)
+"""
+    done = run_script(TINY, body)
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
+    assert out.read_text() == "cancelled"
+
+
+def test_a_hung_name_lookup_does_not_hold_the_exit():
+    # A resolver that never answers: the run is stopped, and the process exits although the
+    # lookup's thread is still inside getaddrinfo.
+    body = """\
+import socket, threading, time
+def hang(*args, **kwargs):
+    time.sleep(600)
+socket.getaddrinfo = hang
+endpoint = nbstream.Endpoint("http://slowhost.invalid:9/v1", "m", server="vllm")
+run = nbstream.stream(endpoint, None, "Hi")
+time.sleep(0.5)
+run.stop()
+print(run.join(30) and run.status == "cancelled")
+"""
+    done = run_script("import nbstream\n", body)  # TIMEOUT (240 s) < the lookup's 600 s
+    assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.stdout.strip().splitlines()[-1] == "True"

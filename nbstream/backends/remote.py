@@ -33,7 +33,7 @@ import traceback
 import urllib.parse
 import zlib
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .. import _servers
 from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
@@ -158,6 +158,31 @@ _traffic = _Traffic()
 
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+class _Lookups(concurrent.futures.ThreadPoolExecutor):
+    """An event loop's executor that runs each call (a name lookup) on a daemon thread of
+    its own, never joined: neither when the loop closes nor when the interpreter exits
+    (which joins a pool's threads), where a hung resolver would hold the process."""
+
+    def submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=work, name="nbstream-lookup", daemon=True).start()
+        return future
 
 
 def _run_loop(main: Coroutine[Any, Any, _T]) -> _T:
@@ -169,7 +194,7 @@ def _run_loop(main: Coroutine[Any, Any, _T]) -> _T:
     still going when ``main`` is over is left to end on its own thread, its answer unused.
     """
     loop = asyncio.new_event_loop()
-    lookups = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="nbstream-lookup")
+    lookups = _Lookups()
     loop.set_default_executor(lookups)
     try:
         return loop.run_until_complete(main)
