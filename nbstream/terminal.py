@@ -276,6 +276,9 @@ def _ctrl_c_held(*, deliver: bool = True) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread gets KeyboardInterrupt
         return
+    if signal.getsignal(signal.SIGINT) is None:
+        yield  # a handler set outside Python: it could not be put back
+        return
     pressed: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
     try:
