@@ -25,7 +25,13 @@ def test_a_steps_forward_pass_waits_for_the_run_that_holds_the_model(tiny_line, 
     got: list[object] = []
     asker = threading.Thread(target=lambda: got.append(ended.step_logits(3)))
     asker.start()
-    time.sleep(0.5)  # room for the pass to reach the model, were it let through
+    # The pass has asked for the model once it waits in the queue (or, were it let through,
+    # once it has reached the model): only then is the run let go.
+    queue = running._queue
+    deadline = time.monotonic() + 60
+    while not queue.snapshot()[1] and asker.ident not in p.threads:
+        assert time.monotonic() < deadline, "the step's pass never asked for the model"
+        time.sleep(0.01)
     p.release()
     running.wait()
     asker.join(60)
