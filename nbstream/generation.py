@@ -845,13 +845,16 @@ class Generation:
         logits: Any = None,
     ) -> Distribution:
         """What the sampling sliders do at ``step``: the model's next-token distribution
-        there, then after temperature, top-k and top-p (see :mod:`nbstream.distribution`).
+        there, then after each logits processor the run applied, in transformers' order
+        (penalties, bans, then temperature, top-k, top-p and any other filter of the model's
+        generation config; ``d.stages`` names them; see :mod:`nbstream.distribution`).
 
         A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
         ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
-        forward pass of the prompt and the tokens before ``step``, on the calling thread;
-        pass ``logits=run.step_logits(step)`` to ask about one step several times with one
-        forward pass. Needs a local model.
+        forward pass of the prompt and the tokens before ``step``, on the calling thread,
+        which waits its turn in the model's queue (while another run holds the model, this
+        returns after it); pass ``logits=run.step_logits(step)`` to ask about one step
+        several times with one forward pass. Needs a local model.
 
         Example::
 
