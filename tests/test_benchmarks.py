@@ -78,3 +78,40 @@ def test_branching_benchmark_quick(tmp_path):
     assert report["problems"] == []
     assert set(report["distribution_ms"]) == {"5", "20", "35"} and report["ratio"] > 0
     assert "Branch at step 35" in proc.stdout
+
+
+def test_review_benchmark_quick(tmp_path):
+    out = tmp_path / "review.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.review", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    # Kept runs hold no tensors, whichever way they ended.
+    memory = report["memory"]
+    assert memory["failed"]["statuses"] == ["failed"] and memory["failed"]["caught"] == 20
+    assert memory["complete"]["statuses"] == ["complete"]
+    for kind in ("failed", "complete"):
+        assert (memory[kind]["cache"], memory[kind]["logits"]) == (0, 0)
+    queue = report["queue_table"]
+    assert queue["after"] == queue["before"] and queue["statuses"] == ["complete"]
+    assert report["banned_mass"]["max"] == 0.0
+    min_p = report["min_p"]
+    assert min_p["sampled"] and min_p["equals_greedy"] and min_p["worst_rank"] == 0
+    forced = report["stop_in_forced"]
+    assert (forced["status"], forced["finish_reason"]) == ("complete", "stop")
+    assert forced["token_ids"] < forced["max_new_tokens"]
+    assert [x["status"] for x in report["slow_dns"]] == ["cancelled"]
+    assert [(x["status"], x["key_shown"]) for x in report["gzip_bomb"]] == [("failed", False)]
+    scripts = report["scripts"]
+    assert scripts["hung_lookup"]["statuses"] == [0] and scripts["compare"]["statuses"] == [0]
+    assert scripts["hung_lookup"]["said"] == ["True cancelled"]
+    assert scripts["compare"]["said"] == ["True ['complete', 'complete']"]
+    assert "browser" in report["markdown"] and "| item | measure | now |" in report["markdown"]
