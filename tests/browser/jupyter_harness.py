@@ -851,7 +851,9 @@ class Notebook:
                 f"kernel_eval({expr!r}) raised {value.get('ename')}: {value.get('evalue')}\n"
                 + re.sub(r"\x1b\[[0-9;]*m", "", tb)
             )
-        return value["data"]["text/plain"]
+        # A value IPython shows through a display formatter of its own (a run: a live view,
+        # or nothing beside its widget) has no text/plain here; it is evaluated all the same.
+        return value["data"].get("text/plain", "")
 
     def _close_client(self) -> None:
         client, self._client, self._subshell = self._client, None, None
