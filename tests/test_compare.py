@@ -678,7 +678,10 @@ def test_a_column_starting_a_run_while_the_marks_are_written_does_not_hang(line,
             failed.append(exc)
 
     cw.generate()
-    cw.wait(60)
+    # Each column's wait (its end state published, as cw.wait() has it), not cw.wait(): that
+    # also waits for the marks, held here on purpose.
+    for column in cw.columns:
+        column.wait(60)
     assert cw.divergence is not None, "the columns were expected to part"
     rerun = threading.Thread(target=rerun_last_column, daemon=True)
     rerun.start()
