@@ -1189,7 +1189,12 @@ def not_json(text: str) -> bool:
 MALFORMED = st.one_of(
     # Not JSON at all, or JSON that is not an object.
     st.text(max_size=30).filter(not_json),
-    JSON_VALUES.filter(lambda value: not isinstance(value, dict)),
+    # (A string is written raw: a blank one is an event that carries nothing.)
+    JSON_VALUES.filter(
+        lambda value: (
+            not isinstance(value, dict) and (not isinstance(value, str) or not_json(value))
+        )
+    ),
     # An object without a choices list.
     st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3).filter(
         lambda d: "error" not in d and not isinstance(d.get("choices"), list)
