@@ -10,7 +10,7 @@
    (a longer prefill) but shows those tokens at once. Interleaved round by round with a
    fresh parent run, the ratio (branch / parent) is the median of the rounds; the target is
    ≤ 1 (the branch starts streaming no later than its parent did).
-3. The sampling panel's reply (``nbstream/_explain.py``, what a page waits for after it
+3. The sampling panel's reply (``nbstream/widgets/sampling.py``, what a page waits for after it
    opens the panel on a token or moves a slider): the first request of a step (the forward
    pass) against a slider move (the step's logits are kept: softmax, warpers, top 10), from
    the request to the reply handed to the comm, at the same steps as 1. Printed, never
@@ -115,7 +115,7 @@ def panel_replies(run: Any, steps: list[int], moves: int = 5) -> dict[str, dict[
     and the median of ``moves`` slider moves after it (cached logits)."""
     import threading
 
-    from nbstream._explain import Explainer
+    from nbstream.widgets.sampling import Explainer
 
     replies: dict[int, threading.Event] = {}
 

@@ -1,7 +1,7 @@
 """Remote benchmark: how fast a Stop stops a run on a server, on both sides of the wire.
 
 Starts a real ``transformers serve`` of the embedded default model on a loopback port
-(through ``nbstream._serve``, whose probe logs, on the server, the moment its generation is
+(through ``nbstream.testing.servers``, whose probe logs, on the server, the moment its generation is
 aborted), streams a long answer from it with ``nbstream.stream(nbstream.Endpoint(...))``,
 and after a few chunks calls ``run.stop()``. Per trial:
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     trials = 2 if args.quick else args.trials
     import nbstream
-    from nbstream._serve import LocalServer
+    from nbstream.testing.servers import LocalServer
 
     began = time.perf_counter()
     log("starting transformers serve ...")

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the findings to this file")
     args = parser.parse_args(argv)
 
-    from nbstream._serve import LlamaCppServer, LocalServer
+    from nbstream.testing.servers import LlamaCppServer, LocalServer
 
     servers: dict[str, Callable[[], Any]] = {
         "transformers": LocalServer,

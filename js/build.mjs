@@ -1,12 +1,12 @@
 // Build the nbstream front end, one self-contained bundle and one stylesheet per widget:
-//   js/src/widget.js  -> nbstream/static/widget.js  (StreamWidget; ESM, minified, all deps bundled)
+//   js/src/stream.js  -> nbstream/static/stream.js  (StreamWidget; ESM, minified, all deps bundled)
 //   js/src/chat.js    -> nbstream/static/chat.js    (ChatWidget; likewise)
 //   js/src/compare.js -> nbstream/static/compare.js (CompareWidget's header; likewise)
-//   js/src/widget.css + tokens.css + branches.css (+ ...) -> nbstream/static/widget.css
-//   js/src/widget.css + tokens.css + chat.css -> nbstream/static/chat.css
+//   js/src/stream.css + tokens.css + branches.css (+ ...) -> nbstream/static/stream.css
+//   js/src/stream.css + tokens.css + chat.css -> nbstream/static/chat.css
 //   js/src/compare.css                        -> nbstream/static/compare.css
 // The bundles import the shared modules of js/src (markdown.js, incremental.js, common.js,
-// settings.js, tokens.js); each carries its own copy (anywidget loads one ES module and
+// settings_panel.js, tokens.js); each carries its own copy (anywidget loads one ES module and
 // one stylesheet, `_esm` and `_css`, per widget).
 //
 // Usage: node build.mjs [--outdir DIR] [--watch]   (default: ../nbstream/static)
@@ -28,16 +28,16 @@ const outdir = i >= 0 ? resolve(args[i + 1]) : resolve(here, "..", "nbstream", "
 const watching = args.includes("--watch");
 
 /** The bundles: js/src/<name>.js, and the widget each belongs to. */
-const BUNDLES = { widget: "StreamWidget", chat: "ChatWidget", compare: "CompareWidget" };
+const BUNDLES = { stream: "StreamWidget", chat: "ChatWidget", compare: "CompareWidget" };
 /**
  * The stylesheets: js/src/<part>.css joined in this order (later rules win). The chat view
  * uses the StreamWidget's classes for what they share (badge, output, Markdown, token
- * views); the compare columns are StreamWidget views, styled by widget.css, so compare.css
+ * views); the compare columns are StreamWidget views, styled by stream.css, so compare.css
  * is only the header and the row.
  */
 const STYLESHEETS = {
-  widget: { title: "StreamWidget", parts: ["widget", "tokens", "branches", "thinking", "distribution"] },
-  chat: { title: "ChatWidget", parts: ["widget", "tokens", "branches", "chat", "thinking", "distribution"] },
+  stream: { title: "StreamWidget", parts: ["stream", "tokens", "branches", "thinking", "sampling"] },
+  chat: { title: "ChatWidget", parts: ["stream", "tokens", "branches", "chat", "thinking", "sampling"] },
   compare: { title: "CompareWidget", parts: ["compare"] },
 };
 

@@ -12,8 +12,6 @@ from typing import Any
 
 from ._version import __version__
 from .backends.remote import Endpoint
-from .chat import ChatWidget
-from .compare import CompareWidget
 from .doctor import doctor
 from .generation import (
     Generation,
@@ -24,7 +22,9 @@ from .generation import (
     stream,
 )
 from .models import ModelNotFoundError, default_model_dir, load_model
-from .widget import StreamWidget
+from .widgets.chat import ChatWidget
+from .widgets.compare import CompareWidget
+from .widgets.stream import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

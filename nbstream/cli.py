@@ -76,8 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return chat(args[1:])
     options = _parser().parse_args(args)
 
-    from . import GenerationError, load_model, stream
     from .backends.local import check_prompt
+    from .generation import GenerationError, stream
+    from .models import load_model
     from .settings import validate_settings
 
     settings = settings_of(options)

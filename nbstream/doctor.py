@@ -20,8 +20,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ._display import in_kernel, show
-from ._route import PageRoute
+from .widgets.display import in_kernel, show
+from .widgets.route import PageRoute
 
 logger = logging.getLogger(__name__)
 

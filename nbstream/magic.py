@@ -33,10 +33,10 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from . import _cells as cells
-from ._display import show
 from .generation import Generation, active_runs
 from .settings import validate_settings
+from .widgets import cells as cells
+from .widgets.display import show
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def status_report() -> Report:
 
 def stop_all() -> Report:
     """Stop every queued and running run; wait (briefly) until each has ended."""
-    from ._feed import view_threads
+    from .widgets.feed import view_threads
 
     runs = [run for run in active_runs() if run.stop()]
     deadline = time.monotonic() + _STOP_WAIT_S
@@ -286,7 +286,7 @@ class NbstreamMagics(Magics):
         raise UsageError(f"{_LINE_USAGE}\n%nbstream: unknown command {command!r}{hint}")
 
     def _cell(self, line: str, cell: str) -> None:
-        from .widget import StreamWidget
+        from .widgets.stream import StreamWidget
 
         try:
             argv = shlex.split(line)
@@ -338,7 +338,7 @@ _chat_lock = threading.Lock()
 def _shared_chat(model: str | None) -> Any:
     """The ChatWidget every ``--chat`` cell continues (made by the first one)."""
     global _chat
-    from .chat import ChatWidget
+    from .widgets.chat import ChatWidget
 
     with _chat_lock:
         if _chat is not None and _chat[0].comm is not None:

@@ -28,7 +28,7 @@ Keys (a contract; more may be added, none removed):
 - ``settings_unconfirmed``: settings sent to a server that may have dropped them without
   a word (an unidentified server and a field beyond OpenAI's API); they are ``None`` under
   ``settings``, never recorded as applied. ``rerun`` sends them again (the same request).
-- ``server`` (``None`` for a local model): ``family`` (``nbstream._servers``), ``title``,
+- ``server`` (``None`` for a local model): ``family`` (``nbstream.backends.servers``), ``title``,
   ``how`` it was known (``"named"``, ``"detected"``, ``"unknown"``), ``evidence``,
   ``concurrent``, ``reproducible`` (True, False, or None: not known), ``context``.
   ``model`` then also has ``base_url`` and ``answered_by``: the model name the server's

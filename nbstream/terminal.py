@@ -617,8 +617,7 @@ def _load(options: argparse.Namespace) -> tuple[Any, Any, str]:
         key = os.environ.get(options.api_key_env) or None
         server = Endpoint(options.endpoint, options.model, api_key=key)
         return server, None, f"{options.model} at {server.base_url}"
-    from . import load_model
-    from .models import DEFAULT_NAME
+    from .models import DEFAULT_NAME, load_model
 
     model, tokenizer = load_model(options.model)
     return model, tokenizer, options.model or f"{DEFAULT_NAME} (the embedded default model)"

@@ -13,8 +13,8 @@ import pytest
 from test_widget import Recorder, wait_followers
 
 import nbstream
-from nbstream._branching import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
 from nbstream.testing import tiny_model
+from nbstream.widgets.branches import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
 
 
 @pytest.fixture

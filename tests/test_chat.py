@@ -501,7 +501,7 @@ def test_saved_output_shows_every_turn_and_marks_partial_answers(chat):
 def test_rerunning_the_cell_closes_the_old_chat(tiny_line, no_leftover_runs, monkeypatch):
 
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream.widgets.cells, "cell_context", lambda: context["value"])
     old = nbstream.ChatWidget(*tiny_line, max_new_tokens=8000)
     run = old.generate("Hello")
     context["value"] = ("cell-1", "exec-2")

@@ -522,7 +522,7 @@ def test_displayed_comparison_rewrites_its_saved_output_as_columns_change(line, 
 
         return publish
 
-    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream.widgets.display, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     cw = nbstream.CompareWidget(*line, "Hello", settings=THREE[:2], max_new_tokens=5)
@@ -566,7 +566,7 @@ def test_close_stops_and_closes_columns_header_and_container(line):
 
 def test_rerunning_the_cell_closes_the_earlier_comparison(line, monkeypatch):
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream.widgets.cells, "cell_context", lambda: context["value"])
     first = nbstream.CompareWidget(*line, "Hello", settings=THREE, max_new_tokens=5000)
     runs = first.generate()
     context["value"] = ("cell-1", "exec-2")  # the cell runs again
@@ -650,7 +650,7 @@ def test_a_column_starting_a_run_while_the_marks_are_written_does_not_hang(line,
     column starts a run: the column holds its lock while its state changes, and the
     compare's header follows that state. Neither may wait for the other (a deadlock hung
     the kernel: the user's generate() never returned)."""
-    from nbstream import compare
+    from nbstream.widgets import compare
 
     words_of = compare.divergence_words
     go = threading.Event()
@@ -826,7 +826,8 @@ def test_a_busy_column_keeps_in_run_all(line):
 
 
 def test_generate_as_a_cells_value_shows_nothing_that_goes_stale(line, monkeypatch):
-    from nbstream import _display, compare
+    from nbstream.widgets import compare
+    from nbstream.widgets import display as _display
 
     model, tokenizer = line
     shown: list[object] = []

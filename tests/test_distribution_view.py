@@ -1,4 +1,4 @@
-"""The sampling panel's kernel side (nbstream/_explain.py): the ``distribution`` request a
+"""The sampling panel's kernel side (nbstream/widgets/sampling.py): the ``distribution`` request a
 view sends when a token's panel opens or a slider moves, and the reply to that view.
 
 The numbers are checked on the default model (a short greedy run); the tiny model where

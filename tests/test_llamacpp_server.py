@@ -1,7 +1,7 @@
 """nbstream.Endpoint against a second real server: llama-cpp-python's (``make llama-cpp``).
 
 The server (``python -m llama_cpp.server``, started once for the module through
-nbstream._serve.LlamaCppServer) serves the embedded default model's own GGUF. It differs
+nbstream.testing.servers.LlamaCppServer) serves the embedded default model's own GGUF. It differs
 from ``transformers serve`` in the ways issue 21 found: a second request ends the stream in
 progress, its sampling fields have llama.cpp's names and unknown ones are dropped without a
 word, any model name is answered by its one model, it sends no usage, a prompt over its
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 import nbstream
-from nbstream._serve import LlamaCppServer
+from nbstream.testing.servers import LlamaCppServer
 
 COLORS = "Name two colors."
 STORY = "Write a very long story about a lighthouse keeper and a cat."

@@ -25,8 +25,8 @@ import nbstream
 
 REPO = Path(__file__).resolve().parents[1]
 STATIC = (
-    "nbstream/static/widget.js",
-    "nbstream/static/widget.css",
+    "nbstream/static/stream.js",
+    "nbstream/static/stream.css",
     "nbstream/static/chat.js",
     "nbstream/static/chat.css",
     "nbstream/static/compare.js",
@@ -98,8 +98,8 @@ def test_sdist_carries_sources_and_the_built_front_end(dist: dict[str, Path]) ->
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for path in (
         *STATIC,
-        "js/src/widget.js",
-        "js/src/widget.css",
+        "js/src/stream.js",
+        "js/src/stream.css",
         "js/src/chat.js",
         "js/src/chat.css",
         "js/src/compare.js",
@@ -178,7 +178,7 @@ def test_installed_wheel_works_in_a_fresh_environment(
         "w = nbstream.StreamWidget.__dict__;"
         "print(nbstream.__file__);"
         "print(m.version('nbstream') == nbstream.__version__);"
-        "print(pathlib.Path(nbstream.__file__).with_name('static').joinpath('widget.js').is_file())"
+        "print(pathlib.Path(nbstream.__file__).with_name('static').joinpath('stream.js').is_file())"
     )
     out = _run([str(py), "-c", check], cwd=tmp_path, env=env).stdout.split()
     assert Path(out[0]).resolve().is_relative_to(site.resolve()), out

@@ -1,5 +1,5 @@
-"""The settings panel's kernel side (nbstream/_panel.py) where the page meets it: a whole
-number too large for a JavaScript number travels as its digits, both ways (issue 19)."""
+"""The settings panel's kernel side (nbstream/widgets/settings_panel.py) where the page meets
+it: a whole number too large for a JavaScript number travels as its digits, both ways."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The protocol between the kernel and the page (PROTOCOL.md) is one protocol.
 
 Three things describe it: the Python widget classes, the typed mirrors at the top of
-js/src/widget.js, chat.js and compare.js (JSDoc typedefs, one ``@property`` per synced
+js/src/stream.js, chat.js and compare.js (JSDoc typedefs, one ``@property`` per synced
 trait), and PROTOCOL.md. These tests fail when a synced trait or a message type is in one
 of them and not in the others, and when the settings' schema the page checks with
 (``settings_schema()``) disagrees with ``validate_settings`` at any bound, or the panel
-(js/src/settings.js) with either.
+(js/src/settings_panel.js) with either.
 
 ``NBSTREAM_UPDATE_SCHEMA=1`` rewrites js/test/settings-schema.json (the schema the Node unit
 tests and the front-end harness use) from ``panel_schema()``.
@@ -26,13 +26,13 @@ from typing import Any
 import anywidget
 import pytest
 
-from nbstream._feed import RunFeed
-from nbstream._panel import PANEL_SETTINGS, panel_schema
-from nbstream._widget_base import RunWidget
-from nbstream.chat import ChatWidget
-from nbstream.compare import CompareWidget, _Column, _Header
 from nbstream.settings import SETTINGS, settings_schema, validate_settings
-from nbstream.widget import StreamWidget
+from nbstream.widgets.base import RunWidget
+from nbstream.widgets.chat import ChatWidget
+from nbstream.widgets.compare import CompareWidget, _Column, _Header
+from nbstream.widgets.feed import RunFeed
+from nbstream.widgets.settings_panel import PANEL_SETTINGS, panel_schema
+from nbstream.widgets.stream import StreamWidget
 
 REPO = Path(__file__).resolve().parents[1]
 JS = REPO / "js" / "src"
@@ -79,7 +79,7 @@ def typedefs(source: str) -> dict[str, tuple[str, list[str]]]:
 
 def js_traits(file: str, name: str, source: str | None = None) -> set[str]:
     """The trait names of typedef ``name`` in js/src/``file``: its properties, or those of
-    each part of an intersection (``A & import("./widget.js").B``)."""
+    each part of an intersection (``A & import("./stream.js").B``)."""
     defs = typedefs(source if source is not None else (JS / file).read_text("utf-8"))
     assert name in defs, f"no typedef {name} in js/src/{file}"
     kind, props = defs[name]
@@ -150,12 +150,12 @@ def check(*problems: str | None) -> None:
 
 CLASSES = {
     # class: (its JS mirror: file, typedef), (its PROTOCOL.md tables)
-    RunWidget: (("widget.js", "RunWidgetTraits"), ("RunWidget",)),
-    StreamWidget: (("widget.js", "StreamWidgetTraits"), ("RunWidget", "Branches", "StreamWidget")),
+    RunWidget: (("stream.js", "RunWidgetTraits"), ("RunWidget",)),
+    StreamWidget: (("stream.js", "StreamWidgetTraits"), ("RunWidget", "Branches", "StreamWidget")),
     ChatWidget: (("chat.js", "ChatWidgetTraits"), ("RunWidget", "Branches", "ChatWidget")),
     _Header: (("compare.js", "CompareHeaderTraits"), ("CompareWidget header",)),
     _Column: (
-        ("widget.js", "CompareColumnTraits"),
+        ("stream.js", "CompareColumnTraits"),
         ("RunWidget", "Branches", "StreamWidget", "CompareWidget column"),
     ),
 }
@@ -191,13 +191,13 @@ def test_the_check_sees_a_trait_on_one_side_only() -> None:
     class Wider(StreamWidget):
         extra = traitlets.Int(0).tag(sync=True)
 
-    js = js_traits("widget.js", "StreamWidgetTraits")
+    js = js_traits("stream.js", "StreamWidgetTraits")
     assert mismatch("t", ("py", synced_traits(Wider)), ("js", js)) is not None
-    source = (JS / "widget.js").read_text("utf-8")
+    source = (JS / "stream.js").read_text("utf-8")
     prop = " * @property {boolean} show_prompt"
     wider_js = source.replace(prop, " * @property {number} extra  only the page knows\n" + prop)
     assert wider_js != source
-    more = js_traits("widget.js", "StreamWidgetTraits", wider_js)
+    more = js_traits("stream.js", "StreamWidgetTraits", wider_js)
     assert more - js == {"extra"}
     assert mismatch("t", ("py", synced_traits(StreamWidget)), ("js", more)) is not None
     # And a table row of PROTOCOL.md counts.
@@ -215,39 +215,41 @@ def test_messages_from_the_kernel() -> None:
     common = (JS / "common.js").read_text("utf-8")
     handled = set(re.findall(r'\bmsg\.type\s*===\s*"(\w+)"', common))
     check(
-        mismatch("kernel → page", ("nbstream/_feed.py", sent), ("js/src/common.js", handled)),
         mismatch(
-            "kernel → page",
-            ("nbstream/_feed.py", sent),
-            ("widget.js IncomingMessage", js_message_types("widget.js", "IncomingMessage")),
+            "kernel → page", ("nbstream/widgets/feed.py", sent), ("js/src/common.js", handled)
         ),
         mismatch(
             "kernel → page",
-            ("nbstream/_feed.py", sent),
+            ("nbstream/widgets/feed.py", sent),
+            ("stream.js IncomingMessage", js_message_types("stream.js", "IncomingMessage")),
+        ),
+        mismatch(
+            "kernel → page",
+            ("nbstream/widgets/feed.py", sent),
             ("PROTOCOL.md", set(protocol_tables()["Kernel to page"])),
         ),
     )
 
 
 def test_the_sampling_panels_reply() -> None:
-    from nbstream._explain import Explainer
+    from nbstream.widgets.sampling import Explainer
 
     sent = set(re.findall(r'"type":\s*"(\w+)"', inspect.getsource(Explainer)))
-    panel = (JS / "distribution.js").read_text("utf-8")
+    panel = (JS / "sampling.js").read_text("utf-8")
     handled = set(re.findall(r"\bmsg\?*\.type\s*===\s*\"(\w+)\"", panel)) - {"tokens"}
     check(
-        mismatch("panel reply", ("nbstream/_explain.py", sent), ("distribution.js", handled)),
+        mismatch("panel reply", ("nbstream/widgets/sampling.py", sent), ("sampling.js", handled)),
         mismatch(
             "panel reply",
-            ("nbstream/_explain.py", sent),
+            ("nbstream/widgets/sampling.py", sent),
             (
-                "distribution.js DistributionReply",
-                js_message_types("distribution.js", "DistributionReply"),
+                "sampling.js DistributionReply",
+                js_message_types("sampling.js", "DistributionReply"),
             ),
         ),
         mismatch(
             "panel reply",
-            ("nbstream/_explain.py", sent),
+            ("nbstream/widgets/sampling.py", sent),
             ("PROTOCOL.md", set(protocol_tables()["Kernel to page: the sampling panel"])),
         ),
     )
@@ -258,7 +260,7 @@ PAGE_TO_KERNEL = {
     "Page to kernel: every RunWidget view": ([RunWidget._handle_view_message], None),
     "Page to kernel: StreamWidget": (
         [StreamWidget._on_view_message],
-        ("widget.js", "Page to kernel: every RunWidget view"),
+        ("stream.js", "Page to kernel: every RunWidget view"),
     ),
     "Page to kernel: ChatWidget": (
         [ChatWidget._on_view_message],
@@ -424,7 +426,7 @@ def test_the_js_fixture_is_the_schema_a_kernel_sends() -> None:
     )
 
 
-# The panel (js/src/settings.js) with the kernel's schema: which fields it shows, and what
+# The panel (js/src/settings_panel.js) with the kernel's schema: which fields it shows, and what
 # it makes of typed text at every bound.
 _NODE_SCRIPT = """
 import { FIELDS, fieldSpecs, parseField } from %(module)s;
@@ -468,7 +470,7 @@ def test_the_panel_shows_every_setting_and_agrees_with_the_kernel_at_every_bound
                     continue
                 cases.append((trait, _js_text(value), value, entry["messages"][message]))
     script = _NODE_SCRIPT % {
-        "module": json.dumps((JS / "settings.js").as_uri()),
+        "module": json.dumps((JS / "settings_panel.js").as_uri()),
         "schema": json.dumps(schema),
         "cases": json.dumps([[trait, text] for trait, text, _, _ in cases]),
     }
@@ -484,8 +486,8 @@ def test_the_panel_shows_every_setting_and_agrees_with_the_kernel_at_every_bound
     check(
         mismatch(
             "the settings panel's fields",
-            ("PANEL_SETTINGS (nbstream/_panel.py)", set(PANEL_SETTINGS)),
-            ("FIELDS (js/src/settings.js)", set(out["fields"])),
+            ("PANEL_SETTINGS (nbstream/widgets/settings_panel.py)", set(PANEL_SETTINGS)),
+            ("FIELDS (js/src/settings_panel.js)", set(out["fields"])),
         )
     )
     assert out["shown"] == out["fields"]  # the schema gives every field its kind

@@ -1,7 +1,7 @@
 """nbstream.Endpoint: streaming from an OpenAI-compatible server (nbstream/backends/remote.py).
 
 Against a real ``transformers serve`` of the embedded default model (started once for the
-module, through nbstream._serve, whose probe logs each generation's end on the server's
+module, through nbstream.testing.servers, whose probe logs each generation's end on the server's
 side): text equal to a greedy local run, finish reasons, usage tokens, Stop that makes the
 server stop generating, the widget. Faults the real server cannot produce on demand (error
 statuses, a dropped connection, a malformed event, a stall) come from a small fake server
@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 import nbstream
 from nbstream import generation
-from nbstream._serve import LocalServer, free_port
 from nbstream.backends import remote
 from nbstream.backends.remote import EndpointError
+from nbstream.testing.servers import LocalServer, free_port
 
 KEY = "sk-nbstream-test-9f3c2a7e51"
 COLORS = "Name two colors."
@@ -938,7 +938,7 @@ def test_without_usage_tokens_are_none_and_the_metrics_say_why(fake, no_leftover
     assert "3 chunks of text (chunks are not tokens)" in metrics["tokens_note"]
     # Everywhere the count is shown, it says chunks, never "tokens=None".
     from nbstream._console import format_metrics
-    from nbstream._display import fallback_bundle
+    from nbstream.widgets.display import fallback_bundle
 
     assert format_metrics(metrics).startswith("3 chunks (no token count) · ")
     assert "chunks=3 (no token count)" in repr(run)

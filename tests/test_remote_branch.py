@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import nbstream
-from nbstream._branching import ENDPOINT_BRANCHES_IN_CODE
 from nbstream.trace import RemoteAlternative, RemoteTrace
+from nbstream.widgets.branches import ENDPOINT_BRANCHES_IN_CODE
 
 PROMPT = "Name two colors."
 #: The server's answer, token by token: (text, logprob, [(alternative, logprob), ...]).

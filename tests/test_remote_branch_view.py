@@ -18,7 +18,7 @@ from test_token_views import tokens_of
 from test_widget import Recorder, wait_followers
 
 import nbstream
-from nbstream._branching import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
+from nbstream.widgets.branches import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
 
 
 def test_a_server_runs_tokens_reach_the_view_with_the_servers_numbers(

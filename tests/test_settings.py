@@ -306,14 +306,14 @@ def test_budget_is_kept_in_the_runs_settings(tiny_line):
     ],
 )
 def test_next_run_samples_says_what_the_run_will_do(panel, defaults, expected):
-    from nbstream._panel import next_run_samples
+    from nbstream.widgets.settings_panel import next_run_samples
 
     assert next_run_samples(panel, defaults) is expected
 
 
 def test_next_run_samples_matches_what_the_local_backend_passes_to_generate(tiny):
     """The panel's label and the run agree: the same rule, read from the generate kwargs."""
-    from nbstream._panel import model_defaults, next_run_samples
+    from nbstream.widgets.settings_panel import model_defaults, next_run_samples
 
     model, tokenizer = tiny
     defaults = model_defaults(model)

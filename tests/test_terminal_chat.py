@@ -26,8 +26,8 @@ import pyte
 import pytest
 
 import nbstream
-from nbstream._serve import free_port
 from nbstream.terminal import API_KEY_ENV, ChatSession, parse_settings
+from nbstream.testing.servers import free_port
 
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
 
@@ -108,7 +108,7 @@ def piped(*args: str, stdin: str, env: dict[str, str] | None = None) -> subproce
 
 def saved(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["format"] == "nbstream.chat/1"
+    assert data["format"] == "nbstream.widgets.chat/1"
     return data
 
 
@@ -286,7 +286,7 @@ def test_settings_are_checked_as_everywhere(tiny_line_folder):
     shown = say(child, "/settings temperature=-1")
     assert "temperature must be >= 0" in shown and "nothing changed" in shown
     assert "unknown setting 'beams'" in say(child, "/settings beams=4")
-    shown = settings_line(say(child, "/settings temperature=0.7 seed=3 stop=[\"END\"]"))
+    shown = settings_line(say(child, '/settings temperature=0.7 seed=3 stop=["END"]'))
     assert "temperature=0.7" in shown and 'stop=["END"]' in shown and "seed=3" in shown
     assert "seed=" not in settings_line(say(child, "/settings seed="))  # unset
     assert "unknown command /nope" in say(child, "/nope")

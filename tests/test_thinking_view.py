@@ -59,7 +59,7 @@ def wait_for(condition, timeout=60.0):
 
 
 def wait_views_done(timeout=30.0):
-    wait_for(lambda: not nbstream._feed.view_threads(), timeout)
+    wait_for(lambda: not nbstream.widgets.feed.view_threads(), timeout)
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,7 @@ def test_probabilities_view_captures_the_next_run_and_sends_logprobs(tiny):
     wait_followers()
     trace = w.run.trace
     assert trace is not None and len(trace) == 20
-    assert len(trace[0].alternatives) == nbstream._panel.VIEW_ALTERNATIVES
+    assert len(trace[0].alternatives) == nbstream.widgets.settings_panel.VIEW_ALTERNATIVES
     held = tokens_of(rec, w.run_id)
     assert [t[0] for t in held] == [step.id for step in trace]
     for entry, step in zip(held, trace, strict=True):

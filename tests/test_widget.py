@@ -304,7 +304,7 @@ def test_close_stops_the_run(long_tiny):
 
 def test_rerunning_a_cell_closes_its_earlier_widget(long_tiny, monkeypatch):
     context = {"value": ("cell-1", "exec-1")}
-    monkeypatch.setattr(nbstream._cells, "cell_context", lambda: context["value"])
+    monkeypatch.setattr(nbstream.widgets.cells, "cell_context", lambda: context["value"])
     first = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
     sibling = nbstream.StreamWidget(*long_tiny)  # same execution: kept
     run = first.generate("Hello")
@@ -373,7 +373,11 @@ def test_display_fallback_of_a_complete_run_holds_the_answer(long_tiny):
 
 
 def test_fallbacks_mark_an_answer_cut_at_max_new_tokens_and_only_that():
-    from nbstream._display import chat_fallback_bundle, compare_fallback_bundle, fallback_bundle
+    from nbstream.widgets.display import (
+        chat_fallback_bundle,
+        compare_fallback_bundle,
+        fallback_bundle,
+    )
 
     ended = {"tokens": 5, "elapsed_s": 1.0, "finish_reason": "eos"}
     cut = {**ended, "finish_reason": "length"}
@@ -460,7 +464,7 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
 
         return publish
 
-    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream.widgets.display, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", record("display"))
     monkeypatch.setattr(IPython.display, "update_display", record("update"))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=10)
@@ -491,7 +495,7 @@ def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monk
     import IPython.display
 
     published = []
-    monkeypatch.setattr(nbstream._display, "in_kernel", lambda: False)
+    monkeypatch.setattr(nbstream.widgets.display, "in_kernel", lambda: False)
     monkeypatch.setattr(IPython.display, "display", lambda *a, **k: published.append(k))
     monkeypatch.setattr(IPython.display, "update_display", lambda *a, **k: published.append(k))
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=5)
@@ -630,7 +634,7 @@ def test_a_widget_given_a_folder_loads_the_model_in_it(tiny, tmp_path):
     assert w.wait() == run.result and w.status == "complete"
 
 
-# -- which subshell handles a page's messages (nbstream/_route.py) -----------------------------
+# -- which subshell handles a page's messages (nbstream/widgets/route.py) --------------------------
 def _ipykernel_comm(**kwargs):
     """A comm of ipykernel 7's kind that publishes nowhere, as if from a cell (no subshell)."""
     from ipykernel.comm.comm import BaseComm
@@ -643,7 +647,7 @@ def _ipykernel_comm(**kwargs):
 
 
 def test_a_page_message_is_handled_on_the_subshell_it_was_sent_on():
-    from nbstream._route import answer_on_sending_subshell
+    from nbstream.widgets.route import answer_on_sending_subshell
 
     comm = _ipykernel_comm()
     comm.send({"from": "a cell"})
@@ -656,13 +660,13 @@ def test_a_page_message_is_handled_on_the_subshell_it_was_sent_on():
 
 
 def test_routing_is_left_alone_where_ipykernel_has_no_per_comm_routing(caplog):
-    from nbstream._route import answer_on_sending_subshell
+    from nbstream.widgets.route import answer_on_sending_subshell
 
     class OtherComm:
         pass
 
     comm = OtherComm()
-    with caplog.at_level("DEBUG", logger="nbstream._route"):
+    with caplog.at_level("DEBUG", logger="nbstream.widgets.route"):
         assert answer_on_sending_subshell(comm) is False
     assert not hasattr(comm, "_reply_subshell_for")
     assert "no per-comm routing" in caplog.text
@@ -685,13 +689,13 @@ def test_a_widget_routes_its_page_messages_to_the_subshell_they_came_on(tiny, ma
         w.close()
 
 
-# -- a run shown as a cell's value (nbstream/_display.py) --------------------------------------
+# -- a run shown as a cell's value (nbstream/widgets/display.py) -----------------------------------
 def test_a_run_shown_on_its_own_is_followed_to_its_end_live_and_in_its_saved_fallback(
     tiny, monkeypatch
 ):
     import ipywidgets
 
-    from nbstream import _display
+    from nbstream.widgets import display as _display
 
     shown, rewritten, views = [], [], []
 
@@ -718,7 +722,7 @@ def test_a_run_shown_on_its_own_is_followed_to_its_end_live_and_in_its_saved_fal
 
 
 def test_a_running_runs_view_shows_the_end_of_a_long_answer_escaped():
-    from nbstream import _display
+    from nbstream.widgets import display as _display
 
     class Run:
         status, metrics = "running", {"tokens": 9000, "elapsed_s": 2.0}

@@ -28,8 +28,6 @@ def line() -> tuple[Any, Any]:
     return tiny_model(one_line=True)
 
 
-
-
 class Page:
     """The state a front end holds: the widget's updates, merged in the order sent."""
 
@@ -200,7 +198,7 @@ def test_a_display_racing_the_end_never_leaves_a_stale_saved_state(line, monkeyp
     `%%nbstream` cell): the saved fallback must end on the run's end, never "running"."""
     import IPython.display
 
-    from nbstream import _display
+    from nbstream.widgets import display as _display
 
     published: list[str] = []  # first line of each saved fallback, in the order sent
 
@@ -230,7 +228,7 @@ def test_a_display_racing_the_end_never_leaves_a_stale_saved_state(line, monkeyp
 def test_wait_joins_its_own_runs_view_thread_not_a_later_one(line, probe, monkeypatch):
     """An on_complete callback starts the next run before wait() gets to join: wait() must
     not block on the new run's view thread (which lives as long as that run)."""
-    from nbstream import _widget_base
+    from nbstream.widgets import base as _widget_base
 
     monkeypatch.setattr(_widget_base, "_JOIN_S", 600.0)  # a wrong join would block for good
     model, tokenizer = line
@@ -284,14 +282,14 @@ def test_the_state_published_at_launch_is_never_an_end(line, monkeypatch):
     w = nbstream.StreamWidget(*line, max_new_tokens=2)
     seen: list[tuple[str, bool]] = []
     w.observe(lambda change: seen.append((change["new"], w.run.done)), names="status")
-    stream = nbstream.widget.stream
+    stream = nbstream.widgets.stream.stream
 
     def finished_stream(*args: Any, **kwargs: Any) -> Any:
         run = stream(*args, **kwargs)
         run.wait_done(60)  # ended before _launch reads its status
         return run
 
-    monkeypatch.setattr(nbstream.widget, "stream", finished_stream)
+    monkeypatch.setattr(nbstream.widgets.stream, "stream", finished_stream)
     w.generate("Hello")
     settle(w)
     ends = [(s, done) for s, done in seen if s in ("complete", "failed", "cancelled")]
@@ -301,7 +299,7 @@ def test_the_state_published_at_launch_is_never_an_end(line, monkeypatch):
 
 
 def test_a_view_thread_that_cannot_start_leaves_no_run_streaming_unseen(line, monkeypatch):
-    from nbstream import _feed
+    from nbstream.widgets import feed as _feed
 
     w = nbstream.StreamWidget(*line, max_new_tokens=4000)
     start = threading.Thread.start

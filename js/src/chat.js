@@ -1,15 +1,15 @@
-// nbstream — browser front end of `nbstream.chat.ChatWidget` (an anywidget).
+// nbstream — browser front end of `nbstream.widgets.chat.ChatWidget` (an anywidget).
 //
 // Built by js/build.mjs into nbstream/static/chat.js (ESM, minified, with
 // markdown-it and DOMPurify bundled). The rendering (markdown.js, incremental.js),
 // the view's lifecycle, run-text protocol, badge, metrics line and common chrome
-// (common.js) and the token views (tokens.js) are the StreamWidget's (widget.js).
+// (common.js) and the token views (tokens.js) are the StreamWidget's (stream.js).
 // What is here is the chat's own: the transcript, one output and token list per
 // answer, the composer, editing, Keep partial and Regenerate.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `ChatWidget` in nbstream/chat.py (the traits
-// of its base, `RunWidget` in nbstream/_widget_base.py, are RunWidgetTraits in widget.js):
+// Synced traits. Mirror of the Python class `ChatWidget` in nbstream/widgets/chat.py (the traits
+// of its base, `RunWidget` in nbstream/widgets/base.py, are RunWidgetTraits in stream.js):
 // tests/test_protocol.py compares them both ways. The protocol as a whole is written down
 // in PROTOCOL.md.
 // ---------------------------------------------------------------------------
@@ -52,7 +52,7 @@
 
 /**
  * The synced traits of `ChatWidget`.
- * @typedef {import("./widget.js").RunWidgetTraits & import("./widget.js").BranchTraits & ChatWidgetOwnTraits} ChatWidgetTraits
+ * @typedef {import("./stream.js").RunWidgetTraits & import("./stream.js").BranchTraits & ChatWidgetOwnTraits} ChatWidgetTraits
  */
 
 /**
@@ -72,7 +72,7 @@
  *   | {type: "sync", view: string, page: string}
  *   | {type: "removed", view: string, page: string}} OutgoingMessage
  * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget, and
- * `tokens` of any turn's run (by its run_id; see TokensMessage in widget.js).
+ * `tokens` of any turn's run (by its run_id; see TokensMessage in stream.js).
  */
 
 import {
@@ -110,12 +110,12 @@ import {
 import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { TextRenderer } from "./incremental.js";
-import { promptView, settingsPanel } from "./settings.js";
+import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { makeNote, sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
-/** @typedef {import("./widget.js").TokensMessage} TokensMessage */
+/** @typedef {import("./stream.js").TokensMessage} TokensMessage */
 
 /**
  * What the view keeps per message element.

@@ -1,4 +1,4 @@
-// nbstream front end: what the StreamWidget view (widget.js) and the ChatWidget view
+// nbstream front end: what the StreamWidget view (stream.js) and the ChatWidget view
 // (chat.js) share besides rendering: a view's lifecycle (listeners, timers and frames its
 // cleanup takes away), states and their badge, the metrics line, the delta / reset protocol
 // of a run's text, the parts of the chrome both have, and small DOM helpers. The
@@ -20,7 +20,7 @@ const BADGE = {
   disconnected: ["disconnected", "⚠"],
 };
 /** A complete run that ended at max_new_tokens (finish_reason "length"): a normal end, but
- * not the model's own; nbstream/_display.py's CUT says the same in saved outputs. */
+ * not the model's own; nbstream/widgets/display.py's CUT says the same in saved outputs. */
 const CUT = "stopped at max_new_tokens";
 /** What a view shows once its kernel has gone (see watchConnection). */
 const DISCONNECTED = "the kernel restarted: run the cell again";

@@ -1,12 +1,12 @@
-// nbstream — browser front end of the header of `nbstream.compare.CompareWidget` (an
+// nbstream — browser front end of the header of `nbstream.widgets.compare.CompareWidget` (an
 // anywidget): the shared prompt, Run all, Stop all, the Same seed checkbox and a summary of
-// the columns' states. The columns themselves are StreamWidget views (widget.js) inside an
+// the columns' states. The columns themselves are StreamWidget views (stream.js) inside an
 // ipywidgets HBox; this view never touches them.
 //
 // Built by js/build.mjs into nbstream/static/compare.js (ESM, minified).
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `_Header` in nbstream/compare.py:
+// Synced traits. Mirror of the Python class `_Header` in nbstream/widgets/compare.py:
 // tests/test_protocol.py compares the two both ways. The protocol as a whole is written
 // down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
@@ -16,7 +16,7 @@
  */
 
 /**
- * The synced traits of the compare header (nbstream/compare.py, `_Header`).
+ * The synced traits of the compare header (nbstream/widgets/compare.py, `_Header`).
  * @typedef {object} CompareHeaderTraits
  * @property {string} prompt        the shared prompt (two-way: saved on input and before Run all)
  * @property {boolean} same_seed    the Same seed checkbox (two-way)

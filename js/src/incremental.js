@@ -1,4 +1,4 @@
-// nbstream front end: rendering a growing text incrementally (shared by widget.js and
+// nbstream front end: rendering a growing text incrementally (shared by stream.js and
 // chat.js). A TextRenderer owns one output area: closed blocks are rendered once, the
 // open (trailing) block is updated per frame at a cost that does not grow with its length,
 // and the final DOM is the one-shot rendering of the whole text.

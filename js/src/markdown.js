@@ -1,5 +1,5 @@
 // nbstream front end: model output as Markdown, rendered to a sanitized, inert DOM.
-// Shared by the StreamWidget view (widget.js) and the ChatWidget view (chat.js).
+// Shared by the StreamWidget view (stream.js) and the ChatWidget view (chat.js).
 
 import MarkdownIt from "markdown-it";
 import DOMPurify from "dompurify";

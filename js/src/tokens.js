@@ -1,15 +1,15 @@
 // nbstream front end: the teaching views (issue 7), shared by the StreamWidget view
-// (widget.js) and the ChatWidget view (chat.js): the Tokens / Probabilities /
+// (stream.js) and the ChatWidget view (chat.js): the Tokens / Probabilities /
 // Alternatives toggles, a run's token list, its legend and notes, the alternatives
 // popover, and the controller that ties them into a view (tokenViews). The protocol (the `tokens` message, the show_* traits, can_trace) is
-// described in widget.js.
+// described in stream.js.
 //
 // Tokens are model output: every piece of text goes into the page with textContent
 // (never as HTML), so a token reading `<img src=x onerror=...>` stays text.
 
 import { disconnected, h, isNum } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
-import { explainPanels } from "./distribution.js";
+import { explainPanels } from "./sampling.js";
 
 /** The toggles: [trait, button name (its accessible name), what it does]. */
 const TOGGLES = [
@@ -146,7 +146,7 @@ function appendPieces(el, text, kind) {
 
 /**
  * The real text of some tokens (byte pieces joined back into their characters).
- * @param {any[][]} tokens [id, text, kind, ...] (Token in widget.js)
+ * @param {any[][]} tokens [id, text, kind, ...] (Token in stream.js)
  */
 function realText(tokens) {
   const enc = new TextEncoder();
@@ -302,7 +302,7 @@ class TokenList {
     this.opened = opts.opened || (() => {});
     // The popover's "Continue with this token" (branches.js, branchAction), or null.
     this.branch = opts.branch || null;
-    // The popover's "How was this picked?": the sampling panel (distribution.js), or null.
+    // The popover's "How was this picked?": the sampling panel (sampling.js), or null.
     this.explain = opts.explain || null;
     this.ac = new AbortController();
 
@@ -739,7 +739,7 @@ class TokenList {
   }
 
   /**
-   * The popover's "How was this picked?" (the sampling panel, distribution.js), or why it
+   * The popover's "How was this picked?" (the sampling panel, sampling.js), or why it
    * is not offered. @param {number} i
    */
   explainAction(i) {
@@ -795,7 +795,7 @@ class TokenList {
  * @param {() => void} o.redraw  schedule a frame
  * @param {() => void} o.opened  a popover opened: stop following the end of the output
  * @param {string} [o.viewId]  the view's id: its token popovers offer the sampling panel
- *   ("How was this picked?", distribution.js), whose replies name this view
+ *   ("How was this picked?", sampling.js), whose replies name this view
  * @param {{fill: (list: TokenList, i: number) => void}} [o.branch]  the popover's "Continue
  *   with this token" (branches.js, branchAction)
  * @param {() => boolean} [o.running]  for a view of one run: whether it is still going
@@ -811,7 +811,7 @@ function tokenViews(o) {
   const legend = makeLegend();
   const remoteNote = makeNote("remote");
   const captureNote = o.noCapture ? makeNote("capture") : null;
-  // The sampling panel of this view ("How was this picked?" in the popover; distribution.js).
+  // The sampling panel of this view ("How was this picked?" in the popover; sampling.js).
   const explain = o.viewId
     ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canExplain(model) })
     : null;

@@ -35,13 +35,13 @@ import zlib
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
-from .. import _servers
-from .._servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
 from ..streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
 from ..trace import RemoteAlternative, RemoteTokenTrace, RemoteTrace
+from . import servers as _servers
 from .base import RunControl
 from .local import check_prompt
+from .servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 
 # The server families whose chat API takes chat-template options (``enable_thinking``), as
 # ``chat_template_kwargs``: vLLM's and SGLang's OpenAI servers, llama.cpp's llama-server.

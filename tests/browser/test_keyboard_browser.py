@@ -1,7 +1,7 @@
 """Every widget driven by the keyboard alone in a real JupyterLab (issue 18, part 2): Tab,
 Shift+Tab, Enter, Space, the arrows and Esc, no click. Each element the focus lands on in a
 widget must show it (a computed outline or box shadow: the :focus-visible rules of
-widget.css / compare.css / tokens.css).
+stream.css / compare.css / tokens.css).
 
 One notebook for the module: a StreamWidget (cell 1), a ChatWidget (cell 2) and a
 CompareWidget of two columns (cell 3) on one tiny model, held at a decode step by a `Gate`

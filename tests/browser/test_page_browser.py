@@ -116,7 +116,7 @@ SLOW = (
 
 
 # The JupyterLab setting that sends widget messages on a kernel subshell (where nbstream's
-# Stop acts at once while a cell runs, nbstream/_route.py). Off, a Stop waits for the busy
+# Stop acts at once while a cell runs, nbstream/widgets/route.py). Off, a Stop waits for the busy
 # cell, as in front ends without subshells (VS Code, JupyterLite, the classic Notebook).
 KERNELS_SETTINGS = "/lab/api/settings/@jupyterlab/apputils-extension:kernels-settings"
 

@@ -3,7 +3,7 @@ and in Notebook 7.
 
 JupyterLab 4.4+ sends widget messages on a kernel subshell; nbstream publishes its comm
 messages under the page's parent, so ipykernel routes the Stop click to that subshell's
-thread, which handles it while the main shell is blocked (see nbstream/_route.py).
+thread, which handles it while the main shell is blocked (see nbstream/widgets/route.py).
 
 Timing-free: the blocking cell waits on an event that the test sets only after it has seen
 the run cancelled, so "cancelled while the cell still runs" holds on any machine. How long

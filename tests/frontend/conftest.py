@@ -1,6 +1,6 @@
 """Fixtures for the front-end tests: a static file server and headless Chromium.
 
-The built bundle (nbstream/static/widget.js) is loaded by tests/frontend/harness.html
+The built bundle (nbstream/static/stream.js) is loaded by tests/frontend/harness.html
 with a fake anywidget model; no Jupyter server is involved.
 """
 

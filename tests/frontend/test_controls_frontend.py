@@ -1,5 +1,5 @@
-"""Front-end tests of the settings panel and the prompt view (js/src/settings.js), in both
-views (StreamWidget: widget.js; ChatWidget: ?bundle=chat), with the fake model of
+"""Front-end tests of the settings panel and the prompt view (js/src/settings_panel.js), in both
+views (StreamWidget: stream.js; ChatWidget: ?bundle=chat), with the fake model of
 harness.html. The kernel's side (validate_settings, settings_errors) is tested in
 tests/test_widget.py and tests/test_chat.py; here the fake model's state stands in for it.
 """

@@ -36,7 +36,7 @@ LABELS = ["temperature 0 (greedy)", "temperature 0.7", "temperature 1.3"]
 # every text any live region takes (the clearing before new words left out), with who said
 # it: "header" or the column's index.
 _COLUMNS = """async (labels) => {
-  const mod = await import('/nbstream/static/widget.js');
+  const mod = await import('/nbstream/static/stream.js');
   window.columns = [];
   for (const label of labels) {
     const model = new window.FakeModel({show_prompt: false, label, in_run_all: false});

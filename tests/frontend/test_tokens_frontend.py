@@ -1,9 +1,9 @@
 """Front-end tests of the teaching views (js/src/tokens.js): the Tokens, Probabilities and
-Alternatives toggles and what they show, in the StreamWidget view (widget.js) and the
+Alternatives toggles and what they show, in the StreamWidget view (stream.js) and the
 ChatWidget view (chat.js, ``?bundle=chat``), with the fake model of harness.html.
 
 The tests play the kernel: they set the synced traits (``show_tokens``...) and send the
-``tokens`` messages of the protocol (see the comment at the top of js/src/widget.js):
+``tokens`` messages of the protocol (see the comment at the top of js/src/stream.js):
 a token is ``[id, text, kind, logprob, rank, alts]``, an alternative
 ``[id, text, kind, logprob, cut]``. The kernel's side is tested in tests/test_token_views.py.
 """

@@ -1,4 +1,4 @@
-"""Front-end tests of the StreamWidget view (nbstream/static/widget.js).
+"""Front-end tests of the StreamWidget view (nbstream/static/stream.js).
 
 The built bundle runs in headless Chromium against a fake anywidget model
 (tests/frontend/harness.html); see conftest.py for the fixtures.
@@ -1062,13 +1062,13 @@ def test_committed_bundle_matches_sources(tmp_path: Path) -> None:
     subprocess.run([node, "build.mjs", "--outdir", str(tmp_path)], cwd=js, check=True)
     # One bundle and one stylesheet per widget: StreamWidget (widget.*), ChatWidget (chat.*),
     # CompareWidget's header (compare.*).
-    names = ("widget.js", "widget.css", "chat.js", "chat.css", "compare.js", "compare.css")
+    names = ("stream.js", "stream.css", "chat.js", "chat.css", "compare.js", "compare.css")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
     for name in names:
         built = (tmp_path / name).read_bytes()
         committed = (REPO / "nbstream" / "static" / name).read_bytes()
         assert built == committed, f"nbstream/static/{name} is stale: run `npm run build` in js/"
-    for name in ("widget.js", "chat.js", "compare.js"):
+    for name in ("stream.js", "chat.js", "compare.js"):
         bundle = (REPO / "nbstream" / "static" / name).read_text(encoding="ascii")
         assert "export{" in bundle.replace(" ", "")
         # Self-contained: no import at all (nothing fetched, no chunk shared between them).

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .generation import COMPLETE, TERMINAL, Generation
+from ..generation import COMPLETE, TERMINAL, Generation
 
 logger = logging.getLogger(__name__)
 

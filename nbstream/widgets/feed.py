@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._tokens import TokenPieces, server_token_entries, token_entries
-from .generation import TERMINAL, Generation
-from .streaming import DECODE_OPTIONS
-from .trace import RemoteTrace
+from .._tokens import TokenPieces, server_token_entries, token_entries
+from ..generation import TERMINAL, Generation
+from ..streaming import DECODE_OPTIONS
+from ..trace import RemoteTrace
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 // nbstream front end: the settings panel and the prompt view, shared by the
-// StreamWidget view (widget.js) and the ChatWidget view (chat.js).
+// StreamWidget view (stream.js) and the ChatWidget view (chat.js).
 //
-// Synced traits they use (RunWidget in nbstream/_widget_base.py; `system` is the
-// ChatWidget's, nbstream/chat.py; all of them in PROTOCOL.md):
+// Synced traits they use (RunWidget in nbstream/widgets/base.py; `system` is the
+// ChatWidget's, nbstream/widgets/chat.py; all of them in PROTOCOL.md):
 //   max_new_tokens, temperature, top_p, top_k, repetition_penalty, do_sample, seed,
 //   stop_sequences, alternatives, [system]   two-way; null means "the model's default"
 //   settings_schema            {trait: SettingSchema}: each setting's type, range and the
@@ -250,7 +250,7 @@ function parse(spec, text) {
   if (!Number.isFinite(v)) return { error: `${spec.name} must be a finite number, got ${s}`, sent: s };
   if (spec.kind === "int" && !Number.isSafeInteger(v)) {
     // A whole number JSON cannot carry exactly (a seed up to 2**64 - 1): its digits, which
-    // the kernel reads as that integer (nbstream/_panel.py, setting_trait).
+    // the kernel reads as that integer (nbstream/widgets/settings_panel.py, setting_trait).
     const big = BigInt(s.replace(/^\+/, ""));
     const digits = big.toString();
     const problem = spec.check ? spec.check(big) : null;

@@ -22,11 +22,14 @@ from typing import Any
 import anywidget
 import traitlets
 
-from . import _cells as cells
-from ._display import FallbackDisplay, register_run_display, shown_by_widget
-from ._explain import Explainer
-from ._feed import RunFeed
-from ._panel import (
+from ..generation import TERMINAL, Generation
+from ..settings import validate_settings
+from . import cells as cells
+from .display import FallbackDisplay, register_run_display, shown_by_widget
+from .feed import RunFeed
+from .route import PageRoute, answer_on_sending_subshell
+from .sampling import Explainer
+from .settings_panel import (
     PANEL_SETTINGS,
     TRAIT_OF_SETTING,
     model_defaults,
@@ -36,9 +39,6 @@ from ._panel import (
     setting_error,
     setting_trait,
 )
-from ._route import PageRoute, answer_on_sending_subshell
-from .generation import TERMINAL, Generation
-from .settings import validate_settings
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class RunWidget(anywidget.AnyWidget):
         # The panel's settings live in traits; the others (budget_s, expect, ...) here.
         self._settings = {k: v for k, v in clean.items() if k not in TRAIT_OF_SETTING}
         panel = {TRAIT_OF_SETTING[k]: v for k, v in clean.items() if k in TRAIT_OF_SETTING}
-        from .models import model_and_tokenizer
+        from ..models import model_and_tokenizer
 
         model, tokenizer = model_and_tokenizer(model, tokenizer)
         self._model = model
@@ -170,7 +170,7 @@ class RunWidget(anywidget.AnyWidget):
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._output = FallbackDisplay(self._lock, "nbstream")
-        from .backends import resolve_backend
+        from ..backends import resolve_backend
 
         backend = resolve_backend(model, tokenizer)
         local = bool(getattr(backend, "supports_alternatives", False))
@@ -185,7 +185,7 @@ class RunWidget(anywidget.AnyWidget):
             can_trace=can_trace,
             can_explain=local,
         )
-        # The sampling panel's `distribution` requests (nbstream/_explain.py). Made here, not
+        # The sampling panel's `distribution` requests (widgets/sampling.py). Made here, not
         # at the first request: two first requests at once (main shell and subshell) would
         # make two, and close() would close one. It starts no thread until a request.
         self._explainer = self._make_explainer()
@@ -356,7 +356,7 @@ class RunWidget(anywidget.AnyWidget):
 
     def _over_context(self, value: Any) -> str | None:
         """A max_new_tokens no run could use: more than the model's whole context (the page
-        refuses it at the field in the same words, js/src/settings.js limitOf)."""
+        refuses it at the field in the same words, js/src/settings_panel.js limitOf)."""
         context = (self.settings_defaults or {}).get("context_length")
         if not isinstance(value, int) or not isinstance(context, int) or value <= context:
             return None

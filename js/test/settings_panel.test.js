@@ -1,13 +1,13 @@
-// The settings panel's field parsing (js/src/settings.js): what a typed value becomes, and
+// The settings panel's field parsing (js/src/settings_panel.js): what a typed value becomes, and
 // what the browser refuses to send. Run with `node --test` (make check).
 //
 // settings-schema.json is the `settings_schema` trait a kernel sends (panel_schema() in
-// nbstream/_panel.py); tests/test_protocol.py fails when it is out of date.
+// nbstream/widgets/settings_panel.py); tests/test_protocol.py fails when it is out of date.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { FIELDS, fieldSpecs, formatField, parseField, sentValue } from "../src/settings.js";
+import { FIELDS, fieldSpecs, formatField, parseField, sentValue } from "../src/settings_panel.js";
 
 const SCHEMA = JSON.parse(readFileSync(new URL("./settings-schema.json", import.meta.url), "utf8"));
 const SPECS = fieldSpecs(SCHEMA);

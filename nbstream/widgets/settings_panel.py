@@ -13,7 +13,7 @@ from typing import Any
 
 import traitlets
 
-from .settings import DEFAULT_MAX_NEW_TOKENS, samples, settings_schema, validate_settings
+from ..settings import DEFAULT_MAX_NEW_TOKENS, samples, settings_schema, validate_settings
 
 #: How many candidates a run captures when a view shows probabilities or alternatives and
 #: the widget's ``alternatives`` setting asks for none.
@@ -92,7 +92,7 @@ def model_defaults(model: Any) -> dict[str, Any]:
     config = getattr(model, "generation_config", None)
     if config is None:
         return {}
-    from .backends.local import config_value
+    from ..backends.local import config_value
 
     defaults: dict[str, Any] = {
         "max_new_tokens": getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS,

@@ -5,7 +5,7 @@ default the embedded default model's converted folder) and collects its log;
 :class:`LlamaCppServer` starts llama-cpp-python's server (``python -m llama_cpp.server``,
 ``make llama-cpp`` installs it) on a GGUF file (by default the embedded default model's
 own). Both are killed when closed, and at the latest when the interpreter exits. Run through this
-module (``python -m nbstream._serve <transformers serve arguments>``), the server also logs
+module (``python -m nbstream.testing.servers <transformers serve arguments>``), the server also logs
 one line each time a generation ends on its inference thread::
 
     nbstream-serve: generation cancelled after 12 of 4000 tokens at 1700000000.123
@@ -100,7 +100,7 @@ def _install_probe() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m nbstream._serve ARGS``: ``transformers serve ARGS`` with the probe."""
+    """``python -m nbstream.testing.servers ARGS``: ``transformers serve ARGS`` with the probe."""
     _install_probe()
     from transformers.cli.transformers import main as transformers_main
 
@@ -200,7 +200,7 @@ class _ServerProcess:
 
     def endpoint(self, **options: Any) -> Any:
         """An :class:`nbstream.Endpoint` on this server."""
-        from .backends.remote import Endpoint
+        from ..backends.remote import Endpoint
 
         return Endpoint(self.base_url, self.model, **options)
 
@@ -261,7 +261,7 @@ class LocalServer(_ServerProcess):
 
     Example::
 
-        >>> from nbstream._serve import LocalServer
+        >>> from nbstream.testing.servers import LocalServer
         >>> with LocalServer() as server:
         ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
         ...     run.wait()
@@ -278,7 +278,7 @@ class LocalServer(_ServerProcess):
     ) -> None:
         super().__init__(port=port, env=env)
         if model_dir is None:
-            from .models import default_model_dir
+            from ..models import default_model_dir
 
             model_dir = default_model_dir()
         #: The model's name for requests: the folder the server preloaded (it is pinned).
@@ -288,7 +288,7 @@ class LocalServer(_ServerProcess):
         return [
             sys.executable,
             "-m",
-            "nbstream._serve",
+            "nbstream.testing.servers",
             self.model,
             "--host",
             "127.0.0.1",
@@ -355,7 +355,7 @@ class LlamaCppServer(_ServerProcess):
 
     Example::
 
-        >>> from nbstream._serve import LlamaCppServer
+        >>> from nbstream.testing.servers import LlamaCppServer
         >>> with LlamaCppServer() as server:
         ...     run = nbstream.stream(server.endpoint(), None, "Hi", max_new_tokens=8)
         ...     run.wait()

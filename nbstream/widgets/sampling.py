@@ -24,9 +24,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ._tokens import TokenPieces
-from .distribution import Candidate, Distribution
-from .settings import validate_settings
+from .._tokens import TokenPieces
+from ..distribution import Candidate, Distribution
+from ..settings import validate_settings
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 // nbstream front end: the sampling panel ("How was this picked?", issue 16) and the compare
-// columns' "where the columns part" line. Shared by the StreamWidget view (widget.js, and
+// columns' "where the columns part" line. Shared by the StreamWidget view (stream.js, and
 // so the compare columns) and the ChatWidget view (chat.js), through tokens.js.
 //
 // The panel shows one step's next-token distribution as bars (the top 10 and the rest's

@@ -1,9 +1,9 @@
-// The sampling panel's words (js/src/distribution.js): a slider's value as its value text
+// The sampling panel's words (js/src/sampling.js): a slider's value as its value text
 // (what a screen reader reads), and a bar's percentage. Run with `node --test` (make check).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { percent, valueText } from "../src/distribution.js";
+import { percent, valueText } from "../src/sampling.js";
 
 test("each slider says when it is off, and temperature 0 that it is greedy", () => {
   assert.equal(valueText("temperature", 0), "0 (greedy)");

@@ -23,8 +23,8 @@ from typing import Any
 
 import traitlets
 
-from ._widget_base import RunWidget, error_summary
-from .generation import Generation
+from ..generation import Generation
+from .base import RunWidget, error_summary
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class BranchingWidget(RunWidget):
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         super().__init__(model, tokenizer, **settings)
-        from .backends import resolve_backend
+        from ..backends import resolve_backend
 
         backend = resolve_backend(self._model, self._tokenizer)
         self._model_branches = bool(getattr(backend, "supports_branching", False))
@@ -185,7 +185,7 @@ class BranchingWidget(RunWidget):
     def _why_no_server_branch(self) -> str:
         """``branch_unavailable`` on a server: "" once the shown answer has a trace and the
         server can continue an answer (lock held)."""
-        from .trace import RemoteTrace
+        from ..trace import RemoteTrace
 
         run = self._run
         if run is None or not isinstance(run.trace, RemoteTrace):
@@ -201,7 +201,7 @@ class BranchingWidget(RunWidget):
     def _server_alternative(self, step: Any, index: Any) -> Any:
         """The alternative ``index`` of the shown server answer's token ``step`` (a view's
         Continue: a server's tokens have no ids), checked (lock held)."""
-        from .trace import RemoteTrace
+        from ..trace import RemoteTrace
 
         trace = self._run.trace if self._run is not None else None
         if not isinstance(trace, RemoteTrace):

@@ -1,6 +1,6 @@
-// nbstream — browser front end of `nbstream.widget.StreamWidget` (an anywidget).
+// nbstream — browser front end of `nbstream.widgets.stream.StreamWidget` (an anywidget).
 //
-// Built by js/build.mjs into nbstream/static/widget.js (ESM, minified, with
+// Built by js/build.mjs into nbstream/static/stream.js (ESM, minified, with
 // markdown-it and DOMPurify bundled: nothing is fetched at run time). Shared with
 // the ChatWidget view (chat.js): the rendering (markdown.js, incremental.js); the
 // view's lifecycle, the run-text protocol, badge, metrics line and the chrome both
@@ -8,8 +8,8 @@
 // the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python classes `RunWidget` (nbstream/_widget_base.py) and
-// `StreamWidget` (nbstream/widget.py): one @property per synced trait, which
+// Synced traits. Mirror of the Python classes `RunWidget` (nbstream/widgets/base.py) and
+// `StreamWidget` (nbstream/widgets/stream.py): one @property per synced trait, which
 // tests/test_protocol.py compares with the classes both ways. The protocol as a whole
 // (traits and messages, both ways) is written down in PROTOCOL.md.
 // ---------------------------------------------------------------------------
@@ -43,7 +43,7 @@
  */
 
 /**
- * The synced traits of `RunWidget` (nbstream/_widget_base.py), the base of the StreamWidget
+ * The synced traits of `RunWidget` (nbstream/widgets/base.py), the base of the StreamWidget
  * and the ChatWidget.
  * @typedef {object} RunWidgetTraits
  * @property {Status} status        current state (Python → JS)
@@ -54,7 +54,7 @@
  * @property {number} run_id        incremented by Python at each new run; a new run clears the output
  * @property {string | null} prompt_text   the exact text the model got for the current / last run
  * @property {number | null} prompt_tokens its token count
- * @property {any} max_new_tokens   a setting (two-way, the settings panel, js/src/settings.js;
+ * @property {any} max_new_tokens   a setting (two-way, the settings panel, js/src/settings_panel.js;
  *   null: the model's default; any value code set, checked by Python)
  * @property {any} temperature      a setting (as max_new_tokens)
  * @property {any} top_p            a setting
@@ -89,21 +89,21 @@
  */
 
 /**
- * The StreamWidget's own synced traits (nbstream/widget.py).
+ * The StreamWidget's own synced traits (nbstream/widgets/stream.py).
  * @typedef {object} StreamWidgetOwnTraits
  * @property {string} prompt       the prompt box (two-way: JS saves it on input and before a run)
  * @property {string} label        shown at the start of the status bar when not "" (two-way;
  *   e.g. "temperature 0.7" in a compare column)
  * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
  *   re-runs with the `prompt` trait (two-way)
- * @property {import("./distribution.js").CompareMark | null} compare_mark  in a compare
+ * @property {import("./sampling.js").CompareMark | null} compare_mark  in a compare
  *   column: the first step where its tokens part from the other columns', and the words
- *   (Python → JS; distribution.js, compareMarkView)
+ *   (Python → JS; sampling.js, compareMarkView)
  */
 
 /**
  * The branch traits of `StreamWidget` and `ChatWidget` (`BranchingWidget`,
- * nbstream/_branching.py; issue 16): the answers of the current prompt (a chat: of its last
+ * nbstream/widgets/branches.py; issue 16): the answers of the current prompt (a chat: of its last
  * answer), the original and its branches, one of them shown. All Python → JS.
  * @typedef {object} BranchTraits
  * @property {import("./branches.js").BranchEntry[]} _branches  every branch, in the order
@@ -114,12 +114,12 @@
  */
 
 /**
- * The synced traits of `StreamWidget` (nbstream/widget.py).
+ * The synced traits of `StreamWidget` (nbstream/widgets/stream.py).
  * @typedef {RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits} StreamWidgetTraits
  */
 
 /**
- * A compare column's own trait (`_Column`, nbstream/compare.py): absent on a plain
+ * A compare column's own trait (`_Column`, nbstream/widgets/compare.py): absent on a plain
  * StreamWidget's model, which reads as false.
  * @typedef {object} CompareColumnOwnTraits
  * @property {boolean} in_run_all  the current run was started by the compare's Run all: the
@@ -128,11 +128,11 @@
  */
 
 /**
- * The synced traits of a compare column (`_Column`, nbstream/compare.py).
+ * The synced traits of a compare column (`_Column`, nbstream/widgets/compare.py).
  * @typedef {StreamWidgetTraits & CompareColumnOwnTraits} CompareColumnTraits
  */
 
-/** @typedef {import("./settings.js").SettingSchema} SettingSchema */
+/** @typedef {import("./settings_panel.js").SettingSchema} SettingSchema */
 
 /**
  * Custom messages, JS → Python (`model.send`). `run` carries the settings panel's values
@@ -160,7 +160,7 @@
  *      thinking?: import("./thinking.js").ThinkingState}
  *   | ThinkingMessage
  *   | TokensMessage
- *   | import("./distribution.js").DistributionReply} IncomingMessage
+ *   | import("./sampling.js").DistributionReply} IncomingMessage
  */
 
 /**
@@ -256,9 +256,9 @@ import {
 } from "./common.js";
 import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
-import { compareMarkView } from "./distribution.js";
+import { compareMarkView } from "./sampling.js";
 import { TextRenderer } from "./incremental.js";
-import { promptView, settingsPanel } from "./settings.js";
+import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
 

@@ -24,7 +24,7 @@ def tiny_model(*, one_line: bool = False, seed: int = 0) -> tuple[Any, Any]:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from .models import default_model_dir
+    from ..models import default_model_dir
 
     folder = default_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -1,0 +1,403 @@
+"""``ChatWidget``: a multi-turn chat in the notebook, streaming each answer like ``StreamWidget``.
+
+A conversation is a list of turns: a user message and the answer to it. ``history`` is what
+the next :meth:`ChatWidget.generate` gives the model: the system message if any, then every
+turn whose answer completed (or whose partial answer the user kept), as alternating user
+and assistant messages. ``transcript`` is every turn shown, whatever its end state. Only
+the newest answer streams; its text reaches the views as deltas of the current run (as in
+``StreamWidget``), and the transcript trait changes only when a turn starts or ends.
+See PROTOCOL.md for every trait and message.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, overload
+
+import traitlets
+
+from .._errors import input_checked
+from ..conversation import Conversation, check_system, check_text
+from ..generation import TERMINAL, Generation
+from .base import error_summary
+from .branches import BranchingWidget
+from .display import chat_fallback_bundle
+from .feed import thinking_state
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent.parent / "static"
+
+
+class ChatWidget(BranchingWidget):
+    """A multi-turn chat: each turn a message, the newest answer streamed with its state and Stop.
+
+    ``ChatWidget()`` uses the embedded default model; ``ChatWidget(model, tokenizer,
+    system=None, **settings)`` any loaded causal LM with a chat template (settings as in
+    :func:`nbstream.stream`). ``generate``, ``wait``, ``stop`` and ``on_complete`` behave as
+    on ``StreamWidget``; ``generate(text)`` takes the user message instead of a prompt.
+
+    A stopped or failed answer stays in the transcript, marked, and is left out of the
+    ``history`` the model sees next unless it is kept (:meth:`keep_partial`, or the "Keep
+    partial" button).
+
+    The last answer can be branched (:meth:`branch`, or "Continue with this token" in the
+    alternatives popover): its bubble then switches between the variants (:meth:`show`:
+    0 is the original answer, k is ``branches[k - 1]``), and only the variant shown is in
+    ``history`` and ``transcript``. A partial answer kept stays with its variant: showing
+    that variant again puts it back in ``history``.
+
+    Example::
+
+        >>> import nbstream
+        >>> chat = nbstream.ChatWidget(system="Answer briefly.", max_new_tokens=64)
+        >>> chat                                # display it
+        >>> chat.generate("Name two colors.")
+        >>> chat.wait()                         # the answer, if it completed
+        >>> chat.generate("And two more?")      # the model sees the first turn too
+        >>> chat.history                        # exactly what the next generate gives the model
+    """
+
+    _esm = _STATIC / "chat.js"
+    _css = _STATIC / "chat.css"
+
+    # -- internal synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
+    #: The transcript as the views show it, set when a turn starts or ends (never per
+    #: frame): the answer being generated has content "" and streams as deltas. Its
+    #: ``in_history`` is false only for a turn that ended out of the conversation (stopped
+    #: or failed, not kept): the view marks those "not in the conversation".
+    _messages: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+
+    # -- public synced state ------------------------------------------------------------------
+    #: The system message sent first (None: the chat template's default, if any). A setting
+    #: like the others: the settings panel edits it, and an invalid one (an empty message)
+    #: is reported in ``settings_errors`` and refused by the next answer. It cannot change
+    #: while an answer is being generated (RuntimeError).
+    system = traitlets.Any(None, allow_none=True).tag(sync=True)
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        system: str | None = None,
+        *,
+        keep_thinking: bool = False,
+        **settings: Any,
+    ) -> None:
+        if not isinstance(keep_thinking, bool):
+            raise TypeError(f"keep_thinking must be True or False, got {keep_thinking!r:.80}")
+        # The turns and the rules of what the model gets, shared with the terminal chat.
+        self._conversation = Conversation(system, keep_thinking=keep_thinking)
+        super().__init__(model, tokenizer, **settings)
+        self.system = self._conversation.system
+
+    @property
+    def keep_thinking(self) -> bool:
+        """Whether a reasoning model's earlier thinking goes back to it in ``history`` (in
+        its tags, before each answer). Off by default: the model gets its answers only;
+        ``transcript`` keeps the thinking either way, under ``"thinking"``."""
+        return bool(self._conversation.keep_thinking)
+
+    @keep_thinking.setter
+    def keep_thinking(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"keep_thinking must be True or False, got {value!r:.80}")
+        self._conversation.keep_thinking = value
+
+    # -- Python API ---------------------------------------------------------------------------
+    @input_checked
+    def generate(self, text: str, **settings: Any) -> Generation:
+        """Add a user message; its answer streams into a new message. Returns the run.
+
+        The model gets ``history`` plus this message. ``settings`` override the widget's for
+        this answer. Raises ``RuntimeError`` while an answer is queued or running, and
+        ``ValueError`` (nothing started, the transcript unchanged) for an empty message or
+        a conversation that no longer fits the model's context.
+        """
+        return self._send_turn(text, settings, replace_last=False)
+
+    @overload
+    def send(self, content: str, buffers: None = None, **settings: Any) -> Generation: ...
+    @overload
+    def send(self, content: Any, buffers: Any = None) -> None: ...
+    def send(self, content: Any, buffers: Any = None, **settings: Any) -> Generation | None:
+        """ipywidgets' ``Widget.send(content, buffers)``: a custom message to the views.
+
+        Deprecated as a chat turn: ``send(text)`` with a string still starts one, with a
+        ``DeprecationWarning``; use :meth:`generate`.
+        """
+        if isinstance(content, str):
+            warnings.warn(
+                "ChatWidget.send(text) is now ChatWidget.generate(text)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.generate(content, **settings)
+        if settings:
+            raise TypeError(f"send() got an unexpected keyword argument {next(iter(settings))!r}")
+        super().send(content, buffers)
+        return None
+
+    @input_checked
+    def edit_last(self, text: str, **settings: Any) -> Generation:
+        """Replace the last user message (and its answer) by ``text``, and answer it."""
+        return self._send_turn(text, settings, replace_last=True)
+
+    @input_checked
+    def regenerate(self, **settings: Any) -> Generation:
+        """Answer the last user message again; the new answer replaces the old one."""
+        with self._lock:
+            if not self._conversation.turns:
+                raise ValueError("there is no answer to regenerate yet; send a message first")
+            text = self._conversation.turns[-1].user
+        return self._send_turn(text, settings, replace_last=True)
+
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """Continue the last answer (the variant shown) as if it had taken ``token`` at
+        ``step`` (see :meth:`nbstream.Generation.branch`); the branch streams into the last
+        bubble and becomes the answer shown, so the ``history`` holds it once it
+        completes. The original and every branch stay (:attr:`branches`, :meth:`show`).
+        Raises ``RuntimeError`` while an answer is generated, ``ValueError`` without an
+        answer that a run made.
+        """
+        return self._launch(lambda: self._conversation.branch_last(step, token, settings))
+
+    @property
+    def branches(self) -> list[Generation]:
+        """Every branch of the last answer, in the order made. The original is not one:
+        :meth:`show` and :attr:`shown` count from it, so 0 is the original answer and k is
+        ``branches[k - 1]``."""
+        with self._lock:
+            return list(self._variant_runs()[1:])
+
+    def _variant_runs(self) -> list[Generation]:
+        turns = self._conversation.turns
+        if not turns or turns[-1].run is None:
+            return []
+        return turns[-1].variants or [turns[-1].run]
+
+    def _select(self, run: Generation) -> None:
+        self._conversation.show_variant(self._variant_runs().index(run))
+
+    @input_checked
+    def keep_partial(self, turn: int = -1) -> None:
+        """Keep a cancelled or failed answer (the newest by default) in the ``history``.
+
+        The turn's user message and partial answer then reach the model with the next
+        message, as if the answer had completed. Of a branched answer, the variant shown
+        is kept, and stays kept: :meth:`show` it again and it is back in ``history``.
+        Raises ``RuntimeError`` while an answer is generated: that answer was asked without
+        the partial one, and ``history`` must not say otherwise.
+
+        Example::
+
+            >>> chat.generate("Tell me a long story")
+            >>> chat.stop()
+            >>> chat.keep_partial()                 # the next answer sees the story so far
+        """
+        with self._lock:
+            if self._busy():
+                raise RuntimeError(
+                    "the chat is answering; call stop() or wait() before keeping a partial answer"
+                )
+            self._conversation.keep_partial(turn)
+            with self.hold_sync():
+                self.input_error = ""
+                self._messages = self._message_list()
+            self._publish_fallback()
+
+    def clear(self) -> None:
+        """Stop any answer and empty the conversation (the system message stays)."""
+        self.stop()
+        with self._lock:
+            self._conversation.clear()
+            self._reset_turns()
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """What the next :meth:`generate` gives the model (before its own user message).
+
+        The system message if any, then the user message and answer of every turn that
+        completed or whose partial answer was kept, as ``{"role", "content"}`` dicts.
+        Settable, to seed a conversation: the transcript becomes these turns.
+        """
+        with self._lock:
+            return self._conversation.history
+
+    @history.setter
+    def history(self, messages: Any) -> None:
+        with self._lock:
+            if self._busy():
+                raise RuntimeError(
+                    "the chat is answering; call stop() or wait() before setting its history"
+                )
+            self._conversation.seed(messages)  # checked first: a bad one changes nothing
+            self.system = self._conversation.system
+            self._reset_turns()
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """Every message shown, in order, with the state of each answer.
+
+        User messages are ``{"role": "user", "content", "in_history"}``; answers add
+        ``"status"`` (``queued``, ``running``, ``complete``, ``failed``, ``cancelled``) and
+        ``"kept"``. ``in_history`` says whether the next :meth:`generate` gives it to the model.
+        """
+        with self._lock:
+            return self._conversation.transcript
+
+    # -- internals ------------------------------------------------------------------------------
+    @traitlets.validate("system")
+    def _valid_system(self, proposal: dict[str, Any]) -> Any:
+        value = proposal["value"]
+        if value != self.system and self._busy():
+            # The answer being generated was asked with the old one: history must not lie.
+            raise RuntimeError("the chat is answering; call stop() or wait() first")
+        return value
+
+    @traitlets.observe("system")
+    def _system_changed(self, change: dict[str, Any]) -> None:
+        # Kept as given, like every setting: a bad one is reported and refused at the next
+        # answer (settings_errors), never silently dropped from what the model gets.
+        self._conversation.system = change["new"]
+        self._check_setting("system")
+
+    def _setting_error(self, name: str, value: Any) -> str | None:
+        if name != "system":
+            return super()._setting_error(name, value)
+        try:
+            check_system(value)
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
+        text = check_text(text)
+        merged = self._run_settings(settings)
+
+        def make_run() -> Generation:  # with the lock held, and no run in progress
+            if replace_last and not self._conversation.turns:
+                raise ValueError("there is no message to edit yet; use generate(text)")
+            return self._conversation.start(
+                self._model,
+                self._tokenizer,
+                text,
+                merged,
+                replace_last=replace_last,
+                advice="clear the chat, seed a shorter one (chat.history = chat.history[-4:]), "
+                "or lower max_new_tokens",
+            )
+
+        return self._launch(make_run)
+
+    def _on_start(self, run: Generation, run_id: int) -> None:
+        self._conversation.turns[-1].run_id = run_id
+        self._messages = self._message_list()
+        super()._on_start(run, run_id)
+
+    def _token_runs(self) -> list[tuple[int, Generation]]:
+        # Every answer shown that came from a run (seeded history turns have no tokens).
+        return [
+            (t.run_id, t.run)
+            for t in self._conversation.turns
+            if t.run is not None and t.run_id is not None
+        ]
+
+    def _end_traits(self, run: Generation) -> dict[str, Any]:
+        return {**super()._end_traits(run), "_messages": self._message_list()}
+
+    def _reset_turns(self) -> None:
+        """Show the conversation's new turns from scratch (a clear, a history set)."""
+        with self._lock:
+            with self.hold_sync():
+                self._forget_run()
+                self._messages = self._message_list()
+                self._publish_branches()
+            self._publish_fallback()
+
+    def _message_list(self) -> list[dict[str, Any]]:
+        """The transcript for the views (called with the lock held)."""
+        out: list[dict[str, Any]] = []
+        for i, t in enumerate(self._conversation.turns):
+            # "Not in the conversation" is for an answer that ended out of it (stopped or
+            # failed, not kept); one being generated is not out: it joins if it completes.
+            used = not t.left_out
+            out.append({"role": "user", "content": t.user, "turn": i, "in_history": used})
+            ended = t.ended
+            out.append(
+                {
+                    "role": "assistant",
+                    # An answer being generated reaches the views as deltas, never here.
+                    "content": t.text if ended else "",
+                    "turn": i,
+                    "in_history": used,
+                    "status": t.status,
+                    "run_id": t.run_id,
+                    "kept": t.kept,
+                    "error": error_summary(t.run.error) if t.run is not None and ended else None,
+                    # Why the answer ended ("length" on a complete one: cut at max_new_tokens).
+                    "finish_reason": (
+                        t.run.metrics["finish_reason"] if t.run is not None and ended else None
+                    ),
+                }
+            )
+            # A reasoning model's thinking, once its answer ended (the live one's streams
+            # as `thinking` messages); absent for an answer that did not think.
+            thinking = thinking_state(t.run) if t.run is not None and ended else None
+            if thinking is not None:
+                out[-1]["thinking"] = thinking
+        return out
+
+    # -- from the views -----------------------------------------------------------------------
+    def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
+        if kind == "clear":
+            self.clear()
+            return
+        if kind == "keep":
+            turn: Any = content.get("turn")
+            self._report_input_error(lambda: self.keep_partial(turn))
+            return
+        if kind in ("branch", "show_branch"):
+            self._branch_message(kind, content)
+            return
+        if kind not in ("send", "edit_last", "regenerate"):
+            return
+        if self._busy():
+            logger.debug("%s ignored: an answer is already queued or running", kind)
+            return
+        text: Any = content.get("text")
+        if kind == "send":
+            self._report_input_error(lambda: self.generate(text))
+        elif kind == "edit_last":
+            self._report_input_error(lambda: self.edit_last(text))
+        else:
+            self._report_input_error(self.regenerate)
+
+    # -- display ------------------------------------------------------------------------------
+    def _fallback(self) -> tuple[str, dict[str, str]]:
+        with self._lock:  # the transcript and its turns, read together
+            transcript = self.transcript
+            turns = list(self._conversation.turns)
+        # The saved output marks an answer cut off at max_new_tokens (not a transcript key:
+        # the transcript's shape is public and stays as it is).
+        for i, turn in enumerate(turns):
+            question, message = transcript[2 * i], transcript[2 * i + 1]
+            run = turn.run
+            message["finish_reason"] = (
+                run.metrics["finish_reason"] if run is not None and run.done else None
+            )
+            # As in the views: an answer being generated is not "not in the conversation".
+            pending = message["status"] not in TERMINAL
+            question["in_history"] = message["in_history"] = message["in_history"] or pending
+        status = "idle"
+        if transcript:
+            status = transcript[-1]["status"]
+        error = self.error if self._run is not None and status in TERMINAL else None
+        return status, chat_fallback_bundle(status, transcript, error_summary(error))
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait (the whole transcript); this one stays cheap.
+        return f"<ChatWidget status={self.status!r} turns={len(self._conversation.turns)}>"

@@ -1,0 +1,942 @@
+"""``CompareWidget``: one prompt, two to four settings, side by side.
+
+Each column is a :class:`~nbstream.StreamWidget` with its own state, Stop and record; the
+header holds the shared prompt, **Run all**, **Stop all**, the **Same seed** checkbox and a
+summary of the columns' states. Columns sharing a model run one after the other (the
+engine's queue: first in, first out, never interleaved), so a column waiting its turn
+shows ``queued``. See PROTOCOL.md for the header's traits and messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import ipywidgets
+import traitlets
+
+from .._errors import input_checked
+from ..generation import QUEUED, RUNNING, Generation, GenerationError
+from ..settings import samples, validate_settings
+from .base import VIEW_TOGGLES, error_summary
+from .display import (
+    Bundle,
+    FallbackDisplay,
+    compare_fallback_bundle,
+    show,
+    shown_by_widget,
+    states_summary,
+)
+from .route import PageRoute, answer_on_sending_subshell
+from .settings_panel import PANEL_SETTINGS, TRAIT_OF_SETTING
+from .stream import StreamWidget
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent.parent / "static"
+
+#: How many settings (columns) a CompareWidget compares.
+MIN_COLUMNS, MAX_COLUMNS = 2, 4
+#: The settings compared when none are given: greedy, a moderate and a high temperature.
+DEFAULT_SETTINGS: tuple[dict[str, Any], ...] = (
+    {"temperature": 0},
+    {"temperature": 0.7},
+    {"temperature": 1.3},
+)
+# After a KeyboardInterrupt in wait(), how long to wait for the stopped runs to end.
+_INTERRUPT_GRACE_S = 10.0
+# Labels: how each setting is named in a column's heading (in this order).
+_LABELS = {
+    "temperature": "temperature",
+    "top_p": "top-p",
+    "top_k": "top-k",
+    "repetition_penalty": "repetition penalty",
+    "max_new_tokens": "max new tokens",
+    "do_sample": "sampling",
+    "stop": "stop",
+    "expect": "expect",
+    "budget_s": "budget",
+    "alternatives": "alternatives",
+}
+
+__all__ = ["DEFAULT_SETTINGS", "CompareWidget"]
+
+
+def _check_column_settings(settings: Any) -> list[dict[str, Any]]:
+    """The columns' settings as plain dicts, or a TypeError / ValueError saying what to do."""
+    example = "settings=[{'temperature': 0}, {'temperature': 0.7}]"
+    if isinstance(settings, (str, bytes, Mapping)) or not isinstance(settings, Sequence):
+        raise TypeError(
+            f"settings must be a list of {MIN_COLUMNS} to {MAX_COLUMNS} dicts, one per column, "
+            f"e.g. {example}; got {type(settings).__name__}"
+        )
+    if not MIN_COLUMNS <= len(settings) <= MAX_COLUMNS:
+        hint = (
+            "for one setting use nbstream.StreamWidget"
+            if len(settings) < MIN_COLUMNS
+            else "split them over several CompareWidgets"
+        )
+        raise ValueError(
+            f"CompareWidget compares {MIN_COLUMNS} to {MAX_COLUMNS} settings, got "
+            f"{len(settings)}; {hint}"
+        )
+    columns = []
+    for i, column in enumerate(settings):
+        if not isinstance(column, Mapping):
+            raise TypeError(
+                f"settings[{i}] must be a dict of settings such as {{'temperature': 0.7}}, "
+                f"got {type(column).__name__}"
+            )
+        columns.append(_named(f"settings[{i}]", dict(column)))
+    return columns
+
+
+def _named(where: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """validate_settings, its message prefixed with which settings it is about."""
+    try:
+        clean = validate_settings(settings)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    try:
+        samples(clean)  # contradicting settings, refused before any column runs
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return clean
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> str:
+    """A column's label: its settings in words, e.g. ``"temperature 0.7 · seed 42"``."""
+    parts = []
+    for name, word in _LABELS.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        if name == "do_sample":
+            parts.append("sampled" if value else "greedy")
+        elif name == "temperature" and value == 0:
+            parts.append("temperature 0 (greedy)")
+        elif name == "stop":
+            parts.append(f"stop {', '.join(map(repr, value))}")
+        elif name == "budget_s":
+            parts.append(f"budget {_number(value)} s")
+        else:
+            parts.append(f"{word} {_number(value)}")
+    if seed is not None:
+        parts.append(f"seed {seed}")
+    return " · ".join(parts) or "model defaults"
+
+
+def divergence_words(
+    runs: Sequence[Any], tokenizer: Any, step: int, tokens: Sequence[int | None]
+) -> list[str]:
+    """Each column's line for where the columns part (``cw.divergence``'s ``step`` and
+    ``tokens``), e.g. ``"Columns part at token 12: this column took ' red' (41%); the
+    others took ' blue' (22%)"``. The probabilities are the model's own at that step (the
+    same for every column: same prompt, same tokens before it), from one forward pass;
+    without a local model, from the runs' traces, or none."""
+    from .._tokens import TokenPieces
+
+    pieces = TokenPieces(tokenizer) if tokenizer is not None else None
+    probs: dict[int, float] = {}
+    reached = [run for run in runs if run is not None and len(run.token_ids) > step]
+    try:
+        d = reached[0].distribution(step, temperature=1.0, top_k=0, top_p=1.0)
+        probs = {t: d.prob(t, "model") for t in tokens if t is not None}
+    except Exception as exc:
+        if not isinstance(exc, (ValueError, TypeError, IndexError)):
+            # Not "no logits here" (a model server) but a failure (out of memory): said in
+            # the log; the words go on without the model's odds.
+            logger.warning(
+                "nbstream: the model's odds where the compare columns part failed: %s: %s",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+        # A captured trace still knows each column's own pick.
+        for run, token in zip(runs, tokens, strict=True):
+            trace = getattr(run, "trace", None) if token is not None else None
+            if trace is not None and len(trace) > step and token is not None:
+                probs[token] = trace[step].prob
+
+    def said(token: int | None) -> str:
+        if token is None:
+            return "nothing (its answer had ended)"
+        text = pieces.text(token) if pieces is not None else str(token)
+        odds = f" ({probs[token]:.0%})" if token in probs else ""
+        return f"{text!r}{odds}"
+
+    lines = []
+    for i, token in enumerate(tokens):
+        others = [said(t) for j, t in enumerate(tokens) if j != i]
+        mine = (
+            "this column's answer had ended" if token is None else f"this column took {said(token)}"
+        )
+        lines.append(
+            f"Columns part at token {step + 1}: {mine}; "
+            f"the other{'s' if len(others) > 1 else ''} took {', '.join(others)}"
+        )
+    return lines
+
+
+def _draw_seed() -> int:
+    # As the engine draws a sampled run's seed: from torch's global generator (so
+    # torch.manual_seed(n) before generate() still decides it), below 2**32 (exact in JSON).
+    from ..backends.local import draw_seed
+
+    return draw_seed()
+
+
+class Runs(list[Generation]):
+    """The runs one :meth:`CompareWidget.generate` started, one per column (a plain list).
+
+    As a cell's last value it shows each run as a run is shown (see ``_display.show_run``):
+    nothing where the CompareWidget is on the page, which follows them; never a snapshot
+    of their states that would go stale.
+    """
+
+    def _ipython_display_(self) -> None:
+        for run in self:
+            show(run)
+
+
+class _Header(anywidget.AnyWidget):
+    """The header of a :class:`CompareWidget`: shared prompt, Run all, Stop all, Same seed.
+
+    Its front end is js/src/compare.js; the traits below are mirrored at its top.
+    """
+
+    _esm = _STATIC / "compare.js"
+    _css = _STATIC / "compare.css"
+
+    # -- synced both ways -------------------------------------------------------------------
+    #: The shared prompt box.
+    prompt = traitlets.Unicode("").tag(sync=True)
+    #: The "Same seed" checkbox.
+    same_seed = traitlets.Bool(False).tag(sync=True)
+    # -- kernel to page ---------------------------------------------------------------------
+    #: Each column's state, left to right.
+    statuses = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: One line on the columns' states (and the shared seed).
+    summary = traitlets.Unicode("").tag(sync=True)
+    #: Why the last Run all click started nothing, or "".
+    input_error = traitlets.Unicode("").tag(sync=True)
+    #: Each column's ``in_run_all``, left to right: the columns whose current run a Run all
+    #: started; the header says their start and their end once (js/src/announce.js).
+    in_run_all = traitlets.List(traitlets.Bool()).tag(sync=True)
+
+    def __init__(self, **traits: Any) -> None:
+        # The page's subshell, so that Stop all is handled while a cell keeps the kernel
+        # busy (see nbstream.widgets.route).
+        self.route = PageRoute()
+        super().__init__(**traits)
+        answer_on_sending_subshell(self.comm)
+
+    def send_state(self, key: Any = None) -> None:
+        with self.route.publishing(self.comm):
+            super().send_state(key)
+
+    def send(self, content: Any, buffers: Any = None) -> None:
+        with self.route.publishing(self.comm):
+            super().send(content, buffers)
+
+    def __repr__(self) -> str:
+        return f"<CompareWidget header statuses={self.statuses!r}>"
+
+
+class _Column(StreamWidget):
+    """A column of a CompareWidget: a StreamWidget whose runs take the compare's shared seed.
+
+    Its own Run button (and ``generate``) reruns this column alone, with the seed the
+    compare last shared while "same seed" is on.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, own: dict[str, Any], **settings: Any) -> None:
+        # The settings this column varies (its dict), named in its label, and all of its
+        # settings as created: a setting later changed in its panel is named too.
+        self._own = own
+        self._created = settings
+        self._shared_seed: Callable[[], int | None] = lambda: None
+        super().__init__(model, tokenizer, **settings)
+
+    #: Whether this column's current run was started by the compare's Run all (or
+    #: ``cw.generate()``): the compare header then says the runs' start and end once, for
+    #: every column, and this column's views say nothing of it (js/src/announce.js); False
+    #: for a run of its own (its Run button, its ``generate()``, a branch), which its views
+    #: say. Set before the run's first state (its own message, so a view has it when the
+    #: run's status comes), and never while a run is queued or running.
+    in_run_all = traitlets.Bool(False).tag(sync=True)
+
+    def _set_in_run_all(self, value: bool) -> None:
+        with self._lock:
+            if not self._busy() and self.in_run_all != value:
+                self.in_run_all = value
+
+    def _setting(self, name: str, call: Mapping[str, Any]) -> Any:
+        """The value of setting ``name`` for a run given ``call``'s settings."""
+        if name in call:
+            return call[name]
+        trait = TRAIT_OF_SETTING.get(name)
+        return getattr(self, trait) if trait is not None else self._created.get(name)
+
+    def samples(self, call: Mapping[str, Any] | None = None) -> bool:
+        """Whether a run (given ``call``'s settings) samples; a greedy run ignores any seed.
+
+        Unknown (a model without a generation config, such as an endpoint): True.
+        """
+        call = call or {}
+        settings = {name: self._setting(name, call) for name in ("temperature", "do_sample")}
+        default = self.settings_defaults.get("do_sample")
+        try:
+            return bool(samples(settings, default if isinstance(default, bool) else True))
+        except ValueError:  # contradicting settings: the run itself refuses them
+            return False
+
+    def describe(self, call: Mapping[str, Any] | None = None, seed: int | None = None) -> str:
+        """This column's label for a run given ``call``'s settings and using ``seed``."""
+        call = call or {}
+        names = [*self._own]
+        for trait, name in PANEL_SETTINGS.items():
+            changed = getattr(self, trait) != self._created.get(name)
+            if name != "seed" and name not in names and (changed or name in call):
+                names.append(name)
+        shown = {name: self._setting(name, call) for name in names if name != "seed"}
+        return describe_settings(shown, seed)
+
+    def generate(self, prompt: Any = None, **settings: Any) -> Generation:
+        # A run of this column alone (its Run button, code): its views say it.
+        return self._generate(False, prompt, **settings)
+
+    def _generate(self, run_all: bool, prompt: Any = None, **settings: Any) -> Generation:
+        # The lock across: no other run can start between the flag and this run.
+        with self._lock:
+            self._set_in_run_all(run_all)
+            if self._setting("seed", settings) is None and self.samples(settings):
+                shared = self._shared_seed()
+                if shared is not None:
+                    settings["seed"] = shared
+            run = super().generate(prompt, **settings)
+            # The seed the run uses: given, shared, or drawn by the engine.
+            seed = run.seed
+            self.label = self.describe(settings, seed)
+            return run
+
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        # A branch is this column's own run (Continue in its popover): its views say it.
+        with self._lock:
+            self._set_in_run_all(False)
+            return super().branch(step, token, **settings)
+
+
+class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
+    """One prompt, two to four settings, streamed side by side (one column per setting).
+
+    ``CompareWidget(model, tokenizer, prompt, settings=[...])``; no model means the embedded
+    default model, as for :class:`~nbstream.StreamWidget`. Each entry of ``settings`` is a
+    dict of settings (as for :func:`nbstream.stream`) for one column; keyword settings
+    (``max_new_tokens=50``, ``alternatives=5``, ...) apply to every column under its own
+    dict. Every setting is checked before anything is created.
+
+    ``cw.columns`` are the columns, each a ``StreamWidget`` (``status``, ``result``,
+    ``record``, ``stop()``, ``wait()``, the teaching views); ``cw.generate()`` starts them all,
+    ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
+    one after the other, in order: a column waiting for the model is ``queued``. On an
+    :class:`~nbstream.Endpoint` they do so unless it runs requests at once (vLLM, SGLang,
+    TGI and llama-server by default, or ``concurrent=True``): the server then schedules
+    them.
+
+    ``same_seed=True`` (the **Same seed** checkbox) gives every sampled column the same
+    seed: ``seed=`` if given, else one drawn at each ``generate()``; greedy columns, and columns
+    whose own settings give a seed, keep theirs. Each column's ``record`` says exactly what
+    produced it, seed included (a shared seed is ``"given"`` there: the comparison gave it;
+    ``cw.shared_seed`` is the last one).
+
+    Example::
+
+        >>> import nbstream
+        >>> cw = nbstream.CompareWidget(
+        ...     None, None, "Name two colors.",
+        ...     settings=[{"temperature": 0}, {"temperature": 0.7}, {"temperature": 1.3}],
+        ...     max_new_tokens=40, same_seed=True,
+        ... )
+        >>> cw                      # display it: the shared prompt, Run all, Stop all, columns
+        >>> runs = cw.generate()
+        >>> texts = cw.wait()       # each column's result: its text, or None if not complete
+        >>> [column.record["seed"] for column in cw.columns]
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        prompt: str = "",
+        settings: Sequence[Mapping[str, Any]] = DEFAULT_SETTINGS,
+        *,
+        same_seed: bool | None = None,
+        seed: int | None = None,
+        **common: Any,
+    ) -> None:
+        # Everything is checked before any widget (or thread) exists.
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"prompt must be a string (one prompt for every column), got "
+                f"{type(prompt).__name__}"
+            )
+        columns = _check_column_settings(settings)
+        # The teaching views' toggles (show_tokens=True, ...) are not settings: every column
+        # gets them.
+        views = {name: common.pop(name) for name in VIEW_TOGGLES if name in common}
+        for name, value in views.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r:.80}")
+        shared = _named("keyword settings", common)
+        merged = [_named(f"settings[{i}]", {**shared, **own}) for i, own in enumerate(columns)]
+        if seed is not None:
+            validate_settings({"seed": seed})
+        if same_seed is None:
+            same_seed = seed is not None
+        if not isinstance(same_seed, bool):
+            raise TypeError(f"same_seed must be True or False, got {same_seed!r}")
+        if seed is not None and not same_seed:
+            raise ValueError(
+                f"seed={seed} is the seed shared by same_seed=True; pass same_seed=True too, "
+                "or give a column its own seed in its settings dict"
+            )
+        from ..models import model_and_tokenizer
+
+        model, tokenizer = model_and_tokenizer(model, tokenizer)
+
+        self._tokenizer = tokenizer  # the words of where the columns part
+        self._seed = seed
+        self._shared_seed: int | None = seed
+        # True until the widget is complete (and again once closed): close() does nothing.
+        self._closing = True
+        # Serializes generate() (stop() takes no lock: stopping twice is harmless). Never held
+        # while a column's traits change (their observers take _view_lock), so a column
+        # ending during generate() cannot deadlock it.
+        self._run_lock = threading.Lock()
+        self._view_lock = threading.RLock()
+        self._output = FallbackDisplay(self._view_lock, "nbstream-compare")
+        # +1 at every change of the columns' runs (under _view_lock): marks computed for an
+        # older state are stale and never written.
+        self._mark_generation = 0
+        # The threads computing marks (each one forward pass): wait() returns after them.
+        self._marking: list[threading.Thread] = []
+
+        self._columns: list[_Column] = []
+        try:
+            for own, clean in zip(columns, merged, strict=True):
+                column = _Column(model, tokenizer, own, **clean)
+                for name, value in views.items():
+                    setattr(column, name, value)
+                column._shared_seed = self._seed_for_run
+                column.prompt = prompt
+                column.label = column.describe()
+                column.show_prompt = False
+                column.add_class("nbstream-column")
+                column.layout = ipywidgets.Layout(flex="1 1 240px", min_width="220px")
+                self._columns.append(column)
+            self._header = _Header(
+                prompt=prompt,
+                same_seed=same_seed,
+                statuses=[c.status for c in self._columns],
+                in_run_all=[c.in_run_all for c in self._columns],
+            )
+            self._row = ipywidgets.HBox(
+                self._columns,
+                layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
+            )
+        except BaseException:
+            for column in self._columns:
+                column.close()
+            raise
+        self._row.add_class("nbstream-compare-columns")
+        self._header.on_msg(self._handle_message)
+        for column in self._columns:
+            # The shared prompt is every column's prompt, so a column's own Run uses it.
+            traitlets.dlink((self._header, "prompt"), (column, "prompt"))
+            # status: a run starts or ends; run_id: also another answer shown (show(i), a
+            # show_branch click), whose status is often the same ("complete"), yet whose
+            # tokens, and so where the columns part, are not.
+            column.observe(self._column_changed, names=["status", "run_id", "in_run_all"])
+            column.observe(self._column_closed, names=["comm"])
+        self._header.observe(self._column_changed, names=["same_seed"])
+        super().__init__([self._header, self._row])
+        self.add_class("nbstream-compare-widget")
+        self._closing = False
+        self._refresh()
+
+    # -- Python API ---------------------------------------------------------------------------
+    @property
+    def columns(self) -> list[StreamWidget]:
+        """The columns, one StreamWidget per setting, left to right."""
+        return list(self._columns)
+
+    @property
+    def settings(self) -> list[dict[str, Any]]:
+        """Each column's own settings dict, as given (checked)."""
+        return [dict(column._own) for column in self._columns]
+
+    @property
+    def prompt(self) -> str:
+        """The shared prompt (the header's box; two-way)."""
+        value: str = self._header.prompt
+        return value
+
+    @prompt.setter
+    def prompt(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"prompt must be a string, got {type(value).__name__}")
+        self._header.prompt = value
+
+    @property
+    def same_seed(self) -> bool:
+        """Whether sampled columns share one seed (the **Same seed** checkbox)."""
+        return bool(self._header.same_seed)
+
+    @same_seed.setter
+    def same_seed(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"same_seed must be True or False, got {value!r}")
+        self._header.same_seed = value
+
+    @property
+    def seed(self) -> int | None:
+        """The shared seed given (None: one is drawn at each ``generate()`` while ``same_seed``)."""
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int | None) -> None:
+        if value is not None:
+            validate_settings({"seed": value})
+        self._seed = value
+        self._shared_seed = value
+
+    @property
+    def shared_seed(self) -> int | None:
+        """The seed the last ``generate()`` gave the sampled columns; None without same seed."""
+        return self._shared_seed if self.same_seed else None
+
+    @property
+    def statuses(self) -> list[str]:
+        """Each column's state, left to right."""
+        return [column.status for column in self._columns]
+
+    @property
+    def results(self) -> list[str | None]:
+        """Each column's result: its text if its last run completed, else None."""
+        return [column.result for column in self._columns]
+
+    @property
+    def divergence(self) -> tuple[int, list[int | None]] | None:
+        """Where the columns part: ``None`` while every column's token ids agree (or a
+        column has no run yet, or a column's run has no token ids: a model server sends
+        text, so compare such columns' ``result`` or ``run.trace`` texts instead), else
+        ``(step, tokens)``: the first step at which the columns' token ids are not all
+        equal, and each column's token id there, in column order (``None`` for a column
+        whose answer had already ended). While columns stream, only the steps each of them
+        has reached count."""
+        runs = [column.run for column in self._columns]
+        if any(run is None for run in runs):
+            return None
+        # Done first, then the ids: a run read as done has all its tokens in what follows.
+        done = [run.done for run in runs if run is not None]
+        answers = [run.token_ids for run in runs if run is not None]
+        # A column still queued or running may yet add tokens: only the steps every such
+        # column has reached are known (a column that ended shorter has None there).
+        going = [len(ids) for ids, ended in zip(answers, done, strict=True) if not ended]
+        longest = min(going) if going else max((len(ids) for ids in answers), default=0)
+        for step in range(longest):
+            tokens = [ids[step] if step < len(ids) else None for ids in answers]
+            if len(set(tokens)) > 1:
+                return step, tokens
+        return None
+
+    @property
+    def records(self) -> list[dict[str, Any] | None]:
+        """Each column's record (None for a column whose run has not ended)."""
+        return [column.record for column in self._columns]
+
+    @input_checked
+    def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
+        """Start every column on the prompt (default: the prompt box); return their runs
+        (a list, :class:`Runs`).
+
+        ``settings`` override every column's own for these runs (as keyword settings of
+        ``StreamWidget.generate``), and are checked before anything starts.
+
+        The runs start left to right; on a shared model they run in that order, each
+        waiting ``queued`` for the one before. Raises ``RuntimeError`` if a column is still
+        queued or running, and ``ValueError`` for an empty prompt or a column whose
+        settings panel holds an invalid value: then nothing starts. Should a column still
+        fail to start (its model refuses the prompt), the columns already started are
+        stopped and the error names the column.
+        """
+        if settings:
+            _named("the settings given to generate()", settings)
+        with self._run_lock:
+            if prompt is not None:
+                self.prompt = prompt
+            text = self.prompt
+            if not text.strip():
+                raise ValueError(
+                    "the prompt is empty; type one in the box or pass it to generate()"
+                )
+            busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]
+            if busy:
+                raise RuntimeError(
+                    f"column {busy[0] + 1} still has a run in progress; call stop() or wait() first"
+                )
+            for i, column in enumerate(self._columns):
+                if column.settings_errors:
+                    problems = "; ".join(map(str, column.settings_errors.values()))
+                    raise ValueError(f"column {i + 1}: fix its settings first: {problems}")
+            if self.same_seed:
+                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            # Every column first, then the runs: the header counts them all from the start.
+            for column in self._columns:
+                column._set_in_run_all(True)
+            runs: list[Generation] = []
+            try:
+                for column in self._columns:
+                    runs.append(column._generate(True, text, **settings))
+            except BaseException as exc:
+                # All or nothing: a column that cannot start stops those already started.
+                for run in reversed(runs):
+                    run.stop()
+                for column in self._columns[len(runs) :]:
+                    column._set_in_run_all(False)  # not part of this Run all after all
+                for kind in (TypeError, ValueError, RuntimeError):
+                    if isinstance(exc, kind):
+                        raise kind(f"column {len(runs) + 1}: {exc}") from exc
+                raise
+            self._header.input_error = ""
+            for run in runs:
+                # The columns are shown inside this widget, never on their own.
+                shown_by_widget(run, self._output)
+            return Runs(runs)
+
+    def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
+        """Deprecated: :meth:`generate` (warns ``DeprecationWarning``)."""
+        warnings.warn(
+            "CompareWidget.run() is now CompareWidget.generate()", DeprecationWarning, stacklevel=2
+        )
+        return self.generate(prompt, **settings)
+
+    def wait(self, timeout: float | None = None) -> list[str | None]:
+        """Wait until every column's run has ended; return each column's ``result``.
+
+        A column's entry is its text if it completed, ``None`` if it was stopped or failed
+        (its ``status``, ``partial_text`` and ``error`` say more) or never ran: one stopped
+        column is part of a comparison, not an error. The columns' marks of where they part
+        (one forward pass of the model) are written by then too. ``timeout`` bounds the
+        whole wait; when it expires ``TimeoutError`` is raised and the runs go on. A
+        ``KeyboardInterrupt`` (the kernel's interrupt button) stops every column, then
+        propagates.
+        """
+        started = [(column, column.run) for column in self._columns if column.run is not None]
+        if not started:
+            raise RuntimeError("nothing to wait for: call generate() first")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for column, run in started:
+                assert run is not None
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not run.wait_done(left):
+                    states = ", ".join(self.statuses)
+                    raise TimeoutError(
+                        f"the columns are still running after {timeout} s ({states}); they go "
+                        "on (call stop() to cancel them)"
+                    )
+                # Let the column publish its end state, so that status agrees on return.
+                with contextlib.suppress(GenerationError):
+                    column.wait(0)
+            # The marks of where the columns part, started by the last column's end: their
+            # forward pass is work on the model, done before wait() returns (a script that
+            # ends here must not end under it: torch aborts the process).
+            with self._view_lock:
+                marking = list(self._marking)
+            for thread in marking:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:
+            self.stop()
+            for _column, run in started:
+                assert run is not None
+                run.wait_done(_INTERRUPT_GRACE_S)
+            raise
+        return self.results
+
+    def stop(self) -> bool:
+        """Stop every column: queued ones are withdrawn, the running one halts.
+
+        Returns True if any column had a run to stop.
+        """
+        stopped = False
+        # Right to left: queued columns leave the line before the running one lets go of
+        # the model, so none of them starts only to be stopped.
+        for column in reversed(self._columns):
+            stopped = column.stop() or stopped
+        return stopped
+
+    def close(self) -> None:
+        """Stop every column and close the widget: its columns, header and views."""
+        # getattr: Widget.__del__ calls close() also when __init__ raised before anything
+        # was created.
+        if getattr(self, "_closing", True):
+            return
+        self._closing = True
+        self.stop()
+        for column in self._columns:
+            column.close()
+        self._header.close()
+        self._row.close()
+        super().close()
+
+    # -- teaching views, on every column ------------------------------------------------------
+    def _all(self, name: str) -> bool:
+        return all(bool(getattr(column, name)) for column in self._columns)
+
+    def _set_all(self, name: str, value: bool) -> None:
+        for column in self._columns:
+            setattr(column, name, value)
+
+    @property
+    def show_tokens(self) -> bool:
+        """Every column shows its answer as tokens (setting it sets every column's)."""
+        return self._all("show_tokens")
+
+    @show_tokens.setter
+    def show_tokens(self, value: bool) -> None:
+        self._set_all("show_tokens", value)
+
+    @property
+    def show_probabilities(self) -> bool:
+        """Every column shades its tokens by probability (setting it sets every column's)."""
+        return self._all("show_probabilities")
+
+    @show_probabilities.setter
+    def show_probabilities(self, value: bool) -> None:
+        self._set_all("show_probabilities", value)
+
+    @property
+    def show_alternatives(self) -> bool:
+        """Every column shows a token's alternatives (setting it sets every column's)."""
+        return self._all("show_alternatives")
+
+    @show_alternatives.setter
+    def show_alternatives(self, value: bool) -> None:
+        self._set_all("show_alternatives", value)
+
+    # -- the header and the columns -----------------------------------------------------------
+    def _seed_for_run(self) -> int | None:
+        """The seed a sampled column's run gets while same seed is on (drawn once if needed)."""
+        if not self.same_seed:
+            return None
+        with self._view_lock:
+            if self._shared_seed is None:
+                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            return self._shared_seed
+
+    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        # Possibly on a subshell's thread while a cell runs (see nbstream.widgets.route).
+        self._header.route.note(self._header.comm)
+        try:
+            self._handle_header_message(content)
+        finally:
+            self._header.route.handled(self._header.comm)
+
+    def _handle_header_message(self, content: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "stop":
+            self.stop()
+        elif kind == "run":
+            if any(c.status in (QUEUED, RUNNING) for c in self._columns):
+                logger.debug("Run all ignored: a column is still queued or running")
+                return
+            prompt = content.get("prompt")
+            # The checkbox travels with the click, as the prompt does: its state update
+            # may still be held back by ipywidgets' throttle.
+            same_seed = content.get("same_seed")
+            if isinstance(same_seed, bool) and same_seed != self.same_seed:
+                self.same_seed = same_seed
+            if isinstance(prompt, str) and not prompt.strip():
+                # The API's words ("pass some text") are for code; here nothing was typed.
+                self._header.input_error = "Type a prompt first, then Run all."
+                return
+            try:
+                self.generate(prompt if isinstance(prompt, str) else None)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                self._header.input_error = str(exc)
+
+    def _column_changed(self, change: dict[str, Any]) -> None:
+        # A column's state, or the Same seed checkbox: the header's summary follows.
+        self._refresh()
+        if change.get("name") in ("status", "run_id"):
+            self._mark_divergence(change.get("owner"))
+
+    # -- where the columns part (each column's compare_mark) ----------------------------------
+    def _mark_divergence(self, owner: Any = None) -> None:
+        """Mark, in every column, the first step where the columns' tokens part.
+
+        Only once every column has ended: a column still queued has no tokens to compare
+        yet, and the columns of a shared model run one after the other, so a mark made
+        while they stream would only say "none yet" until the last one has begun. A column
+        that starts a run clears every mark (a new Run all, or one column rerun); one that
+        shows another answer gets new marks. The words need the model's probabilities at
+        that step (one forward pass), computed on a thread; a newer state of the columns
+        makes that result stale.
+
+        Called from a column's observer, so with ``owner``'s lock held (traitlets calls
+        observers inside notify_change). Lock order, everywhere: a column's lock, then
+        ``_view_lock``, never the other way, and never two columns' locks at once: so only
+        ``owner``'s own mark is written here; the others' on a thread.
+        """
+        with self._view_lock:
+            self._mark_generation += 1
+            generation = self._mark_generation
+            # run.done too: a column starting a run has its new run before its new status.
+            ended = all(
+                c.run is not None and c.run.done and c.status not in (QUEUED, RUNNING)
+                for c in self._columns
+            )
+            divergence = self.divergence if ended else None
+        if divergence is None:
+            if isinstance(owner, _Column):
+                self._write_mark(owner, generation, None)
+            if any(c.compare_mark is not None for c in self._columns if c is not owner):
+                self._start_marking(self._set_marks, generation, None)
+            return
+        self._start_marking(self._words_of_divergence, generation, *divergence)
+
+    def _start_marking(self, target: Callable[..., None], *args: Any) -> None:
+        # Not a daemon: the interpreter joins it before it shuts down, so it never ends the
+        # process inside a forward pass (torch aborts then).
+        thread = threading.Thread(
+            target=target, args=args, name="nbstream-compare-mark", daemon=False
+        )
+        with self._view_lock:
+            self._marking = [t for t in self._marking if t.is_alive()]
+            self._marking.append(thread)
+        try:
+            thread.start()
+        except RuntimeError:  # out of threads: the marks stay as they were, said in the log
+            with self._view_lock:
+                self._marking.remove(thread)  # never started: nothing for wait() to join
+            logger.warning("nbstream: no thread to mark where the compare columns part")
+
+    def _words_of_divergence(self, generation: int, step: int, tokens: list[int | None]) -> None:
+        with self._view_lock:
+            if generation != self._mark_generation:
+                return  # the columns changed since: no forward pass for a stale mark
+        try:
+            marks = divergence_words([c.run for c in self._columns], self._tokenizer, step, tokens)
+        except Exception as exc:  # a thread of the widget: never raise
+            # No words, but still where the columns part: no mark would say they agree.
+            logger.warning(
+                "nbstream: the words of where the compare columns part failed", exc_info=True
+            )
+            failed = f"Columns part at token {step + 1} (its words failed: {type(exc).__name__})"
+            marks = [failed] * len(self._columns)
+        self._set_marks(generation, [{"step": step, "words": words} for words in marks])
+
+    def _set_marks(self, generation: int, marks: list[dict[str, Any]] | None) -> None:
+        # Never with _view_lock held while a column's trait is written (its lock would
+        # then be taken after _view_lock: the other order deadlocks); one column at a time.
+        for i, column in enumerate(self._columns):
+            self._write_mark(column, generation, None if marks is None else marks[i])
+
+    def _write_mark(self, column: _Column, generation: int, mark: dict[str, Any] | None) -> None:
+        """Set ``column``'s mark, unless the columns changed since ``generation``."""
+        # The column's lock (as its own writes take it), then _view_lock, held across the
+        # check and the write: a newer state's marks (or its clearing) come after this one.
+        # What the write sends is held back until hold_sync ends, outside _view_lock.
+        with column.hold_sync(), self._view_lock:
+            if generation != self._mark_generation:
+                return  # the columns changed since: a newer mark (or none) applies
+            if column.compare_mark != mark:
+                column.compare_mark = mark  # type: ignore[assignment]
+
+    def _column_closed(self, change: dict[str, Any]) -> None:
+        # A column closed from elsewhere: its cell ran again (the new widgets close the old
+        # ones), or its output was cleared. With every column gone, so is the comparison.
+        closed = all(column.comm is None for column in self._columns)
+        if change["new"] is None and closed and not self._closing:
+            logger.debug("every column of a CompareWidget closed; closing it")
+            self.close()
+
+    def _summary(self, statuses: list[str]) -> str:
+        line = states_summary(statuses)
+        seed = self.shared_seed
+        if seed is not None and any(s != "idle" for s in statuses):
+            line += f" · same seed {seed}"
+        return line
+
+    def _refresh(self) -> None:
+        """Show the columns' states in the header, and in the saved output (any thread)."""
+        with self._view_lock:
+            statuses = self.statuses
+            header = self._header
+            if header.comm is None:
+                return
+            with header.hold_sync():
+                header.statuses = statuses
+                header.in_run_all = [c.in_run_all for c in self._columns]
+                header.summary = self._summary(statuses)
+            self._publish_fallback()
+
+    # -- display ------------------------------------------------------------------------------
+    def _fallback(self) -> dict[str, str]:
+        """The text/plain and text/markdown fallbacks: each column's label, state and text."""
+        entries: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str] | None]] = []
+        for column in self._columns:
+            run = column.run
+            if run is None:
+                entries.append((column.label, "idle", "", {}, None))
+                continue
+            # Read once, state first: the text of an ended run is final.
+            status = run.status
+            entries.append(
+                (column.label, status, run.partial_text, run.metrics, error_summary(run.error))
+            )
+        return compare_fallback_bundle(self.prompt, entries)
+
+    def _bundle(self) -> dict[str, Any] | None:
+        if self.comm is None:
+            return None
+        view = super()._repr_mimebundle_()
+        if view is None:
+            return None
+        data = view[0] if isinstance(view, tuple) else view
+        return {**data, **self._fallback()}
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        # The live view, plus each column's label, state and text for everything that
+        # cannot run widgets (nbconvert, GitHub).
+        return self._bundle()
+
+    def _ipython_display_(self) -> None:
+        # As StreamWidget; the fallback is rewritten whenever a column's state changes.
+        self._output.display(lambda: self.model_id, self._shown, self._fallback)
+
+    def _shown(self) -> Bundle | None:
+        data = self._bundle()
+        return None if data is None else (None, data, {})
+
+    def _publish_fallback(self) -> None:
+        self._output.republish(self._shown)
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait (children included); this one stays cheap.
+        return f"<CompareWidget statuses={self.statuses!r}>"

@@ -1,0 +1,181 @@
+"""``StreamWidget``: a notebook widget that streams a model's answer, with state and Stop.
+
+The kernel is the source of truth. Synced traits carry only what is small and changes
+rarely (state, metrics, error, run id); the text travels as custom messages: deltas with an
+offset, at most ``FRAME_RATE`` per second, and a full ``reset`` when a view asks (a view
+created mid-stream, a reloaded page, or a view that detected a gap). No synced trait
+holding the whole text is ever updated per frame. That machinery is shared with
+:class:`~nbstream.ChatWidget` (see ``_widget_base.py``). PROTOCOL.md defines every trait
+and message.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import traitlets
+
+from .._errors import input_checked
+from ..generation import Generation, stream
+from .base import error_summary
+from .branches import BranchingWidget
+from .display import fallback_bundle
+from .feed import FRAME_RATE, VIEW_THREAD_PREFIX
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent.parent / "static"
+
+__all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "StreamWidget"]
+
+
+class StreamWidget(BranchingWidget):
+    """Stream a model's answer into the notebook, with its state, Stop, and metrics.
+
+    ``StreamWidget()`` uses the embedded default model, shared by every widget in the
+    process; ``StreamWidget(model, tokenizer, **settings)`` any loaded causal LM (settings
+    as in :func:`nbstream.stream`); ``StreamWidget("owner/name")`` or a folder loads one
+    with :func:`nbstream.load_model` (a missing one raises
+    :class:`~nbstream.ModelNotFoundError`, saying where it was looked for). Runs of widgets
+    sharing a model queue, never interleave.
+
+    Example::
+
+        >>> import nbstream
+        >>> w = nbstream.StreamWidget(max_new_tokens=64)
+        >>> w                                   # display it
+        >>> run = w.generate("Name two colors.")
+        >>> w.wait()                            # the text, if it completed
+        >>> w.result                            # None unless the last run completed
+
+    Stop acts while a cell blocks the kernel (``w.wait()``, even in the cell that started
+    the run) where the front end sends widget messages on a kernel subshell (JupyterLab and
+    Notebook 7 with ipykernel 7); elsewhere the click waits for the cell, and the kernel's
+    interrupt button stops the run.
+
+    Branches: :meth:`branch` (or "Continue with this token" in the alternatives popover)
+    continues the answer from another token; the widget keeps every branch of the prompt
+    (:attr:`branches`) and shows one (:meth:`show`, :attr:`shown`, the switcher above the
+    output: 0 is the original answer, k is ``branches[k - 1]``). ``run``, ``result``,
+    ``record`` and the saved output are those of the answer shown; a new :meth:`generate`
+    forgets the branches.
+    """
+
+    _esm = _STATIC / "stream.js"
+    _css = _STATIC / "stream.css"
+
+    # -- public synced state (status, metrics, error_info, input_error, run_id: RunWidget) --
+    #: The prompt box (two-way).
+    prompt = traitlets.Unicode("").tag(sync=True)
+    #: A short title shown at the start of the status bar (e.g. a compare column's settings).
+    label = traitlets.Unicode("").tag(sync=True)
+    #: Whether the view shows the prompt box (Run and Stop stay either way: Run uses
+    #: ``prompt``, as in a compare column whose prompt is shared).
+    show_prompt = traitlets.Bool(True).tag(sync=True)
+    #: In a compare column (set by CompareWidget): ``{"step", "words"}``, the first step
+    #: where this column's tokens differ from the other columns' and that said in words;
+    #: None when there is nothing to mark.
+    compare_mark = traitlets.Dict(default_value=None, allow_none=True).tag(sync=True)
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
+        # The prompt's answers: the original, then its branches in the order made.
+        self._variants: list[Generation] = []
+        super().__init__(model, tokenizer, **settings)
+
+    # -- Python API ---------------------------------------------------------------------------
+    @input_checked
+    def generate(self, prompt: Any = None, **settings: Any) -> Generation:
+        """Start a run and return the engine's :class:`~nbstream.Generation` at once.
+
+        ``prompt`` defaults to the prompt box; ``settings`` override the widget's (its
+        setting traits, such as ``temperature``, which the settings panel edits) for this
+        run; a widget setting that is invalid (``settings_errors``) raises ``ValueError``.
+        Raises ``RuntimeError`` if this widget already has a run queued or running.
+        """
+        if prompt is None:
+            prompt = self.prompt
+        merged = self._run_settings(settings)
+        # A string prompt goes into the box, with the run's first state.
+        box = {"prompt": prompt} if isinstance(prompt, str) else {}
+
+        def make_run() -> Generation:  # lock held, no run in progress
+            run = stream(self._model, self._tokenizer, prompt, **merged)
+            self._variants = [run]  # a new answer: the branches were of the one before
+            return run
+
+        return self._launch(make_run, **box)
+
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """Continue the answer shown (the original, or the branch shown since) as if it had
+        taken ``token`` at ``step`` (see :meth:`nbstream.Generation.branch`); the branch
+        streams into the widget and is shown. A branch of a branch is kept too; each
+        one's ``branch_info["parent"]`` says which run it left.
+
+        ``settings`` override the run's own for the branch. Each branch made since the
+        last :meth:`generate` is kept in :attr:`branches`. Raises ``RuntimeError`` while a
+        run is in progress or before any run.
+        """
+
+        def make_run() -> Generation:  # lock held, no run in progress
+            parent = self._run
+            if parent is None:
+                raise RuntimeError("there is no run to branch from yet: generate() one first")
+            run = parent.branch(step, token, **settings)
+            self._variants.append(run)
+            return run
+
+        return self._launch(make_run)
+
+    @property
+    def branches(self) -> list[Generation]:
+        """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`,
+        in the order made; each one's ``branch_info`` says where it left its parent (the
+        answer, or an earlier branch). The original is not one: :meth:`show` and
+        :attr:`shown` count from it, so 0 is the original answer and k is
+        ``branches[k - 1]``."""
+        with self._lock:
+            return list(self._variants[1:])
+
+    def _variant_runs(self) -> list[Generation]:
+        return self._variants
+
+    # -- from the views -----------------------------------------------------------------------
+    def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
+        if kind == "run":
+            self._run_from_view(content.get("prompt"))
+        elif kind in ("branch", "show_branch"):
+            self._branch_message(kind, content)
+
+    def _run_from_view(self, prompt: Any) -> None:
+        if self._busy():
+            logger.debug("Run ignored: a run is already queued or running")
+            return
+        if isinstance(prompt, str):
+            self.prompt = prompt
+        if not self.prompt.strip():
+            # The API's words ("pass some text") are for code; here the user typed nothing.
+            self.input_error = "Type a prompt first, then Run."
+            return
+        self._report_input_error(lambda: self.generate(self.prompt))
+
+    # -- display ------------------------------------------------------------------------------
+    def _fallback(self) -> tuple[str, dict[str, str]]:
+        """(the state it shows, the text/plain and text/markdown fallbacks)."""
+        run = self._run
+        if run is None:
+            return "idle", fallback_bundle("idle", "")
+        # Read once: the state must be the one the text was read under (the text of an
+        # ended run is final, so a state read first never labels unfinished text complete).
+        status = run.status
+        text = run.partial_text
+        bundle = fallback_bundle(
+            status, text, run.metrics, error_summary(run.error), thinking=run.thinking
+        )
+        return status, bundle
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait; this one stays cheap.
+        return f"<StreamWidget status={self.status!r} run_id={self.run_id}>"
