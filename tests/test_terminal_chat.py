@@ -108,7 +108,7 @@ def piped(*args: str, stdin: str, env: dict[str, str] | None = None) -> subproce
 
 def saved(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["format"] == "nbstream.widgets.chat/1"
+    assert data["format"] == "nbstream.chat/1"
     return data
 
 
