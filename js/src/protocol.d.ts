@@ -1,0 +1,524 @@
+// The protocol between nbstream's widgets in the kernel and their views in the page.
+// Written by `python -m nbstream.protocol js/src/protocol.d.ts` from nbstream/protocol.py:
+// do not edit (tests/test_protocol.py fails when the two differ). What each trait and
+// message means is in PROTOCOL.md.
+
+/** One of a token's top candidates: `[id, text, kind, logprob, cut]` (`cut`: the run's sampling settings gave it no chance; `id` and `cut` are null on a server). */
+export type Alternative = [number | null, string, TokenKind, number | null, boolean | null];
+
+/** One branch of the current prompt's answers, in the order made. */
+export interface BranchEntry {
+  /** The token (0-based) where it left its parent. */
+  step: number;
+  /** The parent's token there (null on a server: no ids). */
+  parent_token: number | null;
+  parent_text: string;
+  /** The token the branch took instead (null on a server). */
+  token: number | null;
+  text: string;
+  /** The answer it left: 0 the original, k the k-th branch. */
+  parent: number;
+  status: Status;
+}
+
+/** Continue with this token, on a server (the alternative's place in the list). */
+export interface BranchToAlternative {
+  type: "branch";
+  run_id: number;
+  step: number;
+  alternative: number;
+}
+
+/** Continue with this token (a token id). */
+export interface BranchToToken {
+  type: "branch";
+  run_id: number;
+  step: number;
+  token: number;
+}
+
+/** The branch traits of every `StreamWidget` and `ChatWidget` (`BranchingWidget`, nbstream/widgets/branches.py). */
+export interface BranchTraits {
+  _branches: BranchEntry[];
+  /** The answer shown: 0 the original, k the k-th branch. */
+  branch_shown: number;
+  /** Why no "Continue with this token" is offered now, or "". */
+  branch_unavailable: string;
+}
+
+/** One message of a chat's transcript (`_messages`). */
+export interface ChatMessage {
+  role: "user" | "assistant";
+  /** "" for the answer being generated (it streams as deltas). */
+  content: string;
+  /** The turn (a user message and its answer). */
+  turn: number;
+  /** False: the turn ended out of the conversation (stopped or failed, not kept). */
+  in_history: boolean;
+  status?: Status;
+  /** The run that made it (null: seeded from Python). */
+  run_id?: number | null;
+  /** A partial answer the user kept in the history. */
+  kept?: boolean;
+  error?: ErrorInfo | null;
+  /** Null while it is generated and for an answer seeded from history. */
+  finish_reason?: FinishReason | null;
+  /** A reasoning model's thinking, once the answer has ended. */
+  thinking?: ThinkingState;
+}
+
+/** The `ChatWidget`'s own synced traits (nbstream/widgets/chat.py). */
+export interface ChatWidgetOwnTraits {
+  _messages: ChatMessage[];
+  /** The system message (both ways). */
+  system: string | null;
+}
+
+/** What a `ChatWidget`'s view sends. */
+export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+
+/** The synced traits of `ChatWidget` (nbstream/widgets/chat.py). */
+export type ChatWidgetTraits = RunWidgetTraits & BranchTraits & ChatWidgetOwnTraits;
+
+/** Clear the chat. */
+export interface ClearRequest {
+  type: "clear";
+}
+
+/** A compare column's own trait (`_Column`, nbstream/widgets/compare.py). */
+export interface CompareColumnOwnTraits {
+  /** The column's current run was started by Run all. */
+  in_run_all: boolean;
+}
+
+/** The synced traits of a compare column (`_Column`, nbstream/widgets/compare.py). */
+export type CompareColumnTraits = StreamWidgetTraits & CompareColumnOwnTraits;
+
+/** What a compare header's view sends. */
+export type CompareHeaderRequest = CompareRunRequest | StopRequest;
+
+/** The synced traits of a compare's header (`_Header`, nbstream/widgets/compare.py). */
+export interface CompareHeaderTraits {
+  /** The shared prompt (both ways). */
+  prompt: string;
+  /** The Same seed box (both ways). */
+  same_seed: boolean;
+  /** Each column's state, left to right. */
+  statuses: WidgetStatus[];
+  /** One line on the columns' states. */
+  summary: string;
+  /** Why the last Run all started nothing, or "". */
+  input_error: string;
+  /** Each column's `in_run_all`. */
+  in_run_all: boolean[];
+}
+
+/** Where a compare column's tokens part from the other columns', in words. */
+export interface CompareMark {
+  step: number;
+  words: string;
+}
+
+/** Run all (a compare header's). */
+export interface CompareRunRequest {
+  type: "run";
+  prompt: string;
+  same_seed: boolean;
+}
+
+/** The current run's new text (`offset` in code points). */
+export interface DeltaMessage {
+  type: "delta";
+  run_id: number;
+  offset: number;
+  text: string;
+  /** The live token count. */
+  tokens: number | null;
+  elapsed_s: number | null;
+}
+
+/** What a `distribution` reply draws; absent when it carries an `error`. */
+export interface DistributionFields {
+  /** `[id, text, kind]` of the token the run took. */
+  chosen?: [number, string, TokenKind] | null;
+  /** The settings applied. */
+  settings?: SamplingSettings;
+  /** The run's own. */
+  run_settings?: SamplingSettings;
+  /** `model`, then each logits processor the run applied, by its setting's name. */
+  stages?: string[];
+  /** `[id, text, kind, probs, removed_by]`: its probability at each stage, and the first stage that gave it no chance. */
+  top?: ([number, string, TokenKind, number[], string | null])[];
+  /** Per stage, the mass of every token not in `top`. */
+  rest?: number[];
+  /** Per stage, how many tokens keep a chance. */
+  kept?: number[];
+  /** The vocabulary's size. */
+  size?: number;
+  words?: string;
+  /** The parts of `words`: one per stage after `model`, and `token`. */
+  phrases?: Record<string, string>;
+  note?: string | null;
+}
+
+/** The sampling panel's answer, to the view that asked. */
+export interface DistributionReply extends DistributionFields {
+  type: "distribution";
+  view: string;
+  request: number;
+  run_id: number;
+  step: number;
+  /** Null, or why it could not answer (then nothing else). */
+  error: string | null;
+}
+
+/** The sampling panel asks for a step's distribution. */
+export interface DistributionRequest {
+  type: "distribution";
+  view: string;
+  /** Grows with each request of the view. */
+  request: number;
+  run_id: number;
+  /** 0-based. */
+  step: number;
+  /** Absent on a panel's first request: the run's own. */
+  temperature?: number;
+  top_k?: number;
+  top_p?: number;
+}
+
+/** Send while editing the last message. */
+export interface EditLastRequest {
+  type: "edit_last";
+  text: string;
+  settings: Record<string, any>;
+}
+
+/** What a view shows of a run's error. */
+export interface ErrorInfo {
+  /** The exception's class name. */
+  type: string;
+  message: string;
+}
+
+/** What a `RunFeed` sends to the views of a `StreamWidget` or `ChatWidget`. */
+export type FeedMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage;
+
+/** Why a run ended: the model's end token, `max_new_tokens`, a stop string, Stop, an error, its time budget. */
+export type FinishReason = "eos" | "length" | "stop" | "cancelled" | "error" | "timeout";
+
+/** Keep a stopped or failed answer's partial text. */
+export interface KeepRequest {
+  type: "keep";
+  turn: number;
+}
+
+/** A run's timings and counts (`run.metrics`); null until known. */
+export interface Metrics {
+  /** Seconds between the request and the start of generation. */
+  queued_s: number | null;
+  /** Seconds to the first token generated. */
+  ttft_s: number | null;
+  /** Seconds to the first text shown. */
+  first_chunk_s: number | null;
+  /** Tokens of the answer (a server's: its usage). */
+  tokens: number | null;
+  /** A branch's forced start: tokens it was given, not generated (0 for other runs). */
+  forced_tokens: number | null;
+  /** The decode rate after the first token. */
+  tokens_per_s: number | null;
+  /** Seconds the run has taken. */
+  elapsed_s: number | null;
+  /** Why the run ended; null until it has. */
+  finish_reason: FinishReason | null;
+  /** A reasoning model's thinking, in tokens (tags included); null for a run that did not think. */
+  thinking_tokens: number | null;
+  /** Seconds to the answer's first text. */
+  first_answer_s: number | null;
+  /** The server's events received (not tokens). */
+  chunks?: number;
+  /** The events that carried text. */
+  text_chunks?: number;
+  /** Why `tokens` is null (the server sent no usage). */
+  tokens_note?: string | null;
+}
+
+/** Who produced a run's text (a record's `model`): hub id or path (the embedded default model's name), the model's class, hub commit or the package that ships the default model, the default model's file and its hash; on a server, its address and the model name its answer carried. */
+export interface ModelInfo {
+  name?: string | null;
+  path?: string | null;
+  class?: string;
+  revision?: string | null;
+  sha256?: string | null;
+  source?: string;
+  dtype?: string | null;
+  device?: string | null;
+  tokenizer?: string | null;
+  base_url?: string;
+  answered_by?: string | null;
+}
+
+/** The metrics trait before a widget's first run, and after a chat's clear. */
+export type NoMetrics = Record<string, never>;
+
+/** Regenerate the last answer. */
+export interface RegenerateRequest {
+  type: "regenerate";
+  settings: Record<string, any>;
+}
+
+/** The view left a notebook that stays open. */
+export interface RemovedRequest {
+  type: "removed";
+  view: string;
+  page: string;
+}
+
+/** The answer to a `sync`: the text sent so far. */
+export interface ResetMessage {
+  type: "reset";
+  run_id: number;
+  /** The view that asked (null: all). */
+  view: string | null;
+  text: string;
+  /** Only for a run that thought: exactly the thinking sent so far. */
+  thinking?: ThinkingState;
+}
+
+/** What reproduces a run (`run.record`; the keys are a contract: more may be added, none removed). */
+export interface RunRecord {
+  /** `nbstream.run/1`. */
+  format: string;
+  model: ModelInfo;
+  /** The string or messages given. */
+  prompt: string | (Record<string, any>)[] | null;
+  /** How many tokens the model saw. */
+  prompt_tokens: number | null;
+  /** Every setting in effect, null for what does not apply. */
+  settings: Record<string, any>;
+  /** The model's own generation config (its non-default values). */
+  generation_config: Record<string, any> | null;
+  /** The seed sampling used, given or drawn. */
+  seed: number | null;
+  seed_source: "given" | "drawn" | null;
+  status: Status;
+  metrics: Metrics;
+  error: ErrorInfo | null;
+  /** ISO 8601, UTC. */
+  created_at: string;
+  /** nbstream, transformers, torch, tokenizers and python. */
+  versions: Record<string, string | null>;
+  /** What the reader of the record should know, as sentences. */
+  warnings: string[];
+  /** Settings sent to a server that may have dropped them. */
+  settings_unconfirmed: Record<string, any>;
+  server: ServerInfo | null;
+  /** Why a cancelled run was stopped, if its stop said. */
+  cancel_reason: string | null;
+  /** A branch's step and tokens, and its parent's record. */
+  branch: Record<string, any> | null;
+  /** A reasoning model's thinking, kept apart from the text. */
+  thinking: string | null;
+  /** What the server's logprobs mean and whether all came. */
+  trace?: Record<string, any>;
+  /** A branch: what was sent for the server to continue. */
+  continuation?: Record<string, any>;
+}
+
+/** Run (a `StreamWidget`'s). */
+export interface RunRequest {
+  type: "run";
+  /** The panel's values by trait. */
+  settings: Record<string, any>;
+  /** Absent when the prompt box is hidden. */
+  prompt?: string;
+}
+
+/** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
+export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply;
+
+/** The synced traits of every `StreamWidget` and `ChatWidget` (`RunWidget`, nbstream/widgets/base.py). */
+export interface RunWidgetTraits {
+  /** The current run's state (kernel → page). */
+  status: WidgetStatus;
+  /** The current run's metrics, set when it starts, leaves the queue and ends. */
+  metrics: Metrics | NoMetrics;
+  /** The current run's error, or null. */
+  error_info: ErrorInfo | null;
+  /** A problem with the input of the last request from a view (nothing started), or "". */
+  input_error: string;
+  /** Grows at every run and every show of another answer. */
+  run_id: number;
+  /** The exact text the model got (chat template applied); null before the first run. */
+  prompt_text: string | null;
+  prompt_tokens: number | null;
+  /** A setting (both ways; any value, checked by the kernel; null: the model's default). */
+  max_new_tokens: any;
+  temperature: any;
+  top_p: any;
+  top_k: any;
+  repetition_penalty: any;
+  do_sample: any;
+  seed: any;
+  /** The `stop` setting: a list of strings. */
+  stop_sequences: any;
+  /** The `alternatives` setting: top candidates captured per token. */
+  alternatives: any;
+  /** The kernel's message per invalid setting, by trait. */
+  settings_errors: Record<string, string>;
+  /** The model's defaults by setting, and `context_length`. */
+  settings_defaults: Record<string, any>;
+  /** Each panel setting's type, range and messages, by trait (set once). */
+  settings_schema: Record<string, SettingSchema>;
+  /** Whether the next run from the panel samples; null when it cannot be said. */
+  next_run_samples: boolean | null;
+  /** The Tokens view (both ways). */
+  show_tokens: boolean;
+  /** The Probabilities view (both ways). */
+  show_probabilities: boolean;
+  /** The Alternatives view (both ways). */
+  show_alternatives: boolean;
+  /** Tokens and probabilities exist for the shown runs. */
+  can_trace: boolean;
+  /** The model gives its logits (the sampling panel). */
+  can_explain: boolean;
+}
+
+/** The sampling panel's settings (greedy is temperature 0; `top_k` 0 and `top_p` 1 are off). */
+export interface SamplingSettings {
+  temperature: number;
+  top_k: number;
+  top_p: number;
+}
+
+/** Send (a `ChatWidget`'s). */
+export interface SendRequest {
+  type: "send";
+  text: string;
+  settings: Record<string, any>;
+}
+
+/** The server a run was made on (a record's `server`). */
+export interface ServerInfo {
+  /** Its family (`nbstream.backends.servers`). */
+  family: string;
+  title: string;
+  /** How the family was known: `named`, `detected` or `unknown`. */
+  how: string;
+  evidence: string | null;
+  concurrent: number | null;
+  /** Whether the same request gives the same text again; null: not known. */
+  reproducible: boolean | null;
+  context: number | null;
+}
+
+/** One panel setting's type, range and messages (`nbstream.settings.settings_schema`). */
+export interface SettingSchema {
+  type: SettingType;
+  /** The setting's name (the trait `stop_sequences` is `stop`). */
+  setting: string;
+  /** Null means unset: the model's default. */
+  nullable: boolean;
+  /** What the setting means. */
+  help: string;
+  min: number | null;
+  max: number | null;
+  /** Whether `min` itself is refused. */
+  min_exclusive: boolean;
+  max_exclusive: boolean;
+  /** The kernel's words for a value `below` / `above` the range, the value written `{value}`. */
+  messages: Record<string, string>;
+  /** A list setting's least length. */
+  min_items?: number;
+  /** The values a text setting takes. */
+  values?: string[];
+}
+
+/** A setting's kind in the panel's schema. */
+export type SettingType = "int" | "float" | "bool" | "strings" | "string";
+
+/** Show another answer: 0 the original, k the k-th branch. */
+export interface ShowBranchRequest {
+  type: "show_branch";
+  index: number;
+}
+
+/** A run's state: `queued` and `running` until it ends `complete`, `failed` or `cancelled`. */
+export type Status = "queued" | "running" | "complete" | "failed" | "cancelled";
+
+/** Stop (a compare header's: Stop all). */
+export interface StopRequest {
+  type: "stop";
+}
+
+/** The `StreamWidget`'s own synced traits (nbstream/widgets/stream.py). */
+export interface StreamWidgetOwnTraits {
+  /** The prompt box (both ways). */
+  prompt: string;
+  /** Shown at the start of the status bar when not "". */
+  label: string;
+  /** False hides the prompt box. */
+  show_prompt: boolean;
+  /** In a compare column: where its tokens part from the others'. */
+  compare_mark: CompareMark | null;
+}
+
+/** What a `StreamWidget`'s view sends. */
+export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+
+/** The synced traits of `StreamWidget` (nbstream/widgets/stream.py). */
+export type StreamWidgetTraits = RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits;
+
+/** A view asks for a `reset` (it was rendered, or it found a gap). */
+export interface SyncRequest {
+  type: "sync";
+  /** A random id per view. */
+  view: string;
+  /** One id per page load. */
+  page: string;
+}
+
+/** A reasoning model's thinking counters, as the views show them. */
+export interface ThinkingCounters {
+  /** Its tokens so far (tags included). */
+  tokens: number | null;
+  /** The run's time so far; once `done`, the time to the answer's first text. */
+  elapsed_s: number | null;
+  /** The answer started, or the run ended. */
+  done: boolean;
+}
+
+/** A reasoning model's new thinking, apart from the answer (`offset` in code points of the thinking). */
+export interface ThinkingMessage extends ThinkingCounters {
+  type: "thinking";
+  run_id: number;
+  offset: number;
+  text: string;
+}
+
+/** A run's thinking: its text (without its tags) and its counters. */
+export interface ThinkingState extends ThinkingCounters {
+  text: string;
+}
+
+/** One token: `[id, text, kind, logprob, rank, alternatives]`, and a seventh item when the run ended at a stop string (true: the token made the stop string or came after it). */
+export type TokenEntry = [number | null, string, TokenKind, number | null, number | null, Alternative[] | null] | [number | null, string, TokenKind, number | null, number | null, Alternative[] | null, boolean];
+
+/** The part of a token entry that says what it is: its text, a special token shown as itself, or part of a character (its bytes in hex). */
+export type TokenKind = "text" | "special" | "bytes";
+
+/** Tokens `offset`, `offset` + 1, ... of run `run_id` (offset 0: replace the list). */
+export interface TokensMessage {
+  type: "tokens";
+  run_id: number;
+  offset: number;
+  tokens: TokenEntry[];
+  /** A reasoning model's run: how many of its first tokens are thinking. */
+  thinking?: number;
+}
+
+/** What every view of a `StreamWidget` or `ChatWidget` sends. */
+export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest;
+
+/** A widget's state: its current run's, or `idle` before any (and after a chat's clear). */
+export type WidgetStatus = "idle" | "queued" | "running" | "complete" | "failed" | "cancelled";
