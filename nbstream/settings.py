@@ -7,7 +7,7 @@ checks the panel's fields with :func:`settings_schema` (see PROTOCOL.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Settings accepted by :func:`nbstream.stream` and the widgets, with what each means.
@@ -97,60 +97,75 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check(name: str, value: Any) -> Any:
-    if name == "stop":
-        return check_stop(value)
-    if name == "expect":
-        if not isinstance(value, str):
-            raise TypeError(f"expect must be the string 'json', got {value!r:.80}")
-        if value not in EXPECT_VALUES:
-            raise ValueError(
-                f"expect={value!r} is not supported; the only structured output is expect='json'"
-            )
-        return value
-    if name == "max_new_tokens":
-        if not _is_int(value):
-            raise TypeError(f"max_new_tokens must be an int, got {value!r}")
-        if value <= 0:
-            raise ValueError(f"max_new_tokens must be positive, got {value}")
-        if value > MAX_NEW_TOKENS_LIMIT:
-            raise ValueError(
-                f"max_new_tokens={value} is absurd; use at most {MAX_NEW_TOKENS_LIMIT:,}"
-                " (and no more than the model's context allows)"
-            )
-        return value
-    if name in ("do_sample", "enable_thinking"):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {value!r}")
-        return value
-    if name == "thinking_tags":
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise TypeError(
-                f"thinking_tags must be a list of two strings, e.g. ['<think>', '</think>'], "
-                f"or [] to turn detection off; got {value!r:.80}"
-            )
-        if value and (len(value) != 2 or not all(isinstance(t, str) and t for t in value)):
-            raise ValueError(
-                f"thinking_tags must be two non-empty strings (open, close), got {value!r:.80}"
-            )
-        return list(value)
-    if name == "alternatives":
-        if not _is_int(value):
-            raise TypeError(f"alternatives must be an int (how many candidates), got {value!r:.80}")
-        if not 0 <= value <= MAX_ALTERNATIVES:
-            raise ValueError(
-                f"alternatives must be between 0 (off) and {MAX_ALTERNATIVES}, got {value}"
-            )
-        return value
-    if name in ("seed", "top_k"):
-        if not _is_int(value):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-        if name == "seed" and value > MAX_SEED:
-            # torch's generators take 64 bits; a larger seed would fail inside the run.
-            raise ValueError(f"seed must be at most 2**64 - 1 ({MAX_SEED}), got {value}")
-        return value
-    # The rest are real numbers.
+    """Check one setting's value; returns it cleaned (a list for a tuple, a float for a
+    number). Raises TypeError or ValueError that say what is allowed."""
+    return _CHECKERS.get(name, _check_number)(name, value)
+
+
+def _check_expect(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        raise TypeError(f"expect must be the string 'json', got {value!r:.80}")
+    if value not in EXPECT_VALUES:
+        raise ValueError(
+            f"expect={value!r} is not supported; the only structured output is expect='json'"
+        )
+    return value
+
+
+def _check_max_new_tokens(name: str, value: Any) -> Any:
+    if not _is_int(value):
+        raise TypeError(f"max_new_tokens must be an int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"max_new_tokens must be positive, got {value}")
+    if value > MAX_NEW_TOKENS_LIMIT:
+        raise ValueError(
+            f"max_new_tokens={value} is absurd; use at most {MAX_NEW_TOKENS_LIMIT:,}"
+            " (and no more than the model's context allows)"
+        )
+    return value
+
+
+def _check_bool(name: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_thinking_tags(name: str, value: Any) -> Any:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"thinking_tags must be a list of two strings, e.g. ['<think>', '</think>'], "
+            f"or [] to turn detection off; got {value!r:.80}"
+        )
+    if value and (len(value) != 2 or not all(isinstance(t, str) and t for t in value)):
+        raise ValueError(
+            f"thinking_tags must be two non-empty strings (open, close), got {value!r:.80}"
+        )
+    return list(value)
+
+
+def _check_alternatives(name: str, value: Any) -> Any:
+    if not _is_int(value):
+        raise TypeError(f"alternatives must be an int (how many candidates), got {value!r:.80}")
+    if not 0 <= value <= MAX_ALTERNATIVES:
+        raise ValueError(
+            f"alternatives must be between 0 (off) and {MAX_ALTERNATIVES}, got {value}"
+        )
+    return value
+
+
+def _check_count(name: str, value: Any) -> Any:
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    if name == "seed" and value > MAX_SEED:
+        # torch's generators take 64 bits; a larger seed would fail inside the run.
+        raise ValueError(f"seed must be at most 2**64 - 1 ({MAX_SEED}), got {value}")
+    return value
+
+
+def _check_number(name: str, value: Any) -> Any:
     if not _is_number(value):
         raise TypeError(f"{name} must be a number, got {value!r}")
     value = float(value)
@@ -165,6 +180,20 @@ def _check(name: str, value: Any) -> Any:
     if name == "budget_s" and value <= 0:
         raise ValueError(f"budget_s must be > 0 seconds, got {value}")
     return value
+
+
+#: Each setting's checker; a setting not named here is a real number (_check_number).
+_CHECKERS: dict[str, Callable[[str, Any], Any]] = {
+    "stop": lambda name, value: check_stop(value),
+    "expect": _check_expect,
+    "max_new_tokens": _check_max_new_tokens,
+    "do_sample": _check_bool,
+    "enable_thinking": _check_bool,
+    "thinking_tags": _check_thinking_tags,
+    "alternatives": _check_alternatives,
+    "seed": _check_count,
+    "top_k": _check_count,
+}
 
 
 # Each setting's type and bounds, as _check enforces them (tests/test_protocol.py checks the

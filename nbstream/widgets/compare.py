@@ -338,6 +338,42 @@ class _Column(StreamWidget):
             return super().branch(step, token, **settings)
 
 
+def _check_arguments(
+    prompt: Any,
+    settings: Sequence[Mapping[str, Any]],
+    same_seed: bool | None,
+    seed: int | None,
+    common: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, bool], bool]:
+    """Check a CompareWidget's arguments: (columns' own settings, merged settings, view
+    toggles, same_seed). Pops the view toggles out of ``common``."""
+    if not isinstance(prompt, str):
+        raise TypeError(
+            f"prompt must be a string (one prompt for every column), got {type(prompt).__name__}"
+        )
+    columns = _check_column_settings(settings)
+    # The teaching views' toggles (show_tokens=True, ...) are not settings: every column
+    # gets them.
+    views = {name: common.pop(name) for name in VIEW_TOGGLES if name in common}
+    for name, value in views.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r:.80}")
+    shared = _named("keyword settings", common)
+    merged = [_named(f"settings[{i}]", {**shared, **own}) for i, own in enumerate(columns)]
+    if seed is not None:
+        validate_settings({"seed": seed})
+    if same_seed is None:
+        same_seed = seed is not None
+    if not isinstance(same_seed, bool):
+        raise TypeError(f"same_seed must be True or False, got {same_seed!r}")
+    if seed is not None and not same_seed:
+        raise ValueError(
+            f"seed={seed} is the seed shared by same_seed=True; pass same_seed=True too, "
+            "or give a column its own seed in its settings dict"
+        )
+    return columns, merged, views, same_seed
+
+
 class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     """One prompt, two to four settings, streamed side by side (one column per setting).
 
@@ -387,35 +423,39 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         **common: Any,
     ) -> None:
         # Everything is checked before any widget (or thread) exists.
-        if not isinstance(prompt, str):
-            raise TypeError(
-                f"prompt must be a string (one prompt for every column), got "
-                f"{type(prompt).__name__}"
-            )
-        columns = _check_column_settings(settings)
-        # The teaching views' toggles (show_tokens=True, ...) are not settings: every column
-        # gets them.
-        views = {name: common.pop(name) for name in VIEW_TOGGLES if name in common}
-        for name, value in views.items():
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r:.80}")
-        shared = _named("keyword settings", common)
-        merged = [_named(f"settings[{i}]", {**shared, **own}) for i, own in enumerate(columns)]
-        if seed is not None:
-            validate_settings({"seed": seed})
-        if same_seed is None:
-            same_seed = seed is not None
-        if not isinstance(same_seed, bool):
-            raise TypeError(f"same_seed must be True or False, got {same_seed!r}")
-        if seed is not None and not same_seed:
-            raise ValueError(
-                f"seed={seed} is the seed shared by same_seed=True; pass same_seed=True too, "
-                "or give a column its own seed in its settings dict"
-            )
+        columns, merged, views, same_seed = _check_arguments(
+            prompt, settings, same_seed, seed, common
+        )
         from ..models import model_and_tokenizer
 
         model, tokenizer = model_and_tokenizer(model, tokenizer)
+        self._init_state(tokenizer, seed)
+        self._columns: list[_Column] = []
+        try:
+            for own, clean in zip(columns, merged, strict=True):
+                self._columns.append(self._make_column(model, tokenizer, own, clean, views, prompt))
+            self._header = _Header(
+                prompt=prompt,
+                same_seed=same_seed,
+                statuses=[c.status for c in self._columns],
+                in_run_all=[c.in_run_all for c in self._columns],
+            )
+            self._row = ipywidgets.HBox(
+                self._columns,
+                layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
+            )
+        except BaseException:
+            for column in self._columns:
+                column.close()
+            raise
+        self._row.add_class("nbstream-compare-columns")
+        self._wire()
+        super().__init__([self._header, self._row])
+        self.add_class("nbstream-compare-widget")
+        self._closing = False
+        self._refresh()
 
+    def _init_state(self, tokenizer: Any, seed: int | None) -> None:
         self._tokenizer = tokenizer  # the words of where the columns part
         self._seed = seed
         self._shared_seed: int | None = seed
@@ -433,34 +473,28 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # The threads computing marks (each one forward pass): wait() returns after them.
         self._marking: list[threading.Thread] = []
 
-        self._columns: list[_Column] = []
-        try:
-            for own, clean in zip(columns, merged, strict=True):
-                column = _Column(model, tokenizer, own, **clean)
-                for name, value in views.items():
-                    setattr(column, name, value)
-                column._shared_seed = self._seed_for_run
-                column.prompt = prompt
-                column.label = column.describe()
-                column.show_prompt = False
-                column.add_class("nbstream-column")
-                column.layout = ipywidgets.Layout(flex="1 1 240px", min_width="220px")
-                self._columns.append(column)
-            self._header = _Header(
-                prompt=prompt,
-                same_seed=same_seed,
-                statuses=[c.status for c in self._columns],
-                in_run_all=[c.in_run_all for c in self._columns],
-            )
-            self._row = ipywidgets.HBox(
-                self._columns,
-                layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
-            )
-        except BaseException:
-            for column in self._columns:
-                column.close()
-            raise
-        self._row.add_class("nbstream-compare-columns")
+    def _make_column(
+        self,
+        model: Any,
+        tokenizer: Any,
+        own: dict[str, Any],
+        clean: dict[str, Any],
+        views: dict[str, bool],
+        prompt: str,
+    ) -> _Column:
+        column = _Column(model, tokenizer, own, **clean)
+        for name, value in views.items():
+            setattr(column, name, value)
+        column._shared_seed = self._seed_for_run
+        column.prompt = prompt
+        column.label = column.describe()
+        column.show_prompt = False
+        column.add_class("nbstream-column")
+        column.layout = ipywidgets.Layout(flex="1 1 240px", min_width="220px")
+        return column
+
+    def _wire(self) -> None:
+        """Connect the header and the columns (after every part exists)."""
         self._header.on_msg(self._handle_message)
         for column in self._columns:
             # The shared prompt is every column's prompt, so a column's own Run uses it.
@@ -471,10 +505,6 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             column.observe(self._column_changed, names=["status", "run_id", "in_run_all"])
             column.observe(self._column_closed, names=["comm"])
         self._header.observe(self._column_changed, names=["same_seed"])
-        super().__init__([self._header, self._row])
-        self.add_class("nbstream-compare-widget")
-        self._closing = False
-        self._refresh()
 
     # -- Python API ---------------------------------------------------------------------------
     @property

@@ -22,10 +22,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from .._tokens import TokenPieces, server_token_entries, token_entries
 from ..generation import TERMINAL, Generation
+from ..protocol import (
+    FeedMessage,
+    ResetMessage,
+    ThinkingCounters,
+    ThinkingState,
+    TokenEntry,
+    TokensMessage,
+)
 from ..streaming import DECODE_OPTIONS
 from ..trace import RemoteTrace
 
@@ -58,6 +67,17 @@ AfterHook = Callable[[Generation], None]
 TokenOptions = Callable[[], bool | None]
 
 
+@dataclass
+class _Cursor:
+    """How far a view thread has sent one run: the answer's characters, the thinking's
+    characters and whether its end was sent, and when the last frame went out."""
+
+    sent: int = 0
+    thought: int = 0
+    thought_done: bool = False
+    last_frame: float = 0.0
+
+
 class RunFeed:
     """Streams a widget's current run to its views; see the module docstring.
 
@@ -69,7 +89,7 @@ class RunFeed:
         self,
         *,
         lock: threading.RLock,
-        send: Callable[[dict[str, Any]], None],
+        send: Callable[[FeedMessage], None],
         is_open: Callable[[], bool],
         tokenizer: Any,
         token_options: TokenOptions,
@@ -98,7 +118,7 @@ class RunFeed:
         # message's counters (None: none sent, the run has not thought): a reset carries
         # exactly that.
         self._thinking_sent = 0
-        self._thinking_last: dict[str, Any] | None = None
+        self._thinking_last: ThinkingCounters | None = None
         self._answer_counts: dict[int, tuple[Generation, int]] = {}
 
     # -- what the widget calls ---------------------------------------------------------------
@@ -137,7 +157,7 @@ class RunFeed:
         """Answer a view's ``sync``: the text sent so far, then every shown run's tokens."""
         with self._lock:
             run = self._run
-            message: dict[str, Any] = {
+            message: ResetMessage = {
                 "type": "reset",
                 "run_id": self._run_id,
                 "view": view,
@@ -161,21 +181,11 @@ class RunFeed:
     # -- the view thread ---------------------------------------------------------------------
     def _follow(self, run: Generation, run_id: int, status: str) -> None:
         """Send the run's text to the views as coalesced deltas, then its end state."""
-        sent = 0
-        # The thinking's characters sent, and whether its end ("done") was.
-        thought, thought_done = 0, False
-        last_frame = 0.0
+        cursor = _Cursor()
         try:
             while True:
                 finished = run.done
-                now = run.status
-                # Only the states before the end: the end state is published by _on_end,
-                # once the run is done (its result and last text exist), never before.
-                if now != status and now not in TERMINAL and not finished:
-                    status = now
-                    with self._lock:
-                        if run_id == self._run_id:
-                            self._on_state(run, run_id, status)
+                status = self._publish_state(run, run_id, status, finished)
                 # Read before the text: whatever the model makes after it wakes the wait.
                 progress = run.progress
                 text = run.partial_text
@@ -184,31 +194,13 @@ class RunFeed:
                 # A token can come without new text (a special token, part of a
                 # character, text held back while it may start a stop string).
                 if (
-                    len(text) > sent
+                    len(text) > cursor.sent
                     or self._tokens_behind(run, run_id)
-                    or _thinking_behind(thinking, thought, thought_done, bool(text) or finished)
+                    or _thinking_behind(
+                        thinking, cursor.thought, cursor.thought_done, bool(text) or finished
+                    )
                 ):
-                    pause = _FRAME_S - (time.perf_counter() - last_frame)
-                    if pause > 0 and not finished:
-                        # Let more text pile up (one frame, not many), but send at once
-                        # when the run ends rather than holding its last text back.
-                        finished = run.wait_done(pause)
-                        text = run.partial_text
-                        thinking = run.thinking
-                    with self._lock:
-                        if run_id == self._run_id:  # a newer run owns the views now
-                            if thinking is not None:
-                                # Before the answer's delta: a view closes the thinking
-                                # section as the answer starts.
-                                thought_done = bool(text) or finished
-                                self._send_thinking(run, run_id, thinking, thought_done)
-                                thought = len(thinking)
-                            if len(text) > sent:
-                                self._send_delta(run, run_id, sent, text[sent:])
-                                self._sent = len(text)
-                            self._send_new_tokens(run, run_id)
-                    sent = len(text)
-                    last_frame = time.perf_counter()
+                    finished = self._send_frame(run, run_id, cursor, text, thinking, finished)
                 if finished:
                     break
                 run.wait_for_progress(progress, _POLL_S)
@@ -218,17 +210,67 @@ class RunFeed:
             # on_complete still runs: wait for the end the run itself decides.
             run.wait_done()
         finally:
+            self._publish_end(run, run_id)
+        self._after_end(run)
+
+    def _publish_state(self, run: Generation, run_id: int, status: str, finished: bool) -> str:
+        """Publish a state before the end (queued → running); returns the state now shown.
+
+        The end state is published by ``_on_end``, once the run is done (its result and last
+        text exist), never here."""
+        now = run.status
+        if now != status and now not in TERMINAL and not finished:
+            status = now
             with self._lock:
                 if run_id == self._run_id:
-                    try:
-                        self._mark_stop_tokens(run, run_id)
-                    except Exception:  # never at the cost of the end state below
-                        logger.exception("nbstream: marking the stop string's tokens failed")
-                    try:
-                        self._on_end(run, run_id)
-                    except Exception:  # never at the cost of on_complete below
-                        logger.exception("nbstream: publishing the run's end failed")
-        self._after_end(run)
+                    self._on_state(run, run_id, status)
+        return status
+
+    def _send_frame(
+        self,
+        run: Generation,
+        run_id: int,
+        cursor: _Cursor,
+        text: str,
+        thinking: str | None,
+        finished: bool,
+    ) -> bool:
+        """Send what the views have not had as one frame; returns whether the run finished."""
+        pause = _FRAME_S - (time.perf_counter() - cursor.last_frame)
+        if pause > 0 and not finished:
+            # Let more text pile up (one frame, not many), but send at once when the run
+            # ends rather than holding its last text back.
+            finished = run.wait_done(pause)
+            text = run.partial_text
+            thinking = run.thinking
+        with self._lock:
+            if run_id == self._run_id:  # a newer run owns the views now
+                if thinking is not None:
+                    # Before the answer's delta: a view closes the thinking section as the
+                    # answer starts.
+                    cursor.thought_done = bool(text) or finished
+                    self._send_thinking(run, run_id, thinking, cursor.thought_done)
+                    cursor.thought = len(thinking)
+                if len(text) > cursor.sent:
+                    self._send_delta(run, run_id, cursor.sent, text[cursor.sent :])
+                    self._sent = len(text)
+                self._send_new_tokens(run, run_id)
+        cursor.sent = len(text)
+        cursor.last_frame = time.perf_counter()
+        return finished
+
+    def _publish_end(self, run: Generation, run_id: int) -> None:
+        """Mark the stop string's tokens, then publish the run's end (each failure logged)."""
+        with self._lock:
+            if run_id == self._run_id:
+                try:
+                    self._mark_stop_tokens(run, run_id)
+                except Exception:  # never at the cost of the end state below
+                    logger.exception("nbstream: marking the stop string's tokens failed")
+                try:
+                    self._on_end(run, run_id)
+                except Exception:  # never at the cost of on_complete below
+                    logger.exception("nbstream: publishing the run's end failed")
 
     def _send_thinking(self, run: Generation, run_id: int, thinking: str, done: bool) -> None:
         """Send the thinking the views have not had, with its counters (lock held): its
@@ -240,7 +282,7 @@ class RunFeed:
         seconds = metrics["elapsed_s"]
         if done and metrics["first_answer_s"] is not None:
             seconds = metrics["first_answer_s"]
-        counters = {
+        counters: ThinkingCounters = {
             "tokens": metrics["thinking_tokens"],
             # Rounded: the summary shows tenths, and every byte here is per frame.
             "elapsed_s": None if seconds is None else round(seconds, 2),
@@ -260,7 +302,7 @@ class RunFeed:
                 }
             )
 
-    def _thinking_reset(self, run: Generation | None) -> dict[str, Any] | None:
+    def _thinking_reset(self, run: Generation | None) -> ThinkingState | None:
         """The thinking a ``reset`` carries: exactly what was sent (lock held)."""
         if run is None or self._thinking_last is None:
             return None
@@ -310,11 +352,11 @@ class RunFeed:
         if answer is not None:
             for index, entry in enumerate(tokens, start):
                 entry.append(index >= answer)
-        message: dict[str, Any] = {
+        message: TokensMessage = {
             "type": "tokens",
             "run_id": run_id,
             "offset": start,
-            "tokens": tokens,
+            "tokens": cast("list[TokenEntry]", tokens),
         }
         thinking = run.metrics["thinking_tokens"]
         if thinking is not None:
@@ -330,7 +372,8 @@ class RunFeed:
         if stop <= start and start > 0:
             return start
         tokens = server_token_entries(trace, start, stop, bool(self._token_options()))
-        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": tokens})
+        entries = cast("list[TokenEntry]", tokens)
+        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": entries})
         return stop
 
     def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
@@ -398,7 +441,7 @@ def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: boo
     return len(thinking) > sent or (done and not done_sent)
 
 
-def thinking_state(run: Generation) -> dict[str, Any] | None:
+def thinking_state(run: Generation) -> ThinkingState | None:
     """An ended run's thinking as the views show it (the chat's ``_messages``): ``{text,
     tokens, elapsed_s, done}``, or None for a run that did not think."""
     thinking = run.thinking
