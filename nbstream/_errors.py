@@ -1,8 +1,8 @@
 """Bad input reported from the public call the user made, not from deep inside nbstream.
 
-``w.generate("")`` used to raise through six nbstream frames before the one line that says
-what to do; a notebook shows every frame. The public entry points that check input are
-wrapped with :func:`input_checked`: a ``ValueError`` or ``TypeError`` they raise (by the
+A notebook shows every frame of a traceback, so an error from deep inside would bury the one
+line that says what to do. The public entry points that check input are wrapped with
+:func:`input_checked`: a ``ValueError`` or ``TypeError`` they raise (by the
 Backend protocol, ``prepare`` and the settings checks raise only those for bad input, before
 anything starts) leaves with its traceback cut to the caller's frame. The full traceback is
 logged at debug level, so a real bug that happens to raise one of them is still traceable.
