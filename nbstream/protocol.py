@@ -2,8 +2,8 @@
 
 Every synced trait of the widgets, every custom message both ways, a run's state, its
 metrics and its record, written once as ``TypedDict`` and ``Literal`` types: ``mypy`` checks
-the kernel's code that builds them, and ``python -m nbstream.protocol js/src/protocol.d.ts``
-writes the same types in TypeScript for the page (``tsc`` checks the front end with them).
+the kernel's code that builds them, and :func:`typescript` writes the same types in
+TypeScript for the page, js/src/protocol.d.ts (``tsc`` checks the front end with them).
 What each trait and message means, and when it is sent, is in ``PROTOCOL.md``;
 ``tests/test_protocol.py`` keeps the three in step.
 
@@ -20,7 +20,6 @@ Example:
 
 import ast
 import json
-import sys
 import types
 import typing
 from pathlib import Path
@@ -558,8 +557,9 @@ class DistributionReply(DistributionFields):
     type: Literal["distribution"]
     view: str
     request: int
-    run_id: int
-    step: int
+    #: The request's (null when it named none: the ``error`` says so).
+    run_id: int | None
+    step: int | None
     #: Null, or why it could not answer (then nothing else).
     error: str | None
 
@@ -724,9 +724,9 @@ CompareHeaderRequest = CompareRunRequest | StopRequest
 
 _TS_HEADER = """\
 // The protocol between nbstream's widgets in the kernel and their views in the page.
-// Written by `python -m nbstream.protocol js/src/protocol.d.ts` from nbstream/protocol.py:
-// do not edit (tests/test_protocol.py fails when the two differ). What each trait and
-// message means is in PROTOCOL.md.
+// Written from nbstream/protocol.py by `nbstream.protocol.typescript()`: do not edit.
+// tests/test_protocol.py fails when the two differ; NBSTREAM_UPDATE_PROTOCOL=1 makes it
+// rewrite this file. What each trait and message means is in PROTOCOL.md.
 """
 
 
@@ -886,11 +886,3 @@ class _Source:
                 break
             found = self.comment(base, key) or None
         return found or ""
-
-
-if __name__ == "__main__":
-    text = typescript()
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(text, "utf-8")
-    else:
-        sys.stdout.write(text)

@@ -1,7 +1,7 @@
 // The protocol between nbstream's widgets in the kernel and their views in the page.
-// Written by `python -m nbstream.protocol js/src/protocol.d.ts` from nbstream/protocol.py:
-// do not edit (tests/test_protocol.py fails when the two differ). What each trait and
-// message means is in PROTOCOL.md.
+// Written from nbstream/protocol.py by `nbstream.protocol.typescript()`: do not edit.
+// tests/test_protocol.py fails when the two differ; NBSTREAM_UPDATE_PROTOCOL=1 makes it
+// rewrite this file. What each trait and message means is in PROTOCOL.md.
 
 /** One of a token's top candidates: `[id, text, kind, logprob, cut]` (`cut`: the run's sampling settings gave it no chance; `id` and `cut` are null on a server). */
 export type Alternative = [number | null, string, TokenKind, number | null, boolean | null];
@@ -166,8 +166,9 @@ export interface DistributionReply extends DistributionFields {
   type: "distribution";
   view: string;
   request: number;
-  run_id: number;
-  step: number;
+  /** The request's (null when it named none: the `error` says so). */
+  run_id: number | null;
+  step: number | null;
   /** Null, or why it could not answer (then nothing else). */
   error: string | null;
 }

@@ -23,6 +23,7 @@ import anywidget
 import traitlets
 
 from ..generation import TERMINAL, Generation
+from ..protocol import RunWidgetMessage
 from ..settings import validate_settings
 from . import cells as cells
 from .display import FallbackDisplay, register_run_display, shown_by_widget
@@ -523,7 +524,7 @@ class RunWidget(anywidget.AnyWidget):
         except Exception:  # a view toggle must never raise into the comm handler
             logger.exception("nbstream: sending the tokens to the views failed")
 
-    def _send_msg(self, content: dict[str, Any]) -> None:
+    def _send_msg(self, content: RunWidgetMessage) -> None:
         """A custom message to every view (ipywidgets' ``send``): the one place the feed and
         the widgets send through, so a test or a wrapper can watch every message."""
         self.send(content)

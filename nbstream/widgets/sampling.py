@@ -22,10 +22,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from .._tokens import TokenPieces
 from ..distribution import Candidate, Distribution
+from ..protocol import DistributionFields, DistributionReply, SamplingSettings, TokenKind
 from ..settings import validate_settings
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Explainer:
     def __init__(
         self,
         runs: Callable[[], dict[int, Any]],
-        send: Callable[[dict[str, Any]], None],
+        send: Callable[[DistributionReply], None],
         tokenizer: Any,
     ) -> None:
         self._runs = runs
@@ -119,15 +120,16 @@ class Explainer:
         with self._lock:
             if request < self._latest.get(view, -1):
                 return  # overtaken while it waited
-        reply: dict[str, Any] = {
+        reply: DistributionReply = {
             "type": "distribution",
             "view": view,
             "request": request,
             "run_id": content.get("run_id"),
             "step": content.get("step"),
+            "error": None,
         }
         try:
-            reply.update(self.answer(content))
+            reply = {**reply, **self.answer(content)}
             reply["error"] = None
         except (TypeError, ValueError, LookupError) as exc:
             reply["error"] = str(exc)
@@ -139,7 +141,7 @@ class Explainer:
         except Exception:
             logger.exception("nbstream: sending a distribution reply failed")
 
-    def answer(self, content: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, content: dict[str, Any]) -> DistributionFields:
         """The reply's fields for a request (raises TypeError / ValueError / LookupError
         with the words the panel shows)."""
         run_id = content.get("run_id")
@@ -182,7 +184,7 @@ class Explainer:
         d: Distribution = run.distribution(step, logits=logits, **asked)
         return d
 
-    def describe(self, d: Distribution) -> dict[str, Any]:
+    def describe(self, d: Distribution) -> DistributionFields:
         """What the panel draws of ``d`` (the reply's fields; PROTOCOL.md)."""
         top = d.top(TOP_N)
         ids = [c.id for c in top]
@@ -205,11 +207,11 @@ class Explainer:
         phrases = d.phrases()
         return {
             "chosen": self._entry(d.chosen) if d.chosen is not None else None,
-            "settings": d.settings,
-            "run_settings": d.run_settings,
+            "settings": cast(SamplingSettings, d.settings),
+            "run_settings": cast(SamplingSettings, d.run_settings),
             "stages": list(stages),
             "top": [
-                [*self._entry(c.id), [c.probs[stage] for stage in stages], c.removed_by]
+                (*self._entry(c.id), [c.probs[stage] for stage in stages], c.removed_by)
                 for c in top
             ],
             "rest": rest,
@@ -223,9 +225,9 @@ class Explainer:
     def _text(self, token: int) -> str:
         return self._pieces.text(token) if self._pieces is not None else str(token)
 
-    def _entry(self, token: int) -> list[Any]:
+    def _entry(self, token: int) -> tuple[int, str, TokenKind]:
         """``[id, shown text, kind]``, as a token entry of the ``tokens`` message."""
         if self._pieces is None:
-            return [token, str(token), "text"]
+            return (token, str(token), "text")
         shown, kind = self._pieces(token)
-        return [token, shown, kind]
+        return (token, shown, cast(TokenKind, kind))
