@@ -115,3 +115,45 @@ def test_import_linter_contracts_hold():
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "0 broken" in result.stdout
+
+
+def _layered(layers: list[str]) -> set[str]:
+    return {name.strip() for layer in layers for name in layer.split("|")}
+
+
+def uncovered_modules(package: Path, layers: list[str]) -> list[str]:
+    """Modules of ``package`` that sit in no layer (a layer names a module or a package)."""
+    named = _layered(layers)
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if len(parts) == 1:
+            continue  # the root package itself
+        prefixes = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
+        if not prefixes & named:
+            missing.append(".".join(parts))
+    return missing
+
+
+def _root_layers() -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (root,) = [c for c in contracts if c["type"] == "layers" and not c.get("containers")]
+    layers: list[str] = root["layers"]
+    return layers
+
+
+def test_every_module_sits_in_a_layer():
+    assert uncovered_modules(PACKAGE, _root_layers()) == []
+
+
+def test_a_new_module_outside_the_layers_is_found(tmp_path):
+    package = tmp_path / "nbstream"
+    (package / "widgets").mkdir(parents=True)
+    for name in ("__init__.py", "engine.py", "loose.py", "widgets/__init__.py", "widgets/new.py"):
+        (package / name).write_text("")
+    assert uncovered_modules(package, ["nbstream.widgets", "nbstream.engine"]) == ["nbstream.loose"]
