@@ -9,7 +9,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve } from "node:path";
+import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const js = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -18,10 +18,10 @@ const at = args.indexOf("--max");
 const max = at >= 0 ? Number(args.splice(at, 2)[1]) : null;
 if (max !== null && !Number.isInteger(max)) throw new Error("--max takes a whole number of lines");
 const files = args.length
-  ? args.map((f) => relative(js, resolve(f)))
+  ? args.map((f) => resolve(f))
   : readdirSync(join(js, "src"))
       .filter((f) => f.endsWith(".js"))
-      .map((f) => join("src", f));
+      .map((f) => join(js, "src", f));
 
 // A configuration of that one rule only (the project's biome.json enables the preset).
 const dir = mkdtempSync(join(tmpdir(), "function-sizes-"));
@@ -55,7 +55,7 @@ const RULE = "lint/complexity/noExcessiveLinesPerFunction";
 const sources = new Map();
 /** A function's name, read from the source where it starts (`name(`, `name =`, `function name`). */
 function nameAt(path, line, column) {
-  if (!sources.has(path)) sources.set(path, readFileSync(join(js, path), "utf8").split("\n"));
+  if (!sources.has(path)) sources.set(path, readFileSync(path, "utf8").split("\n"));
   const text = sources.get(path)[line - 1] ?? "";
   const head = text.slice(0, column - 1);
   const from = text.slice(column - 1);
@@ -70,11 +70,11 @@ function nameAt(path, line, column) {
 
 const rows = JSON.parse(out)
   .diagnostics.filter((d) => d.category === RULE)
-  .map(({ location: { path, start, end } }) => ({
-    lines: end.line - start.line + 1,
-    where: `${path}:${start.line}`,
-    name: nameAt(path, start.line, start.column),
-  }))
+  .map(({ location: { path, start, end } }) => {
+    const file = resolve(js, path); // Biome says a path under js/ relative to it
+    const shown = file.startsWith(js + sep) ? relative(js, file) : file;
+    return { lines: end.line - start.line + 1, where: `${shown}:${start.line}`, name: nameAt(file, start.line, start.column) };
+  })
   .filter((r) => max === null || r.lines > max)
   .sort((a, b) => b.lines - a.lines || a.where.localeCompare(b.where, "en", { numeric: true }));
 for (const r of rows) console.log(`${String(r.lines).padStart(4)} ${r.where} ${r.name}`);
