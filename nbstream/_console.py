@@ -4,6 +4,7 @@ setting options, exit statuses and the metrics line after an answer."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 #: The settings both take as options (``--max-new-tokens`` ...), by setting name.
@@ -44,7 +45,7 @@ EXIT_REFUSED = 2
 EXIT_CANCELLED = 130  # as a shell reports a program ended by Ctrl-C
 
 
-def format_metrics(metrics: dict[str, Any]) -> str:
+def format_metrics(metrics: Mapping[str, Any]) -> str:
     """One line: tokens, time to first token, decode rate, elapsed, finish reason."""
 
     def seconds(value: float | None) -> str:

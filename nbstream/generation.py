@@ -22,12 +22,13 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final, cast
 
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .distribution import Distribution
+from .protocol import FinishReason, Metrics, RunRecord, Status
 from .record import build_record, replay_arguments, warn_if_different
 from .settings import DEFAULT_THINKING_TAGS, validate_settings
 from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
@@ -35,9 +36,12 @@ from .trace import RemoteTrace, TokenTrace
 
 logger = logging.getLogger(__name__)
 
-QUEUED, RUNNING = "queued", "running"
-COMPLETE, FAILED, CANCELLED = "complete", "failed", "cancelled"
-TERMINAL = frozenset({COMPLETE, FAILED, CANCELLED})
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+COMPLETE: Final = "complete"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+TERMINAL: frozenset[Status] = frozenset({COMPLETE, FAILED, CANCELLED})
 METRIC_KEYS = (
     "queued_s",
     "ttft_s",
@@ -320,12 +324,12 @@ class Generation:
         #: How many tokens ``prompt_text`` is.
         self.prompt_tokens = job.prompt_tokens
         self._lock = threading.Lock()
-        self._status = QUEUED
+        self._status: Status = QUEUED
         # The end state once decided, before it is published (see _publish_end): readers
         # see only _status, written last, so an end they see is an end with all its parts.
-        self._end: str | None = None
+        self._end: Status | None = None
         self._error: BaseException | None = None
-        self._finish_reason: str | None = None
+        self._finish_reason: FinishReason | None = None
         self._control = RunControl(settings.get("budget_s"))
         self._buffer = TokenBuffer()
         self._decoder = job.decoder()
@@ -334,7 +338,7 @@ class Generation:
         stops = self.settings.get("stop")
         self._stops = StopFilter(stops) if stops else None
         self._value: Any = None
-        self._record: dict[str, Any] | None = None
+        self._record: RunRecord | None = None
         self._created_at = time.time()
         self._decode_lock = threading.Lock()
         self._decoded = 0
@@ -411,7 +415,8 @@ class Generation:
             self._control.start_clock()
             self._arm_watchdog()
             try:
-                reason = self._job.run(self._buffer, self._control)
+                # A backend ends a run by its model's end, its length or a stop string.
+                reason = cast(FinishReason, self._job.run(self._buffer, self._control))
             finally:
                 with self._lock:
                     self._generating = False
@@ -534,7 +539,7 @@ class Generation:
         holder, _ = self._queue.snapshot()
         return holder is self
 
-    def _finish(self, status: str, reason: str, error: BaseException | None) -> None:
+    def _finish(self, status: Status, reason: FinishReason, error: BaseException | None) -> None:
         # Called with self._lock held: the end state, its reason and its error change together.
         # Decided here, published by _publish_end once the text is final.
         if self._end is not None:
@@ -573,7 +578,7 @@ class Generation:
 
     # -- state -------------------------------------------------------------------------------
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """``"queued"``, ``"running"``, ``"complete"``, ``"failed"`` or ``"cancelled"``."""
         return self._status
 
@@ -611,7 +616,7 @@ class Generation:
         return self._value
 
     @property
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> RunRecord | None:
         """What reproduces this run, once it has ended (any end state); ``None`` before.
 
         A JSON-serializable dict: ``model``, ``prompt``, ``prompt_tokens``, ``settings``
@@ -923,7 +928,7 @@ class Generation:
         return step
 
     @property
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> Metrics:
         """Timings and counts; every key is present from the start, ``None`` until known.
 
         Timings start when the run gets the model. ``tokens`` counts the run's token ids
@@ -945,7 +950,7 @@ class Generation:
         forced_items, forced_tokens, counted = self._forced()
         generated_times = times[forced_items:]
         generated = tokens - counted if tokens is not None else None
-        metrics: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+        metrics = cast(Metrics, dict.fromkeys(METRIC_KEYS))
         if started is not None:
             metrics["queued_s"] = started - self._created
             now = ended if ended is not None else time.perf_counter()

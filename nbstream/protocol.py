@@ -64,6 +64,7 @@ __all__ = [
     "SamplingSettings",
     "SendRequest",
     "ServerInfo",
+    "ServerMetrics",
     "SettingSchema",
     "SettingType",
     "ShowBranchRequest",
@@ -97,7 +98,7 @@ WidgetStatus = Literal["idle", "queued", "running", "complete", "failed", "cance
 FinishReason = Literal["eos", "length", "stop", "cancelled", "error", "timeout"]
 
 
-class _ServerMetrics(TypedDict, total=False):
+class ServerMetrics(TypedDict, total=False):
     """The counts only a run on a server has."""
 
     #: The server's events received (not tokens).
@@ -108,7 +109,7 @@ class _ServerMetrics(TypedDict, total=False):
     tokens_note: str | None
 
 
-class Metrics(_ServerMetrics):
+class Metrics(ServerMetrics):
     """A run's timings and counts (``run.metrics``); null until known."""
 
     #: Seconds between the request and the start of generation.

@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .protocol import Metrics, RunRecord, Status
 from .settings import SETTINGS, validate_settings
 
 logger = logging.getLogger(__name__)
@@ -71,11 +72,11 @@ def build_record(
     *,
     backend: Any,
     job: Any,
-    status: str,
-    metrics: dict[str, Any],
+    status: Status,
+    metrics: Metrics,
     error: BaseException | None,
     created_at: float,
-) -> dict[str, Any]:
+) -> RunRecord:
     """The record of a finished run (called by :attr:`nbstream.Generation.record`)."""
     given_seed = job.settings.get("seed")
     seed = getattr(job, "seed", given_seed)
@@ -112,7 +113,7 @@ def build_record(
                 record["model"].update(value)
             else:
                 record[key] = value
-    result: dict[str, Any] = _jsonable(record)
+    result: RunRecord = _jsonable(record)
     return result
 
 

@@ -215,7 +215,7 @@ export interface KeepRequest {
 }
 
 /** A run's timings and counts (`run.metrics`); null until known. */
-export interface Metrics {
+export interface Metrics extends ServerMetrics {
   /** Seconds between the request and the start of generation. */
   queued_s: number | null;
   /** Seconds to the first token generated. */
@@ -236,12 +236,6 @@ export interface Metrics {
   thinking_tokens: number | null;
   /** Seconds to the answer's first text. */
   first_answer_s: number | null;
-  /** The server's events received (not tokens). */
-  chunks?: number;
-  /** The events that carried text. */
-  text_chunks?: number;
-  /** Why `tokens` is null (the server sent no usage). */
-  tokens_note?: string | null;
 }
 
 /** Who produced a run's text (a record's `model`): hub id or path (the embedded default model's name), the model's class, hub commit or the package that ships the default model, the default model's file and its hash; on a server, its address and the model name its answer carried. */
@@ -411,6 +405,16 @@ export interface ServerInfo {
   /** Whether the same request gives the same text again; null: not known. */
   reproducible: boolean | null;
   context: number | null;
+}
+
+/** The counts only a run on a server has. */
+export interface ServerMetrics {
+  /** The server's events received (not tokens). */
+  chunks?: number;
+  /** The events that carried text. */
+  text_chunks?: number;
+  /** Why `tokens` is null (the server sent no usage). */
+  tokens_note?: string | null;
 }
 
 /** One panel setting's type, range and messages (`nbstream.settings.settings_schema`). */

@@ -23,7 +23,7 @@ import anywidget
 import traitlets
 
 from ..generation import TERMINAL, Generation
-from ..protocol import RunWidgetMessage
+from ..protocol import RunRecord, RunWidgetMessage
 from ..settings import validate_settings
 from . import cells as cells
 from .display import FallbackDisplay, register_run_display, shown_by_widget
@@ -289,7 +289,7 @@ class RunWidget(anywidget.AnyWidget):
         return self._run.value if self._run is not None else None
 
     @property
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> RunRecord | None:
         """The last run's reproducibility record once it has ended (see ``Generation.record``)."""
         return self._run.record if self._run is not None else None
 
@@ -420,7 +420,7 @@ class RunWidget(anywidget.AnyWidget):
                 self.input_error = ""
                 # traitlets types Dict as never None, whatever allow_none says
                 self.error_info = None  # type: ignore[assignment]
-                self.metrics = run.metrics
+                self.metrics = dict(run.metrics)
                 self.prompt_text = run.prompt_text
                 self.prompt_tokens = run.prompt_tokens
                 self.run_id += 1

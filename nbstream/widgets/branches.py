@@ -155,7 +155,7 @@ class BranchingWidget(RunWidget):
         with self.hold_sync():
             self.input_error = ""
             self.error_info = error_summary(run.error)  # type: ignore[assignment]
-            self.metrics = run.metrics
+            self.metrics = dict(run.metrics)
             self.prompt_text = run.prompt_text
             self.prompt_tokens = run.prompt_tokens
             self.run_id += 1

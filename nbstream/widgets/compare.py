@@ -24,6 +24,7 @@ import traitlets
 
 from .._errors import input_checked
 from ..generation import QUEUED, RUNNING, Generation, GenerationError
+from ..protocol import RunRecord
 from ..settings import samples, validate_settings
 from .base import VIEW_TOGGLES, error_summary
 from .display import (
@@ -593,7 +594,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return None
 
     @property
-    def records(self) -> list[dict[str, Any] | None]:
+    def records(self) -> list[RunRecord | None]:
         """Each column's record (None for a column whose run has not ended)."""
         return [column.record for column in self._columns]
 
@@ -929,7 +930,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> dict[str, str]:
         """The text/plain and text/markdown fallbacks: each column's label, state and text."""
-        entries: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str] | None]] = []
+        entries: list[tuple[str, str, str, Mapping[str, Any] | None, dict[str, str] | None]] = []
         for column in self._columns:
             run = column.run
             if run is None:

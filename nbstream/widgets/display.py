@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..generation import COMPLETE, TERMINAL, Generation
@@ -28,7 +28,7 @@ _UNFINISHED = "not finished when this output was saved; the text is incomplete"
 CUT = "stopped at max_new_tokens"
 
 
-def _figures(metrics: dict[str, Any]) -> list[str]:
+def _figures(metrics: Mapping[str, Any]) -> list[str]:
     parts = []
     tokens = metrics.get("tokens")
     chunks = metrics.get("text_chunks")
@@ -68,7 +68,7 @@ def _state(
 THINKING_PREVIEW = 200
 
 
-def _thinking_parts(thinking: str, metrics: dict[str, Any]) -> tuple[str, str]:
+def _thinking_parts(thinking: str, metrics: Mapping[str, Any]) -> tuple[str, str]:
     """(plain, markdown) for a run's thinking: summarised in plain text, folded in Markdown
     (a ``<details>`` block: closed on GitHub, nbviewer and in exported HTML)."""
     tokens = metrics.get("thinking_tokens")
@@ -86,7 +86,7 @@ def _thinking_parts(thinking: str, metrics: dict[str, Any]) -> tuple[str, str]:
 def fallback_bundle(
     status: str,
     text: str,
-    metrics: dict[str, Any] | None = None,
+    metrics: Mapping[str, Any] | None = None,
     error_info: dict[str, str] | None = None,
     thinking: str | None = None,
 ) -> dict[str, str]:
@@ -226,7 +226,7 @@ def states_summary(statuses: list[str]) -> str:
 
 def compare_fallback_bundle(
     prompt: str,
-    columns: list[tuple[str, str, str, dict[str, Any] | None, dict[str, str] | None]],
+    columns: list[tuple[str, str, str, Mapping[str, Any] | None, dict[str, str] | None]],
 ) -> dict[str, str]:
     """The fallbacks of a comparison: the prompt, then per column its label, state and text.
 
