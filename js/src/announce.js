@@ -1,4 +1,4 @@
-// nbstream — what a screen reader hears, and the Esc key (issue 18, part 2).
+// nbstream — what a screen reader hears, and the Esc key.
 //
 // A streamed answer changes many times a second: announcing each fragment (what a live
 // log does) buries the user in half-sentences. So the output is a log that is aria-busy

@@ -1,4 +1,4 @@
-// nbstream — branches of an answer (issue 16), shared by the StreamWidget and ChatWidget views.
+// nbstream — branches of an answer, shared by the StreamWidget and ChatWidget views.
 //
 // Two pieces: the "Continue with this token" action that the alternatives popover
 // (tokens.js, TokenList) shows on each alternative, and the switcher between the answers of
@@ -86,41 +86,10 @@ function branchAction(o) {
         th.textContent = "Branch";
         headRow.append(th);
       }
-      const chosen = list.tokens[i][0];
-      const chosenId = Number(chosen);
-      // A run on a server has no token ids: an alternative is named by its place in the
-      // list, and the chosen one is where its rank says.
-      const server = chosen === null || chosen === undefined;
-      const rank = list.tokens[i][4];
-      const rows = [...table.querySelectorAll("tbody tr.nbstream-alt")];
-      for (const tr of rows) {
+      for (const tr of table.querySelectorAll("tbody tr.nbstream-alt")) {
         const td = h("td", "nbstream-alt-action");
-        const place = Number(tr.getAttribute("data-index"));
-        const a = alts[place];
-        const id = Number(a?.[0]);
-        const other = server
-          ? Number.isInteger(place) && !(typeof rank === "number" && place === rank - 1)
-          : id !== chosenId && Number.isInteger(id);
-        if (Array.isArray(a) && other) {
-          const name = a[2] === "bytes" ? `bytes ${a[1]}` : quote(a[1]);
-          const b = h("button", "nbstream-branch-continue", {
-            type: "button",
-            "aria-label": `Continue with ${name}`,
-          });
-          b.setAttribute(server ? "data-alternative" : "data-token-id", String(server ? place : id));
-          b.textContent = "Continue";
-          b.title = `Continue the answer from step ${i + 1} with ${name} instead (a new branch)`;
-          b.addEventListener("click", () => {
-            if (ACTIVE.has(String(o.model.get("status")))) return;
-            o.model.send(
-              server
-                ? { type: "branch", run_id: list.runId, step: i, alternative: place }
-                : { type: "branch", run_id: list.runId, step: i, token: id },
-            );
-            o.sent?.();
-          });
-          td.append(b);
-        }
+        const b = continueButton(o, list, i, Number(tr.getAttribute("data-index")));
+        if (b) td.append(b);
         tr.append(td);
       }
     },
@@ -128,73 +97,91 @@ function branchAction(o) {
 }
 
 /**
+ * The Continue button of the alternative at `place` in token i's list, or null for the
+ * one the run took (or an alternative without an id, on a local model).
+ * @param {{model: any, sent?: () => void}} o @param {TokenList} list @param {number} i
+ * @param {number} place
+ */
+function continueButton(o, list, i, place) {
+  const [chosen, , , , rank, alts] = list.tokens[i];
+  const a = alts[place];
+  const id = Number(a?.[0]);
+  // A run on a server has no token ids: an alternative is named by its place in the
+  // list, and the chosen one is where its rank says.
+  const server = chosen === null || chosen === undefined;
+  const other = server
+    ? Number.isInteger(place) && !(typeof rank === "number" && place === rank - 1)
+    : id !== Number(chosen) && Number.isInteger(id);
+  if (!Array.isArray(a) || !other) return null;
+  const name = a[2] === "bytes" ? `bytes ${a[1]}` : quote(a[1]);
+  const b = h("button", "nbstream-branch-continue", {
+    type: "button",
+    "aria-label": `Continue with ${name}`,
+  });
+  b.setAttribute(server ? "data-alternative" : "data-token-id", String(server ? place : id));
+  b.textContent = "Continue";
+  b.title = `Continue the answer from step ${i + 1} with ${name} instead (a new branch)`;
+  b.addEventListener("click", () => {
+    if (ACTIVE.has(String(o.model.get("status")))) return;
+    o.model.send(
+      server
+        ? { type: "branch", run_id: list.runId, step: i, alternative: place }
+        : { type: "branch", run_id: list.runId, step: i, token: id },
+    );
+    o.sent?.();
+  });
+  return b;
+}
+
+/**
  * The switcher between the answers of the current prompt: "Original" and one button per
  * branch (where it left its parent), the shown one pressed. Hidden without branches.
- * @param {object} o
- * @param {any} o.model
- * @param {(name: string, cb: Function) => void} o.onModel
- * @param {string} [o.label]
  */
-function branchSwitcher(o) {
-  const { model } = o;
-  const el = h("div", "nbstream-branches", {
-    role: "group",
-    "aria-label": o.label || "Answers of this prompt",
-    tabindex: "-1",
-  });
-  const title = h("span", "nbstream-branches-title");
-  title.textContent = "Branches";
-  const list = h("div", "nbstream-branches-list");
-  // A model that cannot branch (a remote endpoint) has no popover to say so in: said here
-  // while the Alternatives view is on.
-  const note = h("div", "nbstream-branch-unavailable", { role: "note" });
-  el.append(title, list);
-  el.hidden = true;
-  /** the index whose button takes the focus once the kernel shows it, or -1 */
-  let focusWanted = -1;
+class BranchSwitcher {
+  /**
+   * @param {object} o
+   * @param {any} o.model
+   * @param {(name: string, cb: Function) => void} o.onModel
+   * @param {string} [o.label]
+   */
+  constructor(o) {
+    this.model = o.model;
+    this.el = h("div", "nbstream-branches", {
+      role: "group",
+      "aria-label": o.label || "Answers of this prompt",
+      tabindex: "-1",
+    });
+    this.title = h("span", "nbstream-branches-title");
+    this.title.textContent = "Branches";
+    this.list = h("div", "nbstream-branches-list");
+    // A model that cannot branch (a remote endpoint) has no popover to say so in: said here
+    // while the Alternatives view is on.
+    this.note = h("div", "nbstream-branch-unavailable", { role: "note" });
+    this.el.append(this.title, this.list);
+    this.el.hidden = true;
+    /** the index whose button takes the focus once the kernel shows it, or -1 */
+    this.focusWanted = -1;
+    for (const name of ["_branches", "branch_shown", "status", "branch_unavailable", "can_trace", "show_alternatives"]) {
+      o.onModel(`change:${name}`, () => this.update());
+    }
+    // The kernel refused the Continue or the switch (input_error): nothing to follow.
+    o.onModel("change:input_error", () => {
+      if (String(this.model.get("input_error") || "")) this.focusWanted = -1;
+    });
+    this.update();
+  }
 
-  function update() {
+  /** Draw what the kernel says: the answers, the one shown, whether one is being made. */
+  update() {
+    const { model } = this;
     const entries = entriesOf(model);
     const shown = Number(model.get("branch_shown")) || 0;
     const busy = ACTIVE.has(String(model.get("status")));
-    const why = String(model.get("branch_unavailable") || "");
-    const noModel = !!why && model.get("can_trace") === false && model.get("show_alternatives") === true;
-    if (noModel) {
-      const words = `Continue with another token is not offered: ${why}`;
-      if (note.textContent !== words) note.textContent = words;
-      if (!note.isConnected) el.append(note);
-    } else if (note.isConnected) note.remove();
-    title.hidden = list.hidden = entries.length === 0;
-    el.hidden = entries.length === 0 && !noModel;
-    const labels = [
-      "Original",
-      ...entries.map((e, k) => `Branch ${k + 1} ${whereWords(e)}`),
-    ];
-    const want = labels.join("\u0000");
-    if (list.dataset.labels !== want) {
-      list.dataset.labels = want;
-      list.replaceChildren(
-        ...labels.map((label, k) => {
-          const b = h("button", "nbstream-branch", { type: "button", "data-index": String(k) });
-          if (k === 0) {
-            b.textContent = label;
-          } else {
-            const n = h("span", "nbstream-branch-name");
-            n.textContent = `Branch ${k}`;
-            const where = h("span", "nbstream-branch-where");
-            where.textContent = whereWords(entries[k - 1]);
-            b.append(n, " ", where);
-          }
-          b.addEventListener("click", () => {
-            if (b.disabled || b.getAttribute("aria-pressed") === "true") return;
-            focusWanted = k;
-            model.send({ type: "show_branch", index: k });
-          });
-          return b;
-        }),
-      );
-    }
-    [...list.children].forEach((child, k) => {
+    const noModel = this.sayUnavailable();
+    this.title.hidden = this.list.hidden = entries.length === 0;
+    this.el.hidden = entries.length === 0 && !noModel;
+    this.drawButtons(entries);
+    [...this.list.children].forEach((child, k) => {
       const b = /** @type {HTMLButtonElement} */ (child);
       const pressed = String(k === shown);
       if (b.getAttribute("aria-pressed") !== pressed) b.setAttribute("aria-pressed", pressed);
@@ -205,45 +192,92 @@ function branchSwitcher(o) {
           ? "This answer is shown"
           : "Show this answer";
     });
-    // The focus follows a switch or a new branch (the popover button it was on is gone),
-    // unless the user has moved it elsewhere meanwhile: the group while the branch streams,
-    // then the answer's button. Still "free" when it sits in this view's answer: a popover
-    // that closes gives it back to its token, before or after this runs (which one comes
-    // first depends on how the kernel's messages fall), and a token is not a choice.
-    const active = document.activeElement;
-    const root = el.closest(".nbstream");
-    const inAnswer = !!active && !!root && root.contains(active) && !!active.closest(".nbstream-output");
-    const free = active === document.body || el.contains(active) || inAnswer;
     // Live: the widget's run, or the shown branch's own (the kernel's traits of one update
     // reach the view one change at a time, so the branch may be shown while the widget's
     // status still says the parent's "complete"; its button, focused then, would be
     // disabled under the focus a moment later, which drops it to the page).
-    const live = busy || (shown > 0 && ACTIVE.has(String(entries[shown - 1]?.status)));
-    if (focusWanted >= 0 && focusWanted === shown && el.isConnected && free) {
+    this.followFocus(shown, busy || (shown > 0 && ACTIVE.has(String(entries[shown - 1]?.status))));
+  }
+
+  /** The note of a model that cannot branch, while Alternatives is on: whether it shows. */
+  sayUnavailable() {
+    const { model, note } = this;
+    const why = String(model.get("branch_unavailable") || "");
+    const noModel = !!why && model.get("can_trace") === false && model.get("show_alternatives") === true;
+    if (noModel) {
+      const words = `Continue with another token is not offered: ${why}`;
+      if (note.textContent !== words) note.textContent = words;
+      if (!note.isConnected) this.el.append(note);
+    } else if (note.isConnected) note.remove();
+    return noModel;
+  }
+
+  /** One button per answer, made again only when the answers changed. @param {BranchEntry[]} entries */
+  drawButtons(entries) {
+    const labels = ["Original", ...entries.map((e, k) => `Branch ${k + 1} ${whereWords(e)}`)];
+    const want = labels.join("\u0000");
+    if (this.list.dataset.labels === want) return;
+    this.list.dataset.labels = want;
+    this.list.replaceChildren(
+      ...labels.map((label, k) => {
+        const b = h("button", "nbstream-branch", { type: "button", "data-index": String(k) });
+        if (k === 0) {
+          b.textContent = label;
+        } else {
+          const n = h("span", "nbstream-branch-name");
+          n.textContent = `Branch ${k}`;
+          const where = h("span", "nbstream-branch-where");
+          where.textContent = whereWords(entries[k - 1]);
+          b.append(n, " ", where);
+        }
+        b.addEventListener("click", () => {
+          if (/** @type {HTMLButtonElement} */ (b).disabled || b.getAttribute("aria-pressed") === "true") return;
+          this.focusWanted = k;
+          this.model.send({ type: "show_branch", index: k });
+        });
+        return b;
+      }),
+    );
+  }
+
+  /**
+   * The focus follows a switch or a new branch (the popover button it was on is gone),
+   * unless the user has moved it elsewhere meanwhile: the group while the branch streams
+   * (`live`), then the answer's button. Still "free" when it sits in this view's answer: a
+   * popover that closes gives it back to its token, before or after this runs (which one
+   * comes first depends on how the kernel's messages fall), and a token is not a choice.
+   * @param {number} shown @param {boolean} live
+   */
+  followFocus(shown, live) {
+    const { el } = this;
+    const active = document.activeElement;
+    const root = el.closest(".nbstream");
+    const inAnswer = !!active && !!root && root.contains(active) && !!active.closest(".nbstream-output");
+    const free = active === document.body || el.contains(active) || inAnswer;
+    if (this.focusWanted >= 0 && this.focusWanted === shown && el.isConnected && free) {
       if (live) el.focus({ preventScroll: true });
       else {
-        /** @type {HTMLElement | undefined} */ (list.children[shown])?.focus({ preventScroll: true });
-        focusWanted = -1;
+        /** @type {HTMLElement | undefined} */ (this.list.children[shown])?.focus({ preventScroll: true });
+        this.focusWanted = -1;
       }
     }
   }
 
-  for (const name of ["_branches", "branch_shown", "status", "branch_unavailable", "can_trace", "show_alternatives"]) {
-    o.onModel(`change:${name}`, update);
+  /** A branch was asked for: its button takes the focus once it is shown. */
+  expectNew() {
+    this.focusWanted = entriesOf(this.model).length + 1;
   }
-  // The kernel refused the Continue or the switch (input_error): nothing to follow.
-  o.onModel("change:input_error", () => {
-    if (String(model.get("input_error") || "")) focusWanted = -1;
-  });
-  update();
-  return {
-    el,
-    update,
-    /** A branch was asked for: its button takes the focus once it is shown. */
-    expectNew() {
-      focusWanted = entriesOf(model).length + 1;
-    },
-  };
 }
 
-export { branchAction, branchSwitcher, quote, whereWords };
+/**
+ * The switcher between the answers of the current prompt (BranchSwitcher).
+ * @param {object} o
+ * @param {any} o.model
+ * @param {(name: string, cb: Function) => void} o.onModel
+ * @param {string} [o.label]
+ */
+function branchSwitcher(o) {
+  return new BranchSwitcher(o);
+}
+
+export { BranchSwitcher, branchAction, branchSwitcher, quote, whereWords };

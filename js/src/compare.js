@@ -46,135 +46,170 @@ import {
 import { announcer, compareAnnouncement, comparePhase, runAllStatuses, stopOnEscape } from "./announce.js";
 
 /**
- * @param {{model: any, el: HTMLElement}} ctx
- * @returns {() => void} cleanup
+ * The Same seed checkbox and its label.
+ * @param {string} seedId
  */
-function render({ model, el }) {
-  const scope = viewScope(model);
-  const { on, onModel } = scope;
-  const uid = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+function seedControl(seedId) {
+  const box = /** @type {HTMLInputElement} */ (h("input", "nbstream-compare-same-seed", { type: "checkbox", id: seedId }));
+  const label = h("label", "nbstream-compare-seed-label", { for: seedId });
+  label.textContent = "Same seed";
+  label.title = "Sampled columns share one seed, so they can be reproduced and compared";
+  const group = h("span", "nbstream-compare-seed");
+  group.append(box, label);
+  return { group, box };
+}
 
-  // ---- DOM ---------------------------------------------------------------
-  const root = h("div", "nbstream-compare", { "data-status": "idle", "data-version": VERSION });
-  const prompt = promptBox(
-    "nbstream-compare-prompt",
-    "Shared prompt",
-    2,
-    "One prompt for every column… (Shift+Enter to run all)",
-  );
-  const runBtn = iconButton("nbstream-compare-run", "Run all", "▶", "Run every column on the prompt (Shift+Enter)");
-  const stopBtn = iconButton(
-    "nbstream-compare-stop",
-    "Stop all",
-    "■",
-    "Stop the running column and withdraw the queued ones",
-  );
-  const seedId = `nbstream-compare-seed-${uid}`;
-  const seedBox = h("input", "nbstream-compare-same-seed", { type: "checkbox", id: seedId });
-  const seedLabel = h("label", "nbstream-compare-seed-label", { for: seedId });
-  seedLabel.textContent = "Same seed";
-  seedLabel.title = "Sampled columns share one seed, so they can be reproduced and compared";
-  const seedGroup = h("span", "nbstream-compare-seed");
-  seedGroup.append(seedBox, seedLabel);
-  const actions = h("div", "nbstream-compare-actions");
-  actions.append(runBtn, stopBtn);
-  const promptRow = h("div", "nbstream-compare-prompt-row");
-  promptRow.append(prompt, actions);
-  // Not a live region: it changes at each column's step; the announcer says the start and
-  // the end once (announce.js).
-  const summary = h("span", "nbstream-compare-summary");
-  const bar = h("div", "nbstream-compare-bar");
-  bar.append(seedGroup, summary);
-  const errorId = `nbstream-compare-error-${uid}`;
-  const errorEl = h("div", "nbstream-compare-error", { role: "alert", id: errorId });
-  root.append(promptRow, bar, errorEl);
-  el.append(root);
-  // What a screen reader hears: the columns' start once, their end once (announce.js). The
-  // key is the phase (active / ended / idle): a run goes active then ended, so each of its
-  // phases is said once, also between two views of the header.
-  const announce = announcer(root, scope);
-  watchConnection(scope, model, root);
+/**
+ * The header's view: its elements, and what it has said (announce.js), in one place.
+ */
+class CompareHeader {
+  /** @param {any} model @param {HTMLElement} el */
+  constructor(model, el) {
+    this.model = model;
+    this.scope = viewScope(model);
+    const uid = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    this.root = h("div", "nbstream-compare", { "data-status": "idle", "data-version": VERSION });
+    this.prompt = promptBox(
+      "nbstream-compare-prompt",
+      "Shared prompt",
+      2,
+      "One prompt for every column… (Shift+Enter to run all)",
+    );
+    this.runBtn = iconButton("nbstream-compare-run", "Run all", "▶", "Run every column on the prompt (Shift+Enter)");
+    this.stopBtn = iconButton(
+      "nbstream-compare-stop",
+      "Stop all",
+      "■",
+      "Stop the running column and withdraw the queued ones",
+    );
+    const seed = seedControl(`nbstream-compare-seed-${uid}`);
+    this.seedBox = seed.box;
+    const actions = h("div", "nbstream-compare-actions");
+    actions.append(this.runBtn, this.stopBtn);
+    const promptRow = h("div", "nbstream-compare-prompt-row");
+    promptRow.append(this.prompt, actions);
+    // Not a live region: it changes at each column's step; the announcer says the start and
+    // the end once (announce.js).
+    this.summary = h("span", "nbstream-compare-summary");
+    const bar = h("div", "nbstream-compare-bar");
+    bar.append(seed.group, this.summary);
+    this.errorId = `nbstream-compare-error-${uid}`;
+    this.errorEl = h("div", "nbstream-compare-error", { role: "alert", id: this.errorId });
+    this.root.append(promptRow, bar, this.errorEl);
+    el.append(this.root);
+    // What a screen reader hears: the columns' start once, their end once (announce.js). The
+    // key is the phase (active / ended / idle): a run goes active then ended, so each of its
+    // phases is said once, also between two views of the header.
+    this.announce = announcer(this.root, this.scope);
+    watchConnection(this.scope, model, this.root);
+    // A Run all's start once, its end once (announce.js): only the columns it started count
+    // (`in_run_all`, in the same state message as `statuses`), and its end only once this
+    // view saw it active. A column run alone says itself; the header says nothing of it.
+    this.sawActive = comparePhase(this.ranAll()) === "active";
+    this.listenModel();
+    // The prompt: two-way, the kernel's value wins unless the user is typing.
+    this.savePrompt = syncedText(this.scope, model, this.prompt, "prompt");
+    this.listenPage();
+    this.updateChrome();
+    this.announce.seen(comparePhase(this.ranAll()));
+  }
 
-  // ---- state -------------------------------------------------------------
+  /** The kernel's traits: the header's chrome, and what the announcer says. */
+  listenModel() {
+    for (const name of ["statuses", "summary", "same_seed", "input_error"]) {
+      this.scope.onModel(`change:${name}`, () => this.updateChrome());
+    }
+    this.scope.onModel("change:statuses", (/** @type {unknown} */ shared) => this.statusesChanged(shared));
+  }
+
+  /** Run all, Stop all, Esc, Shift+Enter in the prompt, and Same seed. */
+  listenPage() {
+    const { scope, model } = this;
+    const stopAll = () => model.send({ type: "stop" });
+    scope.on(this.runBtn, "click", () => this.runAll());
+    scope.on(this.stopBtn, "click", stopAll);
+    // Esc anywhere in the header: Stop all.
+    stopOnEscape(scope, this.root, () => !this.stopBtn.disabled, stopAll);
+    scope.on(this.prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
+      if (e.key === "Enter" && e.shiftKey) {
+        e.preventDefault();
+        e.stopPropagation();
+        this.runAll();
+      }
+    });
+    scope.on(this.seedBox, "change", () => {
+      model.set("same_seed", this.seedBox.checked);
+      model.save_changes();
+    });
+  }
+
   /** @returns {Status[]} */
-  const statuses = () => /** @type {Status[]} */ (model.get("statuses") ?? []);
-  const busy = () => statuses().some((s) => ACTIVE.has(s));
+  statuses() {
+    return /** @type {Status[]} */ (this.model.get("statuses") ?? []);
+  }
 
-  function overall() {
-    const s = statuses();
+  busy() {
+    return this.statuses().some((s) => ACTIVE.has(s));
+  }
+
+  /** The statuses of the columns the current Run all started. */
+  ranAll() {
+    return runAllStatuses(this.statuses(), this.model.get("in_run_all"));
+  }
+
+  overall() {
+    const s = this.statuses();
     if (s.some((x) => x === "running")) return "running";
     if (s.some((x) => x === "queued")) return "queued";
     if (s.length === 0 || s.every((x) => x === "idle")) return "idle";
     return "done";
   }
 
-  function updateChrome() {
-    const active = busy();
-    root.setAttribute("data-status", overall());
-    root.setAttribute("data-statuses", statuses().join(" "));
-    swapButtons(runBtn, stopBtn, active);
+  updateChrome() {
+    const { model, prompt, errorEl } = this;
+    this.root.setAttribute("data-status", this.overall());
+    this.root.setAttribute("data-statuses", this.statuses().join(" "));
+    swapButtons(this.runBtn, this.stopBtn, this.busy());
     const line = String(model.get("summary") ?? "");
-    if (summary.textContent !== line) summary.textContent = line;
+    if (this.summary.textContent !== line) this.summary.textContent = line;
     const checked = Boolean(model.get("same_seed"));
-    if (seedBox.checked !== checked) seedBox.checked = checked;
+    if (this.seedBox.checked !== checked) this.seedBox.checked = checked;
     const error = String(model.get("input_error") ?? "");
     if (errorEl.textContent !== error) errorEl.textContent = error;
     errorEl.hidden = !error;
     if (error) {
       prompt.setAttribute("aria-invalid", "true");
-      prompt.setAttribute("aria-describedby", errorId);
+      prompt.setAttribute("aria-describedby", this.errorId);
     } else {
       prompt.removeAttribute("aria-invalid");
       prompt.removeAttribute("aria-describedby");
     }
   }
-  for (const name of ["statuses", "summary", "same_seed", "input_error"]) {
-    onModel(`change:${name}`, updateChrome);
-  }
-  // A Run all's start once, its end once (announce.js): only the columns it started count
-  // (`in_run_all`, in the same state message as `statuses`), and its end only once this
-  // view saw it active. A column run alone says itself; the header says nothing of it.
-  const ranAll = () => runAllStatuses(statuses(), model.get("in_run_all"));
-  let sawActive = comparePhase(ranAll()) === "active";
-  onModel("change:statuses", (/** @type {unknown} */ shared) => {
-    const phase = comparePhase(ranAll());
-    if (phase === "active" || (phase === "ended" && sawActive)) {
-      announce.say(phase, compareAnnouncement(ranAll()), shared);
+
+  /** Say a Run all's start, and its end once this view saw it active. @param {unknown} shared */
+  statusesChanged(shared) {
+    const phase = comparePhase(this.ranAll());
+    if (phase === "active" || (phase === "ended" && this.sawActive)) {
+      this.announce.say(phase, compareAnnouncement(this.ranAll()), shared);
     }
-    sawActive = phase === "active";
-  });
+    this.sawActive = phase === "active";
+  }
 
-  // ---- prompt (two-way; the kernel's value wins unless the user is typing) ---
-  const savePrompt = syncedText(scope, model, prompt, "prompt");
-
-  // ---- actions -----------------------------------------------------------
-  const runAll = () => {
-    if (busy()) return;
-    savePrompt();
+  runAll() {
+    if (this.busy()) return;
+    this.savePrompt();
     // The prompt travels with the click: a state update may still be held back by
     // ipywidgets' throttle, a custom message is not.
-    model.send({ type: "run", prompt: prompt.value, same_seed: seedBox.checked });
-  };
-  on(runBtn, "click", runAll);
-  const stopAll = () => model.send({ type: "stop" });
-  on(stopBtn, "click", stopAll);
-  // Esc anywhere in the header: Stop all.
-  stopOnEscape(scope, root, () => !stopBtn.disabled, stopAll);
-  on(prompt, "keydown", (/** @type {KeyboardEvent} */ e) => {
-    if (e.key === "Enter" && e.shiftKey) {
-      e.preventDefault();
-      e.stopPropagation();
-      runAll();
-    }
-  });
-  on(seedBox, "change", () => {
-    model.set("same_seed", seedBox.checked);
-    model.save_changes();
-  });
+    this.model.send({ type: "run", prompt: this.prompt.value, same_seed: this.seedBox.checked });
+  }
+}
 
-  updateChrome();
-  announce.seen(comparePhase(ranAll()));
-  return scope.dispose;
+/**
+ * @param {{model: any, el: HTMLElement}} ctx
+ * @returns {() => void} cleanup
+ */
+function render({ model, el }) {
+  return new CompareHeader(model, el).scope.dispose;
 }
 
 export default { render };

@@ -1,4 +1,4 @@
-// nbstream front end: the sampling panel ("How was this picked?", issue 16) and the compare
+// nbstream front end: the sampling panel ("How was this picked?") and the compare
 // columns' "where the columns part" line. Shared by the StreamWidget view (stream.js, and
 // so the compare columns) and the ChatWidget view (chat.js), through tokens.js.
 //
@@ -96,121 +96,223 @@ function valueText(name, v) {
 }
 
 /**
- * The sampling panels of one view: at most one open at a time, in the token list of the
- * token it explains.
- * @param {object} o
- * @param {any} o.model
- * @param {import("./common.js").ViewScope} o.scope
- * @param {string} o.viewId
- * @param {(el: HTMLElement, text: string, kind: string) => void} o.pieces  a token's text, legibly
- * @param {() => boolean} o.local  whether the widget's model gives logits (can_explain)
+ * What a view gives its sampling panels.
+ * @typedef {object} ExplainOptions
+ * @property {any} model
+ * @property {import("./common.js").ViewScope} scope
+ * @property {string} viewId
+ * @property {(el: HTMLElement, text: string, kind: string) => void} pieces  a token's text, legibly
+ * @property {() => boolean} local  whether the widget's model gives logits (can_explain)
  */
-function explainPanels(o) {
-  const { model, scope, viewId } = o;
-  const id = `nbstream-dist-${++panelCount}-${Math.random().toString(36).slice(2, 8)}`;
-  const panel = h("section", "nbstream-dist", {
-    id,
-    role: "region",
-    "aria-label": "How this token was picked",
-    "data-lm-suppress-shortcuts": "true",
-  });
-  panel.hidden = true;
 
-  const head = h("div", "nbstream-dist-head");
-  const title = h("h3", "nbstream-dist-title", { tabindex: "-1" });
-  const closeBtn = h("button", "nbstream-dist-close", { type: "button", "aria-label": "Close" });
-  closeBtn.textContent = "\u00d7";
-  closeBtn.title = "Close (Escape)";
-  head.append(title, closeBtn);
+/** @typedef {{input: HTMLInputElement, out: HTMLElement, mark: HTMLElement, run: HTMLElement}} SliderControl */
 
-  const intro = h("p", "nbstream-dist-intro");
-  intro.textContent =
-    "The model's odds for this step, and what the sampling settings make of them. Moving a slider starts no run.";
+/**
+ * One slider's row: its label, the range input with the run's mark on its track, the value
+ * and the run's own value in words.
+ * @param {string} inputId @param {typeof SLIDERS[number]} slider
+ * @returns {{row: HTMLElement, control: SliderControl}}
+ */
+function sliderRow(inputId, [name, label, min, max, step]) {
+  const row = h("div", "nbstream-dist-slider", { "data-setting": name });
+  const lab = h("label", "nbstream-dist-label", { for: inputId });
+  lab.textContent = label;
+  const track = h("span", "nbstream-dist-range");
+  const input = /** @type {HTMLInputElement} */ (
+    h("input", "nbstream-dist-input", {
+      type: "range",
+      id: inputId,
+      min: String(min),
+      max: String(max),
+      step: String(step),
+      "aria-describedby": `${inputId}-run`,
+    })
+  );
+  const mark = h("span", "nbstream-dist-run-mark", { "aria-hidden": "true" });
+  track.append(input, mark);
+  const out = h("output", "nbstream-dist-value", { for: inputId });
+  const run = h("span", "nbstream-dist-run", { id: `${inputId}-run` });
+  row.append(lab, track, out, run);
+  return { row, control: { input, out, mark, run } };
+}
 
-  const sliders = h("div", "nbstream-dist-sliders", { role: "group", "aria-label": "Sampling settings" });
-  /** @type {Record<string, {input: HTMLInputElement, out: HTMLElement, mark: HTMLElement, run: HTMLElement}>} */
-  const controls = {};
-  for (const [name, label, min, max, step] of SLIDERS) {
-    const row = h("div", "nbstream-dist-slider", { "data-setting": name });
-    const inputId = `${id}-${name}`;
-    const lab = h("label", "nbstream-dist-label", { for: inputId });
-    lab.textContent = label;
-    const track = h("span", "nbstream-dist-range");
-    const input = /** @type {HTMLInputElement} */ (
-      h("input", "nbstream-dist-input", {
-        type: "range",
-        id: inputId,
-        min: String(min),
-        max: String(max),
-        step: String(step),
-        "aria-describedby": `${inputId}-run`,
-      })
-    );
-    const mark = h("span", "nbstream-dist-run-mark", { "aria-hidden": "true" });
-    track.append(input, mark);
-    const out = h("output", "nbstream-dist-value", { for: inputId });
-    const run = h("span", "nbstream-dist-run", { id: `${inputId}-run` });
-    row.append(lab, track, out, run);
-    sliders.append(row);
-    controls[name] = { input, out, mark, run };
+/**
+ * A bar of the distribution: one of the top tokens, its probability after the last stage
+ * (the model's own marked on the track), whether the run took it and what cut it.
+ * @param {NonNullable<DistributionReply["top"]>[number]} entry @param {number} k its place
+ * @param {number} last the last stage @param {number | null} chosen the token the run took
+ * @param {ExplainOptions["pieces"]} pieces
+ */
+function barItem(entry, k, last, chosen, pieces) {
+  const [tid, text, kind, probs, removed] = entry;
+  const p = Number(probs[last]) || 0;
+  const pm = Number(probs[0]) || 0;
+  // data-p: the probability drawn (the last stage's), exactly as the kernel sent it.
+  const li = h("li", "nbstream-dist-bar", { "data-token-id": String(tid), "data-p": String(p) });
+  if (removed) {
+    li.setAttribute("data-removed-by", removed);
+    li.classList.add("nbstream-dist-cut");
   }
-  const resetBtn = h("button", "nbstream-dist-reset", { type: "button" });
-  resetBtn.textContent = "Reset to the run's settings";
-  sliders.append(resetBtn);
+  const isChosen = Number(tid) === chosen;
+  if (isChosen) li.setAttribute("data-chosen", "true");
+  if (k >= 10) li.setAttribute("data-outside", "true");
+  const tok = h("span", "nbstream-dist-token");
+  pieces(tok, String(text), String(kind));
+  const track = h("span", "nbstream-dist-track", { "aria-hidden": "true" });
+  const fill = h("span", "nbstream-dist-fill");
+  fill.style.width = `${(p * 100).toFixed(2)}%`;
+  const ghost = h("span", "nbstream-dist-model");
+  ghost.style.left = `${(pm * 100).toFixed(2)}%`;
+  track.append(fill, ghost);
+  const num = h("span", "nbstream-dist-pct");
+  num.textContent = percent(p);
+  num.title = `model: ${percent(pm)}`;
+  const note = h("span", "nbstream-dist-mark");
+  const bits = [];
+  if (isChosen) bits.push(k >= 10 ? "\u2713 the run took this (outside the top 10)" : "\u2713 the run took this");
+  if (removed) bits.push(`cut by ${STAGE_WORDS[removed] ?? removed}`);
+  note.textContent = bits.join(" \u00b7 ");
+  li.append(tok, track, num, note);
+  return li;
+}
 
-  const state = h("div", "nbstream-dist-state");
-  const bars = h("ol", "nbstream-dist-bars", { "aria-label": "Next-token probabilities, most likely first" });
-  const words = h("p", "nbstream-dist-words");
-  const noteEl = h("p", "nbstream-dist-note");
-  const errorEl = h("div", "nbstream-dist-error", { role: "alert" });
-  const live = h("div", "nbstream-dist-live", { "aria-live": "polite", role: "status" });
-  panel.append(head, intro, sliders, state, bars, words, noteEl, errorEl, live);
+/**
+ * The last bar: the other tokens' mass, and how many tokens keep a chance.
+ * @param {DistributionReply} msg @param {number} last the last stage
+ */
+function restItem(msg, last) {
+  const rest = msg.rest ?? [];
+  const others = Math.max(0, (msg.size ?? 0) - (msg.top ?? []).length);
+  const li = h("li", "nbstream-dist-bar nbstream-dist-rest");
+  const label = h("span", "nbstream-dist-token nbstream-dist-rest-label");
+  label.textContent = `${others.toLocaleString("en-US")} other tokens`;
+  const track = h("span", "nbstream-dist-track", { "aria-hidden": "true" });
+  const fill = h("span", "nbstream-dist-fill");
+  const pr = Number(rest[last]) || 0;
+  fill.style.width = `${(pr * 100).toFixed(2)}%`;
+  track.append(fill);
+  const num = h("span", "nbstream-dist-pct");
+  num.textContent = percent(pr);
+  num.title = `model: ${percent(Number(rest[0]) || 0)}`;
+  const kept = msg.kept ?? [];
+  const note = h("span", "nbstream-dist-mark");
+  note.textContent = `${Number(kept[last] ?? 0).toLocaleString("en-US")} token${kept[last] === 1 ? "" : "s"} keep a chance`;
+  li.append(label, track, num, note);
+  return li;
+}
 
-  /** @type {import("./tokens.js").TokenList | null} */
-  let list = null;
-  let index = -1;
-  let runId = 0;
-  let request = 0;
-  /** @type {Settings | null} */
-  let runSettings = null;
-  /** The slider moved last (its words are said once the reply settles), or "". */
-  let moved = "";
-  /** @type {ReturnType<typeof setTimeout> | null} */
-  let settle = null;
+/**
+ * The sampling panel of one view: one element, moved into the token list of the token it
+ * explains (so at most one is open at a time), with what it shows and asks in one place.
+ */
+class ExplainPanel {
+  /** @param {ExplainOptions} o */
+  constructor(o) {
+    this.o = o;
+    const id = `nbstream-dist-${++panelCount}-${Math.random().toString(36).slice(2, 8)}`;
+    this.panel = h("section", "nbstream-dist", {
+      id,
+      role: "region",
+      "aria-label": "How this token was picked",
+      "data-lm-suppress-shortcuts": "true",
+    });
+    this.panel.hidden = true;
+    const head = h("div", "nbstream-dist-head");
+    this.title = h("h3", "nbstream-dist-title", { tabindex: "-1" });
+    this.closeBtn = h("button", "nbstream-dist-close", { type: "button", "aria-label": "Close" });
+    this.closeBtn.textContent = "\u00d7";
+    this.closeBtn.title = "Close (Escape)";
+    head.append(this.title, this.closeBtn);
+    const intro = h("p", "nbstream-dist-intro");
+    intro.textContent =
+      "The model's odds for this step, and what the sampling settings make of them. Moving a slider starts no run.";
+    /** @type {Record<string, SliderControl>} */
+    this.controls = {};
+    const sliders = h("div", "nbstream-dist-sliders", { role: "group", "aria-label": "Sampling settings" });
+    for (const slider of SLIDERS) {
+      const { row, control } = sliderRow(`${id}-${slider[0]}`, slider);
+      sliders.append(row);
+      this.controls[slider[0]] = control;
+    }
+    this.resetBtn = /** @type {HTMLButtonElement} */ (h("button", "nbstream-dist-reset", { type: "button" }));
+    this.resetBtn.textContent = "Reset to the run's settings";
+    sliders.append(this.resetBtn);
+    this.state = h("div", "nbstream-dist-state");
+    this.bars = h("ol", "nbstream-dist-bars", { "aria-label": "Next-token probabilities, most likely first" });
+    this.words = h("p", "nbstream-dist-words");
+    this.noteEl = h("p", "nbstream-dist-note");
+    this.errorEl = h("div", "nbstream-dist-error", { role: "alert" });
+    this.live = h("div", "nbstream-dist-live", { "aria-live": "polite", role: "status" });
+    this.panel.append(head, intro, sliders, this.state, this.bars, this.words, this.noteEl, this.errorEl, this.live);
+    /** @type {import("./tokens.js").TokenList | null} the list it is open in */
+    this.list = null;
+    this.index = -1;
+    this.runId = 0;
+    /** the last request sent: a reply to an earlier one is stale */
+    this.request = 0;
+    /** @type {Settings | null} the run's own settings, once the first reply said them */
+    this.runSettings = null;
+    /** The slider moved last (its words are said once the reply settles), or "". */
+    this.moved = "";
+    /** @type {ReturnType<typeof setTimeout> | null} */
+    this.settle = null;
+    this.listen();
+  }
 
-  /** @param {DistributionRequest} msg */
-  const send = (msg) => model.send(msg);
+  /** The sliders, Reset, Close, the panel's keys and the kernel's replies. */
+  listen() {
+    const { scope } = this.o;
+    for (const [name] of SLIDERS) scope.on(this.controls[name].input, "input", () => this.slid(name));
+    scope.on(this.resetBtn, "click", () => this.backToRun());
+    scope.on(this.closeBtn, "click", () => this.close(true));
+    scope.on(this.panel, "keydown", (/** @type {KeyboardEvent} */ e) => {
+      if (SLIDER_KEYS.has(e.key) && /** @type {HTMLElement} */ (e.target).tagName === "INPUT") {
+        // A slider's own keys: JupyterLab's notebook takes arrows (and prevents their default)
+        // further up, and the slider would not move.
+        e.stopPropagation();
+        return;
+      }
+      if (e.key !== "Escape") return;
+      e.preventDefault();
+      e.stopPropagation();
+      this.close(true);
+    });
+    scope.onModel("msg:custom", (/** @type {any} */ msg) => {
+      if (msg?.type === "distribution") this.reply(msg);
+    });
+  }
 
-  function values() {
+  /** The sliders' values. */
+  values() {
     /** @type {Record<string, number>} */
     const v = {};
-    for (const [name] of SLIDERS) v[name] = Number(controls[name].input.value);
+    for (const [name] of SLIDERS) v[name] = Number(this.controls[name].input.value);
     return /** @type {Settings} */ (/** @type {unknown} */ (v));
   }
 
-  /** @param {Settings | null} s */
-  function ask(s) {
-    request += 1;
-    panel.setAttribute("data-request", String(request));
+  /** Ask the kernel for the step's distribution. @param {Settings | null} s */
+  ask(s) {
+    this.request += 1;
+    this.panel.setAttribute("data-request", String(this.request));
     // No kernel to answer: say so, rather than "Computing…" for ever.
-    const gone = disconnected(panel);
+    const gone = disconnected(this.panel);
     if (gone) {
-      panel.setAttribute("data-state", "error");
-      state.textContent = "";
-      errorEl.textContent = gone;
+      this.panel.setAttribute("data-state", "error");
+      this.state.textContent = "";
+      this.errorEl.textContent = gone;
       return;
     }
-    panel.setAttribute("data-state", "loading");
+    this.panel.setAttribute("data-state", "loading");
     /** @type {DistributionRequest} */
-    const msg = { type: "distribution", view: viewId, request, run_id: runId, step: index };
+    const msg = { type: "distribution", view: this.o.viewId, request: this.request, run_id: this.runId, step: this.index };
     if (s) Object.assign(msg, s);
-    send(msg);
+    this.o.model.send(msg);
   }
 
   /** @param {Settings} s */
-  function setSliders(s) {
+  setSliders(s) {
     for (const [name, , min, max] of SLIDERS) {
-      const c = controls[name];
+      const c = this.controls[name];
       const v = Number(s[/** @type {keyof Settings} */ (name)]);
       // A run's value past the slider's end (temperature 3) widens it, for this run only:
       // the next panel starts from the slider's own range again.
@@ -218,23 +320,22 @@ function explainPanels(o) {
       c.input.min = String(known ? Math.min(min, v) : min);
       c.input.max = String(known ? Math.max(max, v) : max);
       c.input.value = String(v);
-      showValue(name);
+      this.showValue(name);
     }
   }
 
   /** @param {string} name */
-  function showValue(name) {
-    const c = controls[name];
-    const v = Number(c.input.value);
-    const text = valueText(name, v);
+  showValue(name) {
+    const c = this.controls[name];
+    const text = valueText(name, Number(c.input.value));
     c.out.textContent = text;
     c.input.setAttribute("aria-valuetext", text);
   }
 
   /** Mark the run's own value on each slider. @param {Settings} s */
-  function markRun(s) {
+  markRun(s) {
     for (const [name] of SLIDERS) {
-      const c = controls[name];
+      const c = this.controls[name];
       const v = Number(s[/** @type {keyof Settings} */ (name)]);
       const min = Number(c.input.min);
       const max = Number(c.input.max);
@@ -246,54 +347,60 @@ function explainPanels(o) {
   }
 
   /** Open the panel on token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
-  function open(t, i) {
-    if (list && list !== t) list.el.classList.remove("nbstream-dist-open");
-    list = t;
-    index = i;
-    runId = Number(t.runId) || 0;
-    runSettings = null;
-    moved = "";
-    scope.cancel(settle);
+  open(t, i) {
+    if (this.list && this.list !== t) this.list.el.classList.remove("nbstream-dist-open");
+    this.list = t;
+    this.index = i;
+    this.runId = Number(t.runId) || 0;
+    this.runSettings = null;
+    this.moved = "";
+    this.o.scope.cancel(this.settle);
     t.close(); // the popover: the panel takes its place
-    t.el.append(panel);
+    t.el.append(this.panel);
     t.el.classList.add("nbstream-dist-open");
     const tok = t.tokens[i];
-    title.replaceChildren(`Step ${i + 1}: how `);
+    this.title.replaceChildren(`Step ${i + 1}: how `);
     const piece = h("span", "nbstream-dist-token");
-    o.pieces(piece, String(tok?.[1] ?? ""), String(tok?.[2] ?? "text"));
-    title.append(piece, " was picked");
-    panel.setAttribute("aria-label", `How the token at step ${i + 1} was picked`);
-    panel.setAttribute("data-step", String(i));
-    panel.setAttribute("data-run-id", String(runId));
-    bars.replaceChildren();
-    words.textContent = "";
-    noteEl.hidden = true;
-    errorEl.textContent = "";
-    live.textContent = "";
-    state.textContent = "Computing this step's distribution\u2026";
+    this.o.pieces(piece, String(tok?.[1] ?? ""), String(tok?.[2] ?? "text"));
+    this.title.append(piece, " was picked");
+    this.panel.setAttribute("aria-label", `How the token at step ${i + 1} was picked`);
+    this.panel.setAttribute("data-step", String(i));
+    this.panel.setAttribute("data-run-id", String(this.runId));
+    this.blank();
+    this.panel.hidden = false;
+    this.ask(null);
+    const first = this.controls.temperature.input;
+    first.focus({ preventScroll: true });
+    if (document.activeElement !== first) this.title.focus({ preventScroll: true });
+    this.panel.scrollIntoView?.({ block: "nearest" });
+  }
+
+  /** Nothing shown yet: the step's distribution is being computed. */
+  blank() {
+    this.bars.replaceChildren();
+    this.words.textContent = "";
+    this.noteEl.hidden = true;
+    this.errorEl.textContent = "";
+    this.live.textContent = "";
+    this.state.textContent = "Computing this step's distribution\u2026";
     // The sliders keep the focus they get (a disabled one could not take it): until the
     // first reply says the run's settings, a move is ignored (slid) and no value is shown.
     for (const [name] of SLIDERS) {
-      controls[name].input.disabled = false;
-      controls[name].input.removeAttribute("aria-disabled");
-      controls[name].out.textContent = "\u2026";
+      this.controls[name].input.disabled = false;
+      this.controls[name].input.removeAttribute("aria-disabled");
+      this.controls[name].out.textContent = "\u2026";
     }
-    resetBtn.disabled = true;
-    panel.hidden = false;
-    ask(null);
-    controls.temperature.input.focus({ preventScroll: true });
-    if (document.activeElement !== controls.temperature.input) title.focus({ preventScroll: true });
-    panel.scrollIntoView?.({ block: "nearest" });
+    this.resetBtn.disabled = true;
   }
 
   /** Close it; `refocus`: the token it explained takes the focus. @param {boolean} refocus */
-  function close(refocus) {
-    if (panel.hidden) return;
-    const t = list;
-    const i = index;
-    panel.hidden = true;
-    scope.cancel(settle);
-    request += 1; // a reply still on its way is stale now
+  close(refocus) {
+    if (this.panel.hidden) return;
+    const t = this.list;
+    const i = this.index;
+    this.panel.hidden = true;
+    this.o.scope.cancel(this.settle);
+    this.request += 1; // a reply still on its way is stale now
     t?.el.classList.remove("nbstream-dist-open");
     if (refocus && t) {
       t.setCurrent(i);
@@ -302,145 +409,94 @@ function explainPanels(o) {
   }
 
   /** A reply from the kernel. @param {DistributionReply} msg */
-  function reply(msg) {
-    if (panel.hidden || msg.view !== viewId || Number(msg.request) !== request) return; // stale
-    panel.setAttribute("data-state", msg.error ? "error" : "ready");
+  reply(msg) {
+    if (this.panel.hidden || msg.view !== this.o.viewId || Number(msg.request) !== this.request) return; // stale
+    this.panel.setAttribute("data-state", msg.error ? "error" : "ready");
     // aria-disabled, not disabled: a disabled slider that has the focus (open() put it
     // there) drops it to the page, and Esc would no longer reach the panel. A move is
     // ignored all the same while the run's settings are unknown (slid).
     for (const [name] of SLIDERS) {
-      const off = !!msg.error && !runSettings;
-      if (off) controls[name].input.setAttribute("aria-disabled", "true");
-      else controls[name].input.removeAttribute("aria-disabled");
+      const off = !!msg.error && !this.runSettings;
+      if (off) this.controls[name].input.setAttribute("aria-disabled", "true");
+      else this.controls[name].input.removeAttribute("aria-disabled");
     }
-    resetBtn.disabled = !runSettings && !msg.run_settings;
+    this.resetBtn.disabled = !this.runSettings && !msg.run_settings;
     if (msg.error) {
-      state.textContent = "";
-      errorEl.textContent = `Could not show this step: ${msg.error}`;
+      this.state.textContent = "";
+      this.errorEl.textContent = `Could not show this step: ${msg.error}`;
       return;
     }
-    errorEl.textContent = "";
-    state.textContent = "";
-    if (!runSettings && msg.run_settings && msg.settings) {
-      runSettings = msg.run_settings;
-      setSliders(msg.settings);
-      markRun(runSettings);
+    this.errorEl.textContent = "";
+    this.state.textContent = "";
+    if (!this.runSettings && msg.run_settings && msg.settings) {
+      this.runSettings = msg.run_settings;
+      this.setSliders(msg.settings);
+      this.markRun(this.runSettings);
     }
-    draw(msg);
-    words.textContent = msg.words ?? "";
-    noteEl.hidden = !msg.note;
-    noteEl.textContent = msg.note ?? "";
-    if (moved) {
-      const said = moved;
-      scope.cancel(settle);
-      settle = scope.later(() => {
-        const p = msg.phrases ?? {};
-        live.textContent = [p[said], p.token].filter(Boolean).join("; ");
-      }, SETTLE_MS);
-    }
+    this.draw(msg);
+    this.words.textContent = msg.words ?? "";
+    this.noteEl.hidden = !msg.note;
+    this.noteEl.textContent = msg.note ?? "";
+    if (this.moved) this.sayLater(this.moved, msg.phrases ?? {});
+  }
+
+  /**
+   * Once the sliders rest, say in words what the move of `said` did (one sentence per change).
+   * @param {string} said @param {Record<string, string>} phrases
+   */
+  sayLater(said, phrases) {
+    this.o.scope.cancel(this.settle);
+    this.settle = this.o.scope.later(() => {
+      this.live.textContent = [phrases[said], phrases.token].filter(Boolean).join("; ");
+    }, SETTLE_MS);
   }
 
   /** The bars. @param {DistributionReply} msg */
-  function draw(msg) {
-    const stages = msg.stages ?? [];
-    const last = stages.length - 1;
+  draw(msg) {
+    const last = (msg.stages ?? []).length - 1;
     const chosen = msg.chosen ? Number(msg.chosen[0]) : null;
-    const top = msg.top ?? [];
-    const items = top.map((entry, k) => {
-      const [tid, text, kind, probs, removed] = entry;
-      const p = Number(probs[last]) || 0;
-      const pm = Number(probs[0]) || 0;
-      // data-p: the probability drawn (the last stage's), exactly as the kernel sent it.
-      const li = h("li", "nbstream-dist-bar", { "data-token-id": String(tid), "data-p": String(p) });
-      if (removed) {
-        li.setAttribute("data-removed-by", removed);
-        li.classList.add("nbstream-dist-cut");
-      }
-      const isChosen = Number(tid) === chosen;
-      if (isChosen) li.setAttribute("data-chosen", "true");
-      if (k >= 10) li.setAttribute("data-outside", "true");
-      const tok = h("span", "nbstream-dist-token");
-      o.pieces(tok, String(text), String(kind));
-      const track = h("span", "nbstream-dist-track", { "aria-hidden": "true" });
-      const fill = h("span", "nbstream-dist-fill");
-      fill.style.width = `${(p * 100).toFixed(2)}%`;
-      const ghost = h("span", "nbstream-dist-model");
-      ghost.style.left = `${(pm * 100).toFixed(2)}%`;
-      track.append(fill, ghost);
-      const num = h("span", "nbstream-dist-pct");
-      num.textContent = percent(p);
-      num.title = `model: ${percent(pm)}`;
-      const note = h("span", "nbstream-dist-mark");
-      const bits = [];
-      if (isChosen) bits.push(k >= 10 ? "\u2713 the run took this (outside the top 10)" : "\u2713 the run took this");
-      if (removed) bits.push(`cut by ${STAGE_WORDS[removed] ?? removed}`);
-      note.textContent = bits.join(" \u00b7 ");
-      li.append(tok, track, num, note);
-      return li;
-    });
-    const rest = msg.rest ?? [];
-    const others = Math.max(0, (msg.size ?? 0) - top.length);
-    const li = h("li", "nbstream-dist-bar nbstream-dist-rest");
-    const label = h("span", "nbstream-dist-token nbstream-dist-rest-label");
-    label.textContent = `${others.toLocaleString("en-US")} other tokens`;
-    const track = h("span", "nbstream-dist-track", { "aria-hidden": "true" });
-    const fill = h("span", "nbstream-dist-fill");
-    const pr = Number(rest[last]) || 0;
-    fill.style.width = `${(pr * 100).toFixed(2)}%`;
-    track.append(fill);
-    const num = h("span", "nbstream-dist-pct");
-    num.textContent = percent(pr);
-    num.title = `model: ${percent(Number(rest[0]) || 0)}`;
-    const kept = msg.kept ?? [];
-    const note = h("span", "nbstream-dist-mark");
-    note.textContent = `${Number(kept[last] ?? 0).toLocaleString("en-US")} token${kept[last] === 1 ? "" : "s"} keep a chance`;
-    li.append(label, track, num, note);
-    bars.replaceChildren(...items, li);
+    const items = (msg.top ?? []).map((entry, k) => barItem(entry, k, last, chosen, this.o.pieces));
+    this.bars.replaceChildren(...items, restItem(msg, last));
   }
 
   /** @param {string} name */
-  function slid(name) {
-    if (!runSettings) {
-      controls[name].out.textContent = "\u2026"; // the run's settings are not known yet
+  slid(name) {
+    if (!this.runSettings) {
+      this.controls[name].out.textContent = "\u2026"; // the run's settings are not known yet
       return;
     }
-    showValue(name);
-    moved = name;
-    scope.cancel(settle);
-    ask(values());
+    this.showValue(name);
+    this.moved = name;
+    this.o.scope.cancel(this.settle);
+    this.ask(this.values());
   }
 
-  for (const [name] of SLIDERS) scope.on(controls[name].input, "input", () => slid(name));
-  scope.on(resetBtn, "click", () => {
-    if (!runSettings) return;
-    setSliders(runSettings);
-    moved = "";
-    scope.cancel(settle);
-    live.textContent = "Back to the run's own settings.";
-    ask(values());
-  });
-  scope.on(closeBtn, "click", () => close(true));
-  scope.on(panel, "keydown", (/** @type {KeyboardEvent} */ e) => {
-    if (SLIDER_KEYS.has(e.key) && /** @type {HTMLElement} */ (e.target).tagName === "INPUT") {
-      // A slider's own keys: JupyterLab's notebook takes arrows (and prevents their default)
-      // further up, and the slider would not move.
-      e.stopPropagation();
-      return;
-    }
-    if (e.key !== "Escape") return;
-    e.preventDefault();
-    e.stopPropagation();
-    close(true);
-  });
-  scope.onModel("msg:custom", (/** @type {any} */ msg) => {
-    if (msg?.type === "distribution") reply(msg);
-  });
+  /** Reset: the sliders go back to the run's own settings. */
+  backToRun() {
+    if (!this.runSettings) return;
+    this.setSliders(this.runSettings);
+    this.moved = "";
+    this.o.scope.cancel(this.settle);
+    this.live.textContent = "Back to the run's own settings.";
+    this.ask(this.values());
+  }
+}
 
+/**
+ * The sampling panels of one view: at most one open at a time, in the token list of the
+ * token it explains.
+ * @param {ExplainOptions} o
+ */
+function explainPanels(o) {
+  const p = new ExplainPanel(o);
   return {
-    open,
+    /** Open the panel on token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
+    open(t, i) {
+      p.open(t, i);
+    },
     /** The list's run changed (a new run): a panel on it closes. @param {import("./tokens.js").TokenList} t */
     reset(t) {
-      if (t === list) close(false);
+      if (t === p.list) p.close(false);
     },
     /** Why the popover offers no "How was this picked?" now, or "". */
     unavailable() {
@@ -481,4 +537,4 @@ function compareMarkView({ model, scope, tokens }) {
   return { line, update };
 }
 
-export { SLIDERS, UNAVAILABLE, compareMarkView, explainPanels, percent, valueText };
+export { ExplainPanel, SLIDERS, UNAVAILABLE, compareMarkView, explainPanels, percent, valueText };

@@ -271,142 +271,217 @@ function formatField(spec, value) {
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
-/**
- * The collapsible settings panel.
- * @param {object} opts
- * @param {any} opts.model
- * @param {string} opts.viewId
- * @param {boolean} opts.chat          add the system prompt field
- * @param {Function} opts.on           add a DOM listener removed at cleanup
- * @param {Function} opts.onModel      add a model listener removed at cleanup
- * @param {Function} opts.later        a timer cleared at cleanup
- * @param {() => boolean} opts.active  whether a run is queued or running
- * @returns {{toggle: HTMLButtonElement, panel: HTMLElement, flush: () => void,
- *            blocked: () => boolean, update: () => void,
- *            values: () => Record<string, unknown>,
- *            blame: (message: string | null) => boolean}}
- */
-function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
-  const panelId = `nbstream-settings-${viewId}`;
-  const toggle = h("button", "nbstream-settings-toggle", {
-    type: "button",
-    "aria-label": "Settings",
-    "aria-expanded": "false",
-    "aria-controls": panelId,
-  });
-  toggle.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">\u2699</span>Settings';
-  toggle.title = "Generation settings";
-  const panel = h("div", "nbstream-settings", { id: panelId, role: "group", "aria-label": "Settings" });
-  panel.hidden = true;
-  const grid = h("div", "nbstream-settings-grid");
-  panel.append(grid);
 
-  const schema = model.get("settings_schema");
-  const settingFields = fieldSpecs(schema);
-  const specs = chat ? [SYSTEM_FIELD, ...settingFields] : settingFields;
+/** A bool field's choices (a <select>): [value, text]. */
+const BOOL_CHOICES = [
+  ["", "Model default"],
+  ["true", "On (sample)"],
+  ["false", "Off (greedy)"],
+];
+
+/**
+ * A field's input: a <select> for a bool, a <textarea> for lines or text, else a text
+ * <input> (the browser's number inputs would refuse what the kernel must see typed).
+ * @param {FieldSpec} spec @param {string} id
+ * @returns {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement}
+ */
+function fieldInput(spec, id) {
+  /** @type {any} */
+  let input;
+  if (spec.kind === "bool") {
+    input = h("select", "nbstream-field-input", { id, "data-field": spec.name });
+    for (const [value, text] of BOOL_CHOICES) {
+      const opt = h("option", "", { value });
+      opt.textContent = text;
+      input.append(opt);
+    }
+  } else if (spec.kind === "lines" || spec.kind === "text") {
+    input = h("textarea", "nbstream-field-input", {
+      id,
+      rows: spec.kind === "text" ? "3" : "2",
+      spellcheck: "false",
+      "data-field": spec.name,
+      "data-lm-suppress-shortcuts": "true",
+    });
+  } else {
+    input = h("input", "nbstream-field-input", {
+      id,
+      type: "text",
+      inputmode: spec.kind === "int" ? "numeric" : "decimal",
+      autocomplete: "off",
+      spellcheck: "false",
+      "data-field": spec.name,
+      "data-lm-suppress-shortcuts": "true",
+    });
+  }
+  if (spec.kind === "lines") input.placeholder = "One per line (none set)";
+  if (spec.kind === "text") input.placeholder = "None (the chat template's default)";
+  return input;
+}
+
+/** One field of the panel: its elements, and what the page knows of what was typed in it. */
+class Field {
   /**
-   * @typedef {object} Field
-   * @property {FieldSpec} spec
-   * @property {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement} input
-   * @property {HTMLElement} errorEl
-   * @property {string} hintId        the id of its hint, or ""
-   * @property {HTMLElement | null} hintEl  its hint
-   * @property {string | null} local   the browser's problem with what was typed
-   * @property {boolean} dirty         typed in, not saved yet
-   * @property {boolean} edited        saved since Python last reported on it
-   * @property {boolean} saving        inside its own model.set (not a change from elsewhere)
-   * @property {boolean} unsure     what was typed is too near a bound JSON could not carry
-   *   exactly (a seed near 2**64 - 1): the kernel's verdict is taken whatever it is
-   * @property {string | null} blamed  the kernel refused a Run because of this field's value
-   *   (input_error: max_new_tokens over the model's context), until it is edited
-   * @property {any} timer
+   * Make the field's elements and append them to the panel's grid.
+   * @param {FieldSpec} spec @param {string} viewId @param {HTMLElement} grid
    */
-  /** @type {Field[]} */
-  const fields = specs.map((spec) => {
+  constructor(spec, viewId, grid) {
     const id = `nbstream-field-${spec.name}-${viewId}`;
     const wrap = h("div", `nbstream-field nbstream-field-${spec.kind}`, { "data-field": spec.name });
     const label = h("label", "nbstream-field-label", { for: id });
     label.textContent = spec.label;
-    /** @type {any} */
-    let input;
-    if (spec.kind === "bool") {
-      input = h("select", "nbstream-field-input", { id, "data-field": spec.name });
-      for (const [value, text] of [
-        ["", "Model default"],
-        ["true", "On (sample)"],
-        ["false", "Off (greedy)"],
-      ]) {
-        const opt = h("option", "", { value });
-        opt.textContent = text;
-        input.append(opt);
-      }
-    } else if (spec.kind === "lines" || spec.kind === "text") {
-      input = h("textarea", "nbstream-field-input", {
-        id,
-        rows: spec.kind === "text" ? "3" : "2",
-        spellcheck: "false",
-        "data-field": spec.name,
-        "data-lm-suppress-shortcuts": "true",
-      });
-    } else {
-      input = h("input", "nbstream-field-input", {
-        id,
-        type: "text",
-        inputmode: spec.kind === "int" ? "numeric" : "decimal",
-        autocomplete: "off",
-        spellcheck: "false",
-        "data-field": spec.name,
-        "data-lm-suppress-shortcuts": "true",
-      });
-    }
-    if (spec.kind === "lines") input.placeholder = "One per line (none set)";
-    if (spec.kind === "text") input.placeholder = "None (the chat template's default)";
-    const errorEl = h("div", "nbstream-field-error", {
-      id: `${id}-error`,
-      "aria-live": "polite",
-    });
+    this.spec = spec;
+    this.input = fieldInput(spec, id);
+    this.errorEl = h("div", "nbstream-field-error", { id: `${id}-error`, "aria-live": "polite" });
     const head = h("div", "nbstream-field-head");
     head.append(label);
-    let hintId = "";
-    /** @type {HTMLElement | null} */
-    let hintEl = null;
+    /** the id of its hint, or "" */
+    this.hintId = "";
+    /** @type {HTMLElement | null} its hint */
+    this.hintEl = null;
     // The Sampling field's hint says what the next run does (the kernel's next_run_samples).
     if (spec.hint || spec.kind === "bool") {
-      hintId = `${id}-hint`;
+      this.hintId = `${id}-hint`;
       const hint = h("span", `nbstream-field-hint${spec.kind === "bool" ? " nbstream-sampling-note" : ""}`, {
-        id: hintId,
+        id: this.hintId,
       });
       hint.textContent = spec.hint ?? "";
-      hintEl = hint;
+      this.hintEl = hint;
       head.append(hint);
-      input.setAttribute("aria-describedby", hintId);
+      this.input.setAttribute("aria-describedby", this.hintId);
     }
-    wrap.append(head, input, errorEl);
+    wrap.append(head, this.input, this.errorEl);
     grid.append(wrap);
-    return {
-      spec,
-      input,
-      errorEl,
-      hintId,
-      hintEl,
-      local: null,
-      dirty: false,
-      edited: false,
-      saving: false,
-      unsure: false,
-      blamed: null,
-      timer: null,
-    };
-  });
-  const reset = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
-  reset.textContent = "Model defaults";
-  reset.title = "Unset every setting: the model's defaults apply";
-  const foot = h("div", "nbstream-settings-foot");
-  foot.append(reset);
-  panel.append(foot);
+    /** @type {string | null} the browser's problem with what was typed */
+    this.local = null;
+    /** typed in, not saved yet */
+    this.dirty = false;
+    /** saved since Python last reported on it */
+    this.edited = false;
+    /** inside its own model.set (not a change from elsewhere) */
+    this.saving = false;
+    /** what was typed is too near a bound JSON could not carry exactly (a seed near
+     * 2**64 - 1): the kernel's verdict is taken whatever it is */
+    this.unsure = false;
+    /** @type {string | null} the kernel refused a Run because of this field's value
+     * (input_error: max_new_tokens over the model's context), until it is edited */
+    this.blamed = null;
+    /** @type {ReturnType<typeof setTimeout> | null} the pending save */
+    this.timer = null;
+  }
+}
 
-  function pythonErrors() {
-    const e = model.get("settings_errors");
+/**
+ * What a view gives the settings panel.
+ * @typedef {object} SettingsPanelOptions
+ * @property {any} model
+ * @property {string} viewId
+ * @property {boolean} chat          add the system prompt field
+ * @property {Function} on           add a DOM listener removed at cleanup
+ * @property {Function} onModel      add a model listener removed at cleanup
+ * @property {Function} later        a timer cleared at cleanup
+ * @property {() => boolean} active  whether a run is queued or running
+ */
+
+/**
+ * The collapsible settings panel: a toggle for the status bar, and the panel of fields,
+ * each two-way with its trait (see the top of this file).
+ */
+class SettingsPanel {
+  /** @param {SettingsPanelOptions} opts */
+  constructor({ model, viewId, chat, on, onModel, later, active }) {
+    this.model = model;
+    this.later = later;
+    this.active = active;
+    const panelId = `nbstream-settings-${viewId}`;
+    this.toggle = /** @type {HTMLButtonElement} */ (
+      h("button", "nbstream-settings-toggle", {
+        type: "button",
+        "aria-label": "Settings",
+        "aria-expanded": "false",
+        "aria-controls": panelId,
+      })
+    );
+    this.toggle.innerHTML = '<span class="nbstream-btn-icon" aria-hidden="true">\u2699</span>Settings';
+    this.toggle.title = "Generation settings";
+    this.panel = h("div", "nbstream-settings", { id: panelId, role: "group", "aria-label": "Settings" });
+    this.panel.hidden = true;
+    const grid = h("div", "nbstream-settings-grid");
+    this.panel.append(grid);
+    this.schema = model.get("settings_schema");
+    const settingFields = fieldSpecs(this.schema);
+    const specs = chat ? [SYSTEM_FIELD, ...settingFields] : settingFields;
+    this.fields = specs.map((spec) => new Field(spec, viewId, grid));
+    this.resetBtn = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
+    this.resetBtn.textContent = "Model defaults";
+    this.resetBtn.title = "Unset every setting: the model's defaults apply";
+    const foot = h("div", "nbstream-settings-foot");
+    foot.append(this.resetBtn);
+    this.panel.append(foot);
+    for (const f of this.fields) this.listenField(f, on, onModel);
+    this.listenPanel(on, onModel);
+    this.placeholders();
+    this.update();
+  }
+
+  /**
+   * A field's listeners: typed (checked at once, saved once typing rests), left or Enter
+   * (saved), Esc (the panel closes), and its trait changed by the kernel.
+   * @param {Field} f @param {Function} on @param {Function} onModel
+   */
+  listenField(f, on, onModel) {
+    f.input.value = formatField(f.spec, this.model.get(f.spec.name));
+    const changed = () => {
+      f.dirty = true;
+      this.check(f);
+      if (f.timer) clearTimeout(f.timer);
+      f.timer = this.later(() => {
+        f.timer = null;
+        this.save(f);
+      }, SAVE_DEBOUNCE_MS);
+    };
+    on(f.input, f.spec.kind === "bool" ? "change" : "input", changed);
+    on(f.input, "blur", () => this.save(f));
+    on(f.input, "keydown", (/** @type {KeyboardEvent} */ e) => {
+      if (e.key === "Enter" && f.input.tagName === "INPUT") this.save(f);
+      if (e.key === "Escape") {
+        // Esc closes the panel only; the next one stops the run (announce.js, stopOnEscape).
+        e.preventDefault();
+        e.stopPropagation();
+        this.setOpen(false);
+        this.toggle.focus();
+      }
+    });
+    onModel(`change:${f.spec.name}`, () => this.fromModel(f));
+  }
+
+  /**
+   * The panel's own listeners: the kernel's reports and defaults, Model defaults, the
+   * toggle, and Esc in the open panel.
+   * @param {Function} on @param {Function} onModel
+   */
+  listenPanel(on, onModel) {
+    onModel("change:settings_errors", () => this.reported());
+    onModel("change:settings_defaults", () => this.placeholders());
+    onModel("change:next_run_samples", () => this.placeholders());
+    on(this.resetBtn, "click", () => this.unsetAll());
+    on(this.toggle, "click", () => this.setOpen(/** @type {boolean} */ (this.panel.hidden)));
+    // Esc with the focus in the open panel (or on its toggle) closes it, and goes no further:
+    // the run goes on (the next Esc stops it: announce.js, stopOnEscape).
+    for (const where of [this.panel, this.toggle]) {
+      on(where, "keydown", (/** @type {KeyboardEvent} */ e) => {
+        if (e.key !== "Escape" || e.defaultPrevented || this.panel.hidden) return;
+        e.preventDefault();
+        e.stopPropagation();
+        this.setOpen(false);
+        this.toggle.focus();
+      });
+    }
+  }
+
+  /** Python's message per invalid setting (settings_errors). @returns {Record<string, any>} */
+  pythonErrors() {
+    const e = this.model.get("settings_errors");
     return e && typeof e === "object" ? e : {};
   }
 
@@ -416,15 +491,15 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * hint; after that, Python's (the kernel holds the value and decides).
    * @param {Field} f
    */
-  function errorOf(f) {
+  errorOf(f) {
     if (f.dirty || f.edited) return f.local;
-    const msg = pythonErrors()[f.spec.name];
+    const msg = this.pythonErrors()[f.spec.name];
     return msg ? String(msg) : f.blamed;
   }
 
   /** The model's context in tokens (settings_defaults.context_length), or null. */
-  function contextLength() {
-    const c = (model.get("settings_defaults") || {}).context_length;
+  contextLength() {
+    const c = (this.model.get("settings_defaults") || {}).context_length;
     return Number.isSafeInteger(c) && c > 0 ? c : null;
   }
 
@@ -433,16 +508,16 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * could never run (the prompt takes some of it too).
    * @param {Field} f @param {any} value
    */
-  function limitOf(f, value) {
-    const context = contextLength();
+  limitOf(f, value) {
+    const context = this.contextLength();
     if (f.spec.name !== "max_new_tokens" || context === null || typeof value !== "number") return null;
     if (value <= context) return null;
     return `max_new_tokens=${value} is more than the model's whole context (${context} tokens, the prompt included); use less than ${context}`;
   }
 
   /** @param {Field} f */
-  function showField(f) {
-    const msg = errorOf(f);
+  showField(f) {
+    const msg = this.errorOf(f);
     if (msg) {
       if (f.errorEl.textContent !== msg) f.errorEl.textContent = msg;
       f.input.setAttribute("aria-invalid", "true");
@@ -454,63 +529,43 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
       else f.input.removeAttribute("aria-describedby");
     }
     // The system prompt cannot change while the chat answers (Python refuses it).
-    if (f.spec.name === "system") f.input.disabled = active();
+    if (f.spec.name === "system") f.input.disabled = this.active();
   }
 
   /** What the next run does, as the kernel says: true samples, false greedy, null unknown. */
-  function nextRunSamples() {
-    const v = model.get("next_run_samples");
+  nextRunSamples() {
+    const v = this.model.get("next_run_samples");
     return typeof v === "boolean" ? v : null;
   }
 
-  function placeholders() {
-    const d = model.get("settings_defaults") || {};
-    const samples = nextRunSamples();
-    for (const f of fields) {
-      const key = settingOf(schema, f.spec.name);
-      const v = d[key];
-      // A number field is a text <input> (a bool one a <select>).
-      if (f.spec.name === "alternatives") {
-        // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
-        /** @type {HTMLInputElement} */ (f.input).placeholder = "auto (5 with a token view)";
-      } else if (samples === false && SAMPLING_PARAMETERS.includes(f.spec.name)) {
-        /** @type {HTMLInputElement} */ (f.input).placeholder = "not used (greedy)";
-      } else if (f.spec.kind === "int" || f.spec.kind === "float") {
-        /** @type {HTMLInputElement} */ (f.input).placeholder = v === undefined || v === null ? (f.spec.name === "seed" ? "random" : "model default") : `${v} (model default)`;
-      } else if (f.spec.kind === "bool") {
-        // Unset, the run's sampling follows the temperature, then the model's default: say
-        // what the next run does, never the model's default alone.
-        const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
-        opt.textContent = samples === null ? "Auto (model default)" : `Auto: ${samples ? "samples" : "greedy"}`;
-        if (f.hintEl) {
-          f.hintEl.textContent = SAMPLING_NOTE[String(samples)];
-          f.hintEl.setAttribute("data-samples", String(samples));
-        }
-      }
-    }
+  /** Each field's placeholder: the model's default, or what the next run does instead. */
+  placeholders() {
+    const d = this.model.get("settings_defaults") || {};
+    const samples = this.nextRunSamples();
+    for (const f of this.fields) placeholder(f, d[settingOf(this.schema, f.spec.name)], samples);
   }
 
-  function update() {
+  update() {
     let invalid = false;
-    for (const f of fields) {
-      showField(f);
-      if (errorOf(f)) invalid = true;
+    for (const f of this.fields) {
+      this.showField(f);
+      if (this.errorOf(f)) invalid = true;
     }
-    toggle.setAttribute("data-invalid", String(invalid));
+    this.toggle.setAttribute("data-invalid", String(invalid));
   }
 
   /** Put the trait's value in the field (unless the user is typing in it). @param {Field} f */
-  function fromModel(f) {
+  fromModel(f) {
     if (f.dirty || f.saving) return; // its own save: the text stays as typed
-    const text = formatField(f.spec, model.get(f.spec.name));
+    const text = formatField(f.spec, this.model.get(f.spec.name));
     if (f.input.value !== text) f.input.value = text;
     f.local = null;
     f.edited = false;
-    showField(f);
+    this.showField(f);
   }
 
   /** @param {Field} f */
-  function save(f) {
+  save(f) {
     if (f.timer) {
       clearTimeout(f.timer);
       f.timer = null;
@@ -519,25 +574,51 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
     f.dirty = false;
     // A refused value is sent too: the kernel holds what the field shows and reports it.
     const value = sentValue(f.spec, f.input.value);
-    const current = model.get(f.spec.name);
+    const current = this.model.get(f.spec.name);
     if (JSON.stringify(current ?? null) === JSON.stringify(value)) return;
     f.edited = true;
     f.saving = true;
     try {
-      model.set(f.spec.name, value);
+      this.model.set(f.spec.name, value);
     } finally {
       f.saving = false;
     }
-    model.save_changes();
+    this.model.save_changes();
   }
 
   /** @param {Field} f */
-  function check(f) {
+  check(f) {
     const parsed = parseField(f.spec, f.input.value);
-    f.local = "error" in parsed ? parsed.error : limitOf(f, parsed.value);
-    f.unsure = nearInexactBound(schema?.[f.spec.name], sentValue(f.spec, f.input.value));
+    f.local = "error" in parsed ? parsed.error : this.limitOf(f, parsed.value);
+    f.unsure = nearInexactBound(this.schema?.[f.spec.name], sentValue(f.spec, f.input.value));
     f.blamed = null;
-    update();
+    this.update();
+  }
+
+  /** The kernel reported on the settings (settings_errors). */
+  reported() {
+    const errors = this.pythonErrors();
+    for (const f of this.fields) {
+      if (f.dirty) continue;
+      // A report the kernel made before this field's value reached it (after another
+      // field's) can still hold the old verdict; the browser's check and the kernel's agree
+      // on what is valid (one schema), so wait for a report that agrees, then show it.
+      if (f.edited && !f.unsure && Boolean(errors[f.spec.name]) !== Boolean(f.local)) continue;
+      f.edited = false;
+    }
+    this.update();
+  }
+
+  /** Model defaults: every field unset (the system prompt too, unless the chat answers). */
+  unsetAll() {
+    for (const f of this.fields) {
+      if (f.spec.name === "system" && f.input.disabled) continue;
+      f.input.value = "";
+      f.dirty = true;
+      f.local = null;
+      this.save(f);
+    }
+    this.update();
   }
 
   /**
@@ -547,93 +628,30 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * @param {string | null} message
    * @returns {boolean} whether a field shows the message
    */
-  function blame(message) {
-    const f = fields.find((x) => x.spec.name === "max_new_tokens");
+  blame(message) {
+    const f = this.fields.find((x) => x.spec.name === "max_new_tokens");
     const over = message ? contextOverflow(message) : null;
     const take = !!f && !!over && over.prompt < over.context;
     if (f && !take && f.blamed !== null) {
       f.blamed = null;
-      update();
+      this.update();
     } else if (f && take && f.blamed !== message) {
       f.blamed = message;
-      setOpen(true);
-      update();
+      this.setOpen(true);
+      this.update();
     }
     return take;
   }
 
-  for (const f of fields) {
-    f.input.value = formatField(f.spec, model.get(f.spec.name));
-    const changed = () => {
-      f.dirty = true;
-      check(f);
-      if (f.timer) clearTimeout(f.timer);
-      f.timer = later(() => {
-        f.timer = null;
-        save(f);
-      }, SAVE_DEBOUNCE_MS);
-    };
-    on(f.input, f.spec.kind === "bool" ? "change" : "input", changed);
-    on(f.input, "blur", () => save(f));
-    on(f.input, "keydown", (/** @type {KeyboardEvent} */ e) => {
-      if (e.key === "Enter" && f.input.tagName === "INPUT") save(f);
-      if (e.key === "Escape") {
-        // Esc closes the panel only; the next one stops the run (announce.js, stopOnEscape).
-        e.preventDefault();
-        e.stopPropagation();
-        setOpen(false);
-        toggle.focus();
-      }
-    });
-    onModel(`change:${f.spec.name}`, () => fromModel(f));
-  }
-  onModel("change:settings_errors", () => {
-    const errors = pythonErrors();
-    for (const f of fields) {
-      if (f.dirty) continue;
-      // A report the kernel made before this field's value reached it (after another
-      // field's) can still hold the old verdict; the browser's check and the kernel's agree
-      // on what is valid (one schema), so wait for a report that agrees, then show it.
-      if (f.edited && !f.unsure && Boolean(errors[f.spec.name]) !== Boolean(f.local)) continue;
-      f.edited = false;
-    }
-    update();
-  });
-  onModel("change:settings_defaults", placeholders);
-  onModel("change:next_run_samples", placeholders);
-
-  on(reset, "click", () => {
-    for (const f of fields) {
-      if (f.spec.name === "system" && f.input.disabled) continue;
-      f.input.value = "";
-      f.dirty = true;
-      f.local = null;
-      save(f);
-    }
-    update();
-  });
-
   /** @param {boolean} open */
-  function setOpen(open) {
-    panel.hidden = !open;
-    toggle.setAttribute("aria-expanded", String(open));
-  }
-  on(toggle, "click", () => setOpen(/** @type {boolean} */ (panel.hidden)));
-  // Esc with the focus in the open panel (or on its toggle) closes it, and goes no further:
-  // the run goes on (the next Esc stops it: announce.js, stopOnEscape).
-  for (const where of [panel, toggle]) {
-    on(where, "keydown", (/** @type {KeyboardEvent} */ e) => {
-      if (e.key !== "Escape" || e.defaultPrevented || panel.hidden) return;
-      e.preventDefault();
-      e.stopPropagation();
-      setOpen(false);
-      toggle.focus();
-    });
+  setOpen(open) {
+    this.panel.hidden = !open;
+    this.toggle.setAttribute("aria-expanded", String(open));
   }
 
   /** Save what was typed (before a run). */
-  function flush() {
-    for (const f of fields) save(f);
+  flush() {
+    for (const f of this.fields) this.save(f);
   }
 
   /**
@@ -642,12 +660,12 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
    * but not custom messages, so a Run clicked right after an edit could reach the kernel
    * before the edit did and run with the old settings.
    */
-  function values() {
+  values() {
     /** @type {Record<string, unknown>} */
     const out = {};
-    for (const f of fields) {
+    for (const f of this.fields) {
       if (f.spec.name === "system") continue; // the chat's own trait, not a setting
-      const v = model.get(f.spec.name);
+      const v = this.model.get(f.spec.name);
       // A trait the kernel's widget does not have (an older kernel) is not sent.
       if (v === undefined) continue;
       out[f.spec.name] = v;
@@ -656,19 +674,64 @@ function settingsPanel({ model, viewId, chat, on, onModel, later, active }) {
   }
 
   /** Whether a field is invalid; if so the panel opens on it and Run / Send must not go. */
-  function blocked() {
-    flush();
-    update();
-    const bad = fields.find((f) => errorOf(f));
+  blocked() {
+    this.flush();
+    this.update();
+    const bad = this.fields.find((f) => this.errorOf(f));
     if (!bad) return false;
-    setOpen(true);
+    this.setOpen(true);
     bad.input.focus();
     return true;
   }
+}
 
-  placeholders();
-  update();
-  return { toggle, panel, flush, blocked, update, values, blame };
+/**
+ * A field's placeholder: its setting's default (`fallback`, from settings_defaults), or
+ * what the next run does instead (`samples`: true samples, false greedy, null unknown).
+ * @param {Field} f @param {unknown} fallback @param {boolean | null} samples
+ */
+function placeholder(f, fallback, samples) {
+  // A number field is a text <input> (a bool one a <select>).
+  const input = /** @type {HTMLInputElement} */ (f.input);
+  if (f.spec.name === "alternatives") {
+    // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
+    input.placeholder = "auto (5 with a token view)";
+  } else if (samples === false && SAMPLING_PARAMETERS.includes(f.spec.name)) {
+    input.placeholder = "not used (greedy)";
+  } else if (f.spec.kind === "int" || f.spec.kind === "float") {
+    const unset = f.spec.name === "seed" ? "random" : "model default";
+    input.placeholder = fallback === undefined || fallback === null ? unset : `${fallback} (model default)`;
+  } else if (f.spec.kind === "bool") {
+    // Unset, the run's sampling follows the temperature, then the model's default: say
+    // what the next run does, never the model's default alone.
+    const opt = /** @type {HTMLOptionElement} */ (f.input.firstChild);
+    opt.textContent = samples === null ? "Auto (model default)" : `Auto: ${samples ? "samples" : "greedy"}`;
+    if (f.hintEl) {
+      f.hintEl.textContent = SAMPLING_NOTE[String(samples)];
+      f.hintEl.setAttribute("data-samples", String(samples));
+    }
+  }
+}
+
+/**
+ * The collapsible settings panel of a view (SettingsPanel), as the view uses it.
+ * @param {SettingsPanelOptions} opts
+ * @returns {{toggle: HTMLButtonElement, panel: HTMLElement, flush: () => void,
+ *            blocked: () => boolean, update: () => void,
+ *            values: () => Record<string, unknown>,
+ *            blame: (message: string | null) => boolean}}
+ */
+function settingsPanel(opts) {
+  const p = new SettingsPanel(opts);
+  return {
+    toggle: p.toggle,
+    panel: p.panel,
+    flush: () => p.flush(),
+    blocked: () => p.blocked(),
+    update: () => p.update(),
+    values: () => p.values(),
+    blame: (message) => p.blame(message),
+  };
 }
 
 /**
@@ -733,4 +796,4 @@ function promptView({ model, viewId, on, onModel }) {
   return { toggle, view };
 }
 
-export { FIELDS, fieldSpecs, formatField, parseField, promptView, sentValue, settingsPanel };
+export { FIELDS, SettingsPanel, fieldSpecs, formatField, parseField, promptView, sentValue, settingsPanel };

@@ -1,4 +1,4 @@
-// nbstream — a reasoning model's thinking, shown apart from the answer (issue 17).
+// nbstream — a reasoning model's thinking, shown apart from the answer.
 //
 // Two parts: `LiveThinking`, the current run's thinking as this view knows it (from the
 // kernel's `thinking` messages and the `thinking` of a `reset`, repaired like the answer's

@@ -1,4 +1,4 @@
-// nbstream front end: the teaching views (issue 7), shared by the StreamWidget view
+// nbstream front end: the teaching views, shared by the StreamWidget view
 // (stream.js) and the ChatWidget view (chat.js): the Tokens / Probabilities /
 // Alternatives toggles, a run's token list, its legend and notes, the alternatives
 // popover, and the controller that ties them into a view (tokenViews). The protocol (the `tokens` message, the show_* traits, can_trace) is
@@ -272,6 +272,118 @@ function sayCapture(note, running) {
   if (note.textContent !== words) note.textContent = words;
 }
 
+/**
+ * The popover's head: the step, the token it chose, its probability and rank, its id.
+ * @param {number} i @param {any[]} token [id, text, kind, logprob, rank, ...]
+ */
+function popHead(i, [id, text, kind, logprob, rank]) {
+  const head = h("div", "nbstream-alt-head");
+  const step = h("span", "nbstream-alt-step");
+  step.textContent = `Step ${i + 1}`;
+  const chose = h("span", "nbstream-alt-chose");
+  const piece = h("span", "nbstream-alt-token");
+  appendPieces(piece, text, kind);
+  chose.append("chose ", piece);
+  head.append(step, chose);
+  if (isNum(logprob)) {
+    const p = h("span", "nbstream-alt-p");
+    p.textContent = `${pct(Math.exp(logprob))}${isNum(rank) ? ` \u00b7 rank ${rank}` : ""}`;
+    head.append(p);
+  }
+  if (hasId(id)) {
+    const idEl = h("span", "nbstream-alt-id");
+    idEl.textContent = `id ${id}`;
+    head.append(idEl);
+  }
+  return head;
+}
+
+/** The alternatives table's columns: [heading, class]. */
+const ALT_COLUMNS = [
+  ["#", "nbstream-alt-rank"],
+  ["Token", "nbstream-alt-text"],
+  ["Probability", "nbstream-alt-prob"],
+  ["", "nbstream-alt-mark"],
+];
+
+/**
+ * The table of a step's alternatives, and whether the chosen token is among them and
+ * whether the run's settings cut any.
+ * @param {any[][]} alts [id, text, kind, logprob, cut] each, best first
+ * @param {unknown} id the chosen token's id (null on a server) @param {any} rank its rank
+ */
+function altTable(alts, id, rank) {
+  const table = h("table", "nbstream-alt-table");
+  const caption = h("caption", "nbstream-alt-caption");
+  // A server's tokens have no ids: its list is what the server sent, in its order.
+  const server = !hasId(id);
+  caption.textContent = `The ${server ? "server" : "model"}'s top ${alts.length} at this step`;
+  const thead = h("thead");
+  const hr = h("tr");
+  for (const [label, cls] of ALT_COLUMNS) {
+    const th = h("th", cls, { scope: "col" });
+    th.textContent = label;
+    if (!label) th.setAttribute("aria-label", "Note");
+    hr.append(th);
+  }
+  thead.append(hr);
+  const tbody = h("tbody");
+  let chosenShown = false;
+  let anyCut = false;
+  alts.forEach((a, k) => {
+    if (!Array.isArray(a)) return;
+    // On a server, the chosen one is where its rank says (the server's list, best first).
+    const chosen = server ? isNum(rank) && k === rank - 1 : Number(a[0]) === Number(id);
+    chosenShown ||= chosen;
+    anyCut ||= a[4] === true;
+    tbody.append(altRow(a, k, chosen));
+  });
+  table.append(caption, thead, tbody);
+  return { table, chosenShown, anyCut };
+}
+
+/**
+ * One alternative's row: its rank, text, probability bar and marks (chosen, cut).
+ * @param {any[]} a [id, text, kind, logprob, cut] @param {number} k its place
+ * @param {boolean} chosen whether the run took it
+ */
+function altRow([aid, atext, akind, alp, cut], k, chosen) {
+  const tr = h("tr", "nbstream-alt", { "data-index": String(k) });
+  if (hasId(aid)) tr.setAttribute("data-token-id", String(aid));
+  if (chosen) tr.classList.add("nbstream-alt-chosen");
+  if (cut === true) tr.classList.add("nbstream-alt-cut");
+  const tdRank = h("td", "nbstream-alt-rank");
+  tdRank.textContent = String(k + 1);
+  const tdText = h("td", "nbstream-alt-text");
+  const ap = h("span", "nbstream-alt-token");
+  appendPieces(ap, atext, akind === "bytes" || akind === "special" ? akind : "text");
+  ap.title = describe(atext, akind);
+  tdText.append(ap);
+  const tdProb = h("td", "nbstream-alt-prob");
+  const bar = h("span", "nbstream-alt-bar", { "aria-hidden": "true" });
+  const fill = h("span", "nbstream-alt-bar-fill");
+  const pv = isNum(alp) ? Math.exp(alp) : 0;
+  fill.style.width = `${(pv * 100).toFixed(2)}%`;
+  bar.append(fill);
+  const num = h("span", "nbstream-alt-pct");
+  num.textContent = isNum(alp) ? pct(pv) : "?";
+  tdProb.append(bar, num);
+  const tdMark = h("td", "nbstream-alt-mark");
+  if (chosen) {
+    const m = h("span", "nbstream-alt-chosen-label");
+    m.textContent = "\u2713 chosen";
+    tdMark.append(m);
+  }
+  if (cut === true) {
+    const m = h("span", "nbstream-alt-cut-label");
+    m.textContent = "cut";
+    m.title = CUT_TITLE;
+    tdMark.append(m);
+  }
+  tr.append(tdRank, tdText, tdProb, tdMark);
+  return tr;
+}
+
 let popoverCount = 0;
 
 /**
@@ -327,7 +439,11 @@ class TokenList {
     });
     this.pop.hidden = true;
     this.el.append(this.list, this.pop);
+    this.listen();
+  }
 
+  /** Clicks, focus, keys and copying in the list; a press outside closes the popover. */
+  listen() {
     /**
      * A DOM listener removed by dispose().
      * @param {EventTarget} target @param {string} type @param {(e: Event) => void} fn
@@ -400,7 +516,7 @@ class TokenList {
     const offset = Number(msg.offset);
     const toks = Array.isArray(msg.tokens) ? msg.tokens.filter((/** @type {unknown} */ t) => Array.isArray(t)) : [];
     const n = this.tokens.length;
-    // Before the tokens are made: they are marked as they are made (thinking.js, issue 17).
+    // Before the tokens are made: they are marked as they are made (thinking.js).
     const before = this.thinking;
     if (offset === 0 || typeof msg.thinking === "number") this.thinking = markThinking(this, msg.thinking, before);
     if (offset === 0) {
@@ -622,28 +738,7 @@ class TokenList {
     const [id, text, kind, logprob, rank, alts] = this.tokens[i];
     const pop = this.pop;
     pop.setAttribute("aria-label", `Alternatives at step ${i + 1}`);
-    pop.replaceChildren();
-
-    const head = h("div", "nbstream-alt-head");
-    const step = h("span", "nbstream-alt-step");
-    step.textContent = `Step ${i + 1}`;
-    const chose = h("span", "nbstream-alt-chose");
-    const piece = h("span", "nbstream-alt-token");
-    appendPieces(piece, text, kind);
-    chose.append("chose ", piece);
-    head.append(step, chose);
-    if (isNum(logprob)) {
-      const p = h("span", "nbstream-alt-p");
-      p.textContent = `${pct(Math.exp(logprob))}${isNum(rank) ? ` \u00b7 rank ${rank}` : ""}`;
-      head.append(p);
-    }
-    if (hasId(id)) {
-      const idEl = h("span", "nbstream-alt-id");
-      idEl.textContent = `id ${id}`;
-      head.append(idEl);
-    }
-    pop.append(head);
-
+    pop.replaceChildren(popHead(i, this.tokens[i]));
     if (!Array.isArray(alts) || alts.length === 0) {
       const note = h("div", "nbstream-token-note");
       note.textContent = isNum(logprob)
@@ -652,72 +747,7 @@ class TokenList {
       pop.append(note);
       return;
     }
-
-    const table = h("table", "nbstream-alt-table");
-    const caption = h("caption", "nbstream-alt-caption");
-    // A server's tokens have no ids: its list is what the server sent, in its order.
-    const server = !hasId(id);
-    caption.textContent = `The ${server ? "server" : "model"}'s top ${alts.length} at this step`;
-    const thead = h("thead");
-    const hr = h("tr");
-    for (const [label, cls] of [
-      ["#", "nbstream-alt-rank"],
-      ["Token", "nbstream-alt-text"],
-      ["Probability", "nbstream-alt-prob"],
-      ["", "nbstream-alt-mark"],
-    ]) {
-      const th = h("th", cls, { scope: "col" });
-      th.textContent = label;
-      if (!label) th.setAttribute("aria-label", "Note");
-      hr.append(th);
-    }
-    thead.append(hr);
-    const tbody = h("tbody");
-    let chosenShown = false;
-    let anyCut = false;
-    alts.forEach((a, k) => {
-      if (!Array.isArray(a)) return;
-      const [aid, atext, akind, alp, cut] = a;
-      // On a server, the chosen one is where its rank says (the server's list, best first).
-      const chosen = server ? isNum(rank) && k === rank - 1 : Number(aid) === Number(id);
-      chosenShown ||= chosen;
-      anyCut ||= cut === true;
-      const tr = h("tr", "nbstream-alt", { "data-index": String(k) });
-      if (hasId(aid)) tr.setAttribute("data-token-id", String(aid));
-      if (chosen) tr.classList.add("nbstream-alt-chosen");
-      if (cut === true) tr.classList.add("nbstream-alt-cut");
-      const tdRank = h("td", "nbstream-alt-rank");
-      tdRank.textContent = String(k + 1);
-      const tdText = h("td", "nbstream-alt-text");
-      const ap = h("span", "nbstream-alt-token");
-      appendPieces(ap, atext, akind === "bytes" || akind === "special" ? akind : "text");
-      ap.title = describe(atext, akind);
-      tdText.append(ap);
-      const tdProb = h("td", "nbstream-alt-prob");
-      const bar = h("span", "nbstream-alt-bar", { "aria-hidden": "true" });
-      const fill = h("span", "nbstream-alt-bar-fill");
-      const pv = isNum(alp) ? Math.exp(alp) : 0;
-      fill.style.width = `${(pv * 100).toFixed(2)}%`;
-      bar.append(fill);
-      const num = h("span", "nbstream-alt-pct");
-      num.textContent = isNum(alp) ? pct(pv) : "?";
-      tdProb.append(bar, num);
-      const tdMark = h("td", "nbstream-alt-mark");
-      if (chosen) {
-        const m = h("span", "nbstream-alt-chosen-label");
-        m.textContent = "\u2713 chosen";
-        tdMark.append(m);
-      }
-      if (cut === true) {
-        const m = h("span", "nbstream-alt-cut-label");
-        m.textContent = "cut";
-        m.title = CUT_TITLE;
-        tdMark.append(m);
-      }
-      tr.append(tdRank, tdText, tdProb, tdMark);
-      tbody.append(tr);
-    });
-    table.append(caption, thead, tbody);
+    const { table, chosenShown, anyCut } = altTable(alts, id, rank);
     pop.append(table);
     this.branch?.fill(this, i); // "Continue" on each alternative (branches.js)
     if (!chosenShown) {
@@ -781,74 +811,90 @@ class TokenList {
 // ---------------------------------------------------------------------------
 
 /**
+ * What a view gives its token views.
+ * @typedef {object} TokenViewsOptions
+ * @property {any} model
+ * @property {import("./common.js").ViewScope} scope
+ * @property {HTMLElement} root  carries data-token-view
+ * @property {{block: (why: string) => void}} raw  the Raw text toggle: off while tokens are shown
+ * @property {() => Iterable<TokenList>} lists  the view's token lists (their modes follow the toggles)
+ * @property {() => void} switched  the output switched between tokens and text: show the right one
+ * @property {() => void} redraw  schedule a frame
+ * @property {() => void} opened  a popover opened: stop following the end of the output
+ * @property {string} [viewId]  the view's id: its token popovers offer the sampling panel
+ *   ("How was this picked?", sampling.js), whose replies name this view
+ * @property {{fill: (list: TokenList, i: number) => void}} [branch]  the popover's "Continue
+ *   with this token" (branches.js, branchAction)
+ * @property {() => boolean} [running]  for a view of one run: whether it is still going
+ * @property {() => boolean} [noCapture]  for a view of one run: whether it ran without
+ *   capturing probabilities; the note saying so is in the head, in place of the legend
+ * @property {(modes: ReturnType<typeof tokenModes>) => void} [notes]  after the head: the
+ *   view's own notes (chat: each answer's "made without probabilities")
+ */
+
+/**
  * The token views of one view (StreamWidget or ChatWidget): the toggles for its status bar,
  * the head that goes between the bar and the output (the legend, the remote-model note),
  * the view's token lists made alike, and whether its output shows tokens rather than text
  * (`shown`: the view's frame and outputs ask).
- * @param {object} o
- * @param {any} o.model
- * @param {import("./common.js").ViewScope} o.scope
- * @param {HTMLElement} o.root  carries data-token-view
- * @param {{block: (why: string) => void}} o.raw  the Raw text toggle: off while tokens are shown
- * @param {() => Iterable<TokenList>} o.lists  the view's token lists (their modes follow the toggles)
- * @param {() => void} o.switched  the output switched between tokens and text: show the right one
- * @param {() => void} o.redraw  schedule a frame
- * @param {() => void} o.opened  a popover opened: stop following the end of the output
- * @param {string} [o.viewId]  the view's id: its token popovers offer the sampling panel
- *   ("How was this picked?", sampling.js), whose replies name this view
- * @param {{fill: (list: TokenList, i: number) => void}} [o.branch]  the popover's "Continue
- *   with this token" (branches.js, branchAction)
- * @param {() => boolean} [o.running]  for a view of one run: whether it is still going
- * @param {() => boolean} [o.noCapture]  for a view of one run: whether it ran without
- *   capturing probabilities; the note saying so is in the head, in place of the legend
- * @param {(modes: ReturnType<typeof tokenModes>) => void} [o.notes]  after the head: the
- *   view's own notes (chat: each answer's "made without probabilities")
  */
-function tokenViews(o) {
-  const { model, scope } = o;
-  const toggles = tokenToggles({ model, on: scope.on, onModel: scope.onModel, changed: () => update() });
-  const head = h("div", "nbstream-token-head");
-  const legend = makeLegend();
-  const remoteNote = makeNote("remote");
-  const captureNote = o.noCapture ? makeNote("capture") : null;
-  // The sampling panel of this view ("How was this picked?" in the popover; sampling.js).
-  const explain = o.viewId
-    ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canExplain(model) })
-    : null;
-  let shown = false;
+class TokenViews {
+  /** @param {TokenViewsOptions} o */
+  constructor(o) {
+    this.o = o;
+    const { model, scope } = o;
+    const toggles = tokenToggles({ model, on: scope.on, onModel: scope.onModel, changed: () => this.update() });
+    this.group = toggles.group;
+    this.head = h("div", "nbstream-token-head");
+    this.legend = makeLegend();
+    this.remoteNote = makeNote("remote");
+    this.captureNote = o.noCapture ? makeNote("capture") : null;
+    // The sampling panel of this view ("How was this picked?" in the popover; sampling.js).
+    this.explain = o.viewId
+      ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canExplain(model) })
+      : null;
+    this.tokensShown = false;
+  }
+
+  /** Whether the output shows tokens rather than text. */
+  get shown() {
+    return this.tokensShown;
+  }
 
   /** The head (and the view's notes), after tokens came or a mode changed. */
-  function refresh() {
+  refresh() {
+    const { model } = this.o;
     const modes = tokenModes(model);
     const local = canTrace(model);
-    const noCapture = !!captureNote && !!o.noCapture?.();
+    const noCapture = !!this.captureNote && !!this.o.noCapture?.();
     /** @type {HTMLElement[]} */
     const want = [];
-    if (modes.any && !local) want.push(remoteNote);
-    if (captureNote && local && (modes.probs || modes.alts) && noCapture) {
-      sayCapture(captureNote, !!o.running?.());
-      want.push(captureNote);
+    if (modes.any && !local) want.push(this.remoteNote);
+    if (this.captureNote && local && (modes.probs || modes.alts) && noCapture) {
+      sayCapture(this.captureNote, !!this.o.running?.());
+      want.push(this.captureNote);
     }
-    if (local && modes.probs && !noCapture) want.push(legend);
-    const have = [...head.children];
-    if (have.length !== want.length || have.some((e, k) => e !== want[k])) head.replaceChildren(...want);
-    head.hidden = want.length === 0;
-    o.notes?.(modes);
+    if (local && modes.probs && !noCapture) want.push(this.legend);
+    const have = [...this.head.children];
+    if (have.length !== want.length || have.some((e, k) => e !== want[k])) this.head.replaceChildren(...want);
+    this.head.hidden = want.length === 0;
+    this.o.notes?.(modes);
   }
 
   /** The toggles or can_trace changed: modes of every list, tokens or text, the head. */
-  function update() {
-    const modes = tokenModes(model);
-    const was = shown;
-    shown = modes.any && canTrace(model);
+  update() {
+    const { o } = this;
+    const modes = tokenModes(o.model);
+    const was = this.tokensShown;
+    this.tokensShown = modes.any && canTrace(o.model);
     for (const t of o.lists()) t.setModes(modes);
-    o.root.setAttribute("data-token-view", String(shown));
-    o.raw.block(shown ? RAW_BLOCKED : "");
-    if (was !== shown) {
+    o.root.setAttribute("data-token-view", String(this.tokensShown));
+    o.raw.block(this.tokensShown ? RAW_BLOCKED : "");
+    if (was !== this.tokensShown) {
       o.switched();
       o.redraw(); // the Markdown catches up with text that came while tokens were shown
     }
-    refresh();
+    this.refresh();
   }
 
   /**
@@ -856,32 +902,29 @@ function tokenViews(o) {
    * @param {number | null} runId
    * @param {(list: TokenList) => void} [closeOthers] a view of several lists: one popover open
    */
-  function list(runId, closeOthers) {
+  list(runId, closeOthers) {
     const t = new TokenList(runId, {
       label: "Answer tokens",
       changed: () => {
-        refresh();
-        o.redraw();
+        this.refresh();
+        this.o.redraw();
       },
-      opened: o.opened,
+      opened: this.o.opened,
       closeOthers,
-      branch: o.branch,
-      explain,
+      branch: this.o.branch,
+      explain: this.explain,
     });
-    t.setModes(tokenModes(model));
+    t.setModes(tokenModes(this.o.model));
     return t;
   }
+}
 
-  return {
-    group: toggles.group,
-    head,
-    list,
-    refresh,
-    update,
-    get shown() {
-      return shown;
-    },
-  };
+/**
+ * The token views of one view (TokenViews).
+ * @param {TokenViewsOptions} o
+ */
+function tokenViews(o) {
+  return new TokenViews(o);
 }
 
 export {
@@ -891,6 +934,7 @@ export {
   REMOTE_NOTE,
   TOGGLES,
   TokenList,
+  TokenViews,
   canExplain,
   canTrace,
   makeLegend,
