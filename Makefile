@@ -15,7 +15,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: demo test check install install-test chromium llama-cpp js js-watch js-check js-fresh js-lint js-test \
-	lint mypy races test-only bench reliability prepare clean
+	lint mypy races test-only bench reliability prepare clean docs docs-build \
+	notebooks
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +48,15 @@ prepare: install
 
 demo: prepare
 	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(DEMO_ARGS)
+
+# Executes every notebook in place and saves its outputs and widget state, so that GitHub and
+# nbviewer show each lesson's answers and end states (tests/test_notebooks.py checks them).
+NOTEBOOK_TIMEOUT ?= 600
+notebooks: prepare
+	@$(call timed,execute the notebooks,$(VENV)/bin/jupyter nbconvert --to notebook --execute \
+	  --inplace --ExecutePreprocessor.timeout=$(NOTEBOOK_TIMEOUT) \
+	  --ExecutePreprocessor.store_widget_state=True --ExecutePreprocessor.record_timing=False \
+	  notebooks/*.ipynb)
 
 # Debian's chromium, for the browser tests (Playwright's own browser download cannot work here).
 chromium:
@@ -110,8 +120,19 @@ test: install chromium llama-cpp
 	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
+	@$(call timed,docs strict build,$(MAKE) --no-print-directory docs-build)
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 	@$(call timed,race tier,$(MAKE) --no-print-directory races)
+
+# The documentation site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8000
+# and rebuilds on every save; `make docs-build` builds it strictly into build/site: a broken
+# link or anchor, a page missing from the nav or a name the API reference cannot find fails.
+export NO_MKDOCS_2_WARNING := 1
+docs: install
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: install
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # The engine and widget-kernel tests again with the interpreter switching threads about every
 # bytecode (tests/conftest.py): a hand-off that holds only by luck fails here.
