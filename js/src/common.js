@@ -192,7 +192,6 @@ function viewScope(model) {
   const timers = new Set();
   /** @type {Array<() => void>} */
   const deferred = [];
-  let rafId = 0;
   /** @type {ViewScope} */
   const scope = {
     disposed: false,
@@ -216,21 +215,7 @@ function viewScope(model) {
       clearTimeout(t);
       timers.delete(t);
     },
-    frames(draw) {
-      const frame = () => {
-        rafId = 0;
-        if (!scope.disposed) draw();
-      };
-      return {
-        schedule() {
-          if (!rafId && !scope.disposed) rafId = requestAnimationFrame(frame);
-        },
-        now() {
-          if (rafId) cancelAnimationFrame(rafId);
-          frame();
-        },
-      };
-    },
+    frames: (draw) => animationFrames(scope, draw),
     defer(fn) {
       deferred.push(fn);
     },
@@ -240,13 +225,37 @@ function viewScope(model) {
       for (const [name, fn] of handlers) model.off(name, fn);
       handlers.length = 0;
       ac.abort();
-      if (rafId) cancelAnimationFrame(rafId);
-      rafId = 0;
       for (const t of timers) clearTimeout(t);
       timers.clear();
     },
   };
   return scope;
+}
+
+/**
+ * A view's drawing, at most once per animation frame (ViewScope.frames): a frame pending
+ * when the view goes is cancelled, and none draws once it is gone.
+ * @param {ViewScope} scope @param {() => void} draw
+ */
+function animationFrames(scope, draw) {
+  let rafId = 0;
+  const frame = () => {
+    rafId = 0;
+    if (!scope.disposed) draw();
+  };
+  scope.defer(() => {
+    if (rafId) cancelAnimationFrame(rafId);
+    rafId = 0;
+  });
+  return {
+    schedule() {
+      if (!rafId && !scope.disposed) rafId = requestAnimationFrame(frame);
+    },
+    now() {
+      if (rafId) cancelAnimationFrame(rafId);
+      frame();
+    },
+  };
 }
 
 /**
