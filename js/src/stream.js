@@ -103,7 +103,7 @@
 
 /**
  * The branch traits of `StreamWidget` and `ChatWidget` (`BranchingWidget`,
- * nbstream/widgets/branches.py; issue 16): the answers of the current prompt (a chat: of its last
+ * nbstream/widgets/branches.py): the answers of the current prompt (a chat: of its last
  * answer), the original and its branches, one of them shown. All Python → JS.
  * @typedef {object} BranchTraits
  * @property {import("./branches.js").BranchEntry[]} _branches  every branch, in the order
@@ -164,7 +164,7 @@
  */
 
 /**
- * A reasoning model's thinking (issue 17), apart from the answer: sent only for a run that
+ * A reasoning model's thinking, apart from the answer: sent only for a run that
  * thinks, in the same frames as the answer's deltas (before them), repaired like them
  * (`offset` in code points of the thinking). `tokens`: its tokens so far (tags included);
  * `elapsed_s`: the run's time so far, once `done` the time to the answer's first text;
@@ -175,7 +175,7 @@
  */
 
 /**
- * The teaching views' message (issue 7): tokens `offset`, `offset` + 1, ... of the run
+ * The teaching views' message: tokens `offset`, `offset` + 1, ... of the run
  * `run_id` (StreamWidget: the current run; ChatWidget: the assistant turn with that run_id
  * in the transcript). Offset 0 means "replace this run's token list"; an offset past the
  * tokens a view has is a gap: the view sends a `sync`.
@@ -263,24 +263,14 @@ import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
+/** @typedef {import("./tokens.js").TokenList} TokenList */
 
 // ---------------------------------------------------------------------------
 // The view
 // ---------------------------------------------------------------------------
 
-/**
- * @param {{model: AnyModel, el: HTMLElement}} ctx
- * @returns {() => void} cleanup
- */
-function render({ model, el }) {
-  const viewId = newViewId();
-  const scope = viewScope(model);
-  const { on, onModel, later } = scope;
-  const status = () => modelStatus(model);
-
-  // ---- DOM ---------------------------------------------------------------
-  const root = h("div", "nbstream", { "data-status": "idle", "data-version": VERSION });
-
+/** The prompt box with Run and Stop beside it. */
+function promptControls() {
   const prompt = promptBox("nbstream-prompt", "Prompt", 3, "Ask the model… (Shift+Enter to run)");
   const runBtn = iconButton("nbstream-run", "Run", "▶", "Run (Shift+Enter)");
   const stopBtn = iconButton("nbstream-stop", "Stop", "■");
@@ -288,50 +278,11 @@ function render({ model, el }) {
   actions.append(runBtn, stopBtn);
   const promptRow = h("div", "nbstream-prompt-row");
   promptRow.append(prompt, actions);
-  const updateInputError = inputErrorView(model, viewId, prompt, promptRow, (m) => settings.blame(m));
-  const stopWaiting = stopNotice(scope, promptRow, () => ACTIVE.has(status()));
+  return { prompt, runBtn, stopBtn, promptRow };
+}
 
-  const badge = makeBadge();
-  const metricsEl = h("span", "nbstream-metrics");
-  const raw = rawToggle(scope, "Show the raw text instead of rendered Markdown", () => showOutput());
-  const settings = settingsPanel({
-    model,
-    viewId,
-    chat: false,
-    on,
-    onModel,
-    later,
-    active: () => ACTIVE.has(status()),
-  });
-  const templated = promptView({ model, viewId, on, onModel });
-  // The token views: toggles in the bar, the legend and notes between the bar and the output.
-  const tv = tokenViews({
-    model,
-    scope,
-    viewId, // the sampling panel's replies name this view
-    root,
-    raw,
-    lists: () => [tokens],
-    noCapture: () => tokens.noCapture,
-    running: () => ACTIVE.has(status()),
-    switched: () => showOutput(),
-    redraw: () => schedule(),
-    opened: () => {
-      follow.on = false;
-    },
-    branch: branchAction({ model, sent: () => switcher.expectNew() }),
-  });
-  // The answers of this prompt (the original and its branches), above the output.
-  const switcher = branchSwitcher({ model, onModel });
-  const labelEl = h("span", "nbstream-label");
-  const copyBtn = copyAnswerButton();
-  // The bar: what the run did (status line), then what the user can do (tools); see
-  // statusBar for why its layout cannot jump when a run ends.
-  const { bar, statusLine } = statusBar(
-    [labelEl, badge, metricsEl],
-    [raw.button, tv.group, templated.toggle, settings.toggle, copyBtn],
-  );
-
+/** The output area, its rendered and raw forms, and its end-state marks (see markOutput). */
+function outputParts() {
   const partialLabel = h("div", "nbstream-partial-label");
   const output = outputArea("Output");
   output.setAttribute("tabindex", "0");
@@ -341,119 +292,224 @@ function render({ model, el }) {
   // No role=alert: the view's announcer says "Failed: …" once (announce.js).
   const errorEl = h("div", "nbstream-error");
   const cutEl = h("div", "nbstream-cut");
+  return { partialLabel, output, rendered, rawPre, errorEl, cutEl };
+}
 
-  // A reasoning model's thinking: its own section above the answer (js/src/thinking.js).
-  const thinkBox = new ThinkingBox();
-  root.append(promptRow, bar, settings.panel, templated.view, tv.head, switcher.el, thinkBox.el, output);
-  el.append(root);
-  // What a screen reader hears: each state change once, the end once (announce.js).
-  const announce = announcer(root, scope);
-  const stateKey = () => `${Number(model.get("run_id")) || 0}:${status()}`;
-  announce.seen(stateKey());
-  announce.ran(Number(model.get("run_id")) || 0, status());
-  // Before the first message (the sync below): a kernel already gone shows at once.
-  watchConnection(scope, model, root);
-
-  // ---- view state ----------------------------------------------------------
-  const follow = follower(scope, output);
-  const renderer = new TextRenderer(rendered, rawPre);
-  const tokens = tv.list(Number(model.get("run_id")) || 0);
-  scope.defer(() => tokens.dispose());
-  // A compare column: where its tokens part from the other columns' (compare_mark).
-  const partMark = compareMarkView({ model, scope, tokens });
-  root.insertBefore(partMark.line, output);
-
-  const live = new LiveText(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), {
-    clear() {
-      renderer.clear();
-      follow.on = true;
-    },
-    grew: () => schedule(),
-  });
-
-  const thinking = new LiveThinking(Number(model.get("run_id")) || 0, viewId, (m) => model.send(m), () =>
-    updateThinking(),
-  );
-  let thinkingRun = thinking.runId;
-  /** The Thinking section: the current run's, hidden while the token view shows it. */
-  function updateThinking() {
-    if (thinking.runId !== thinkingRun) {
-      thinkingRun = thinking.runId;
-      thinkBox.restart();
-    }
-    thinkBox.suppressed = tv.shown;
-    thinkBox.show(thinking.state(), status(), answered());
+/**
+ * One view of a StreamWidget: one prompt, one output, the bar between them. The state of
+ * the view is the fields below; everything it adds to the page and the model is in
+ * `scope`, whose dispose is the cleanup `render` returns. The order of the subscriptions
+ * (the constructor's, then listen's) is the order in which the model's events reach them.
+ */
+class StreamView {
+  /** @param {AnyModel} model @param {HTMLElement} el */
+  constructor(model, el) {
+    this.model = model;
+    this.el = el;
+    this.viewId = newViewId();
+    this.scope = viewScope(model);
+    const { on, onModel, later } = this.scope;
+    this.root = h("div", "nbstream", { "data-status": "idle", "data-version": VERSION });
+    this.controls = promptControls();
+    const { prompt, promptRow } = this.controls;
+    this.updateInputError = inputErrorView(model, this.viewId, prompt, promptRow, (m) => this.settings.blame(m));
+    this.stopWaiting = stopNotice(this.scope, promptRow, () => this.active());
+    this.badge = makeBadge();
+    this.metricsEl = h("span", "nbstream-metrics");
+    this.raw = rawToggle(this.scope, "Show the raw text instead of rendered Markdown", () => this.showOutput());
+    const active = () => this.active();
+    this.settings = settingsPanel({ model, viewId: this.viewId, chat: false, on, onModel, later, active });
+    this.templated = promptView({ model, viewId: this.viewId, on, onModel });
+    this.tv = this.makeTokenViews();
+    // The answers of this prompt (the original and its branches), above the output.
+    this.switcher = branchSwitcher({ model, onModel });
+    this.labelEl = h("span", "nbstream-label");
+    this.copyBtn = copyAnswerButton();
+    // The bar: what the run did (status line), then what the user can do (tools); see
+    // statusBar for why its layout cannot jump when a run ends.
+    const { bar, statusLine } = statusBar(
+      [this.labelEl, this.badge, this.metricsEl],
+      [this.raw.button, this.tv.group, this.templated.toggle, this.settings.toggle, this.copyBtn],
+    );
+    this.statusLine = statusLine;
+    this.out = outputParts();
+    // A reasoning model's thinking: its own section above the answer (js/src/thinking.js).
+    this.thinkBox = new ThinkingBox();
+    const { output } = this.out;
+    this.root.append(promptRow, bar, this.settings.panel, this.templated.view, this.tv.head);
+    this.root.append(this.switcher.el, this.thinkBox.el, output);
+    el.append(this.root);
+    // What a screen reader hears: each state change once, the end once (announce.js).
+    this.announce = announcer(this.root, this.scope);
+    this.announce.seen(this.stateKey());
+    this.announce.ran(this.runId(), this.status());
+    // Before the first message (the sync below): a kernel already gone shows at once.
+    watchConnection(this.scope, model, this.root);
+    this.follow = follower(this.scope, output);
+    this.renderer = new TextRenderer(this.out.rendered, this.out.rawPre);
+    /** @type {TokenList} */
+    this.tokens = this.tv.list(this.runId());
+    this.scope.defer(() => this.tokens.dispose());
+    // A compare column: where its tokens part from the other columns' (compare_mark).
+    this.partMark = compareMarkView({ model, scope: this.scope, tokens: this.tokens });
+    this.root.insertBefore(this.partMark.line, output);
+    this.live = this.makeLiveText();
+    this.thinking = new LiveThinking(this.runId(), this.viewId, (m) => model.send(m), () => this.updateThinking());
+    this.thinkingRun = this.thinking.runId;
+    this.frames = this.scope.frames(() => this.draw());
+    this.savePrompt = syncedText(this.scope, model, prompt, "prompt");
   }
+
+  status() {
+    return modelStatus(this.model);
+  }
+
+  /** A run is queued or running. */
+  active() {
+    return ACTIVE.has(this.status());
+  }
+
+  runId() {
+    return Number(this.model.get("run_id")) || 0;
+  }
+
+  stateKey() {
+    return `${this.runId()}:${this.status()}`;
+  }
+
+  schedule() {
+    this.frames.schedule();
+  }
+
+  /**
+   * The token views: toggles in the bar, the legend and notes between the bar and the output.
+   * @returns {ReturnType<typeof tokenViews>}
+   */
+  makeTokenViews() {
+    return tokenViews({
+      model: this.model,
+      scope: this.scope,
+      viewId: this.viewId, // the sampling panel's replies name this view
+      root: this.root,
+      raw: this.raw,
+      lists: () => [this.tokens],
+      noCapture: () => this.tokens.noCapture,
+      running: () => this.active(),
+      switched: () => this.showOutput(),
+      redraw: () => this.schedule(),
+      opened: () => {
+        this.follow.on = false;
+      },
+      branch: branchAction({ model: this.model, sent: () => this.switcher.expectNew() }),
+    });
+  }
+
+  /** The run's text, as the deltas and resets of the current run make it. */
+  makeLiveText() {
+    return new LiveText(this.runId(), this.viewId, (m) => this.model.send(m), {
+      clear: () => {
+        this.renderer.clear();
+        this.follow.on = true;
+      },
+      grew: () => this.schedule(),
+    });
+  }
+
+  /** The Thinking section: the current run's, hidden while the token view shows it. */
+  updateThinking() {
+    if (this.thinking.runId !== this.thinkingRun) {
+      this.thinkingRun = this.thinking.runId;
+      this.thinkBox.restart();
+    }
+    this.thinkBox.suppressed = this.tv.shown;
+    this.thinkBox.show(this.thinking.state(), this.status(), this.answered());
+  }
+
   /**
    * Whether the current run's answer has begun. An ended run shown again (a switch: the
    * kernel sends its thinking before its text) says so in its metrics, which come with its
    * run_id and status: the text that has not arrived yet would have the section open, or
    * say "stopped while thinking", for a moment.
    */
-  function answered() {
-    if (live.text.length > 0) return true;
-    if (ACTIVE.has(status())) return false;
-    const m = model.get("metrics") || {};
+  answered() {
+    if (this.live.text.length > 0) return true;
+    if (this.active()) return false;
+    const m = this.model.get("metrics") || {};
     if (m.first_answer_s != null) return true;
     return isNum(m.tokens) && isNum(m.thinking_tokens) && m.tokens > m.thinking_tokens;
   }
 
-  // ---- rendering (at most once per animation frame) ------------------------
-  const frames = scope.frames(() => {
+  /** One frame (at most one per animation frame): the text rendered up to date. */
+  draw() {
     const t0 = performance.now();
     /** @type {FrameStats} */
     const st = { parsed: 0, nodes: 0 };
-    const text = live.text;
+    const text = this.live.text;
     // The Markdown is brought up to date when it is shown again (it is incremental).
-    if (!tv.shown) renderer.update(text, ACTIVE.has(status()), st);
+    if (!this.tv.shown) this.renderer.update(text, this.active(), st);
     const t1 = performance.now();
-    follow.stick();
+    this.follow.stick();
     logFrame(t0, t1, text.length, st);
-  });
-  const schedule = frames.schedule;
+  }
 
-  // ---- chrome (status, buttons, badge, labels) -----------------------------
-  function updateChrome() {
-    const s = status();
-    root.setAttribute("data-status", s);
-    const cut = isCut(s, model.get("metrics"));
-    setBadge(badge, s, cut);
+  /** The chrome: status, buttons, badge, the output's marks, the metrics line. */
+  updateChrome() {
+    const s = this.status();
+    this.root.setAttribute("data-status", s);
+    const cut = isCut(s, this.model.get("metrics"));
+    setBadge(this.badge, s, cut);
 
     const active = ACTIVE.has(s);
-    swapButtons(runBtn, stopBtn, active);
-    stopWaiting.update();
-    settings.update();
+    swapButtons(this.controls.runBtn, this.controls.stopBtn, active);
+    this.stopWaiting.update();
+    this.settings.update();
 
-    markOutput({ output, partialLabel, errorEl }, s, live.text.length > 0, () => model.get("error_info"));
+    const { output, cutEl } = this.out;
+    markOutput(this.out, s, this.live.text.length > 0, () => this.model.get("error_info"));
     markCut(output, cutEl, cut);
-    copyBtn.disabled = live.text.length === 0;
-    updateThinking();
-    updateInputError();
-    updateMetrics();
+    this.copyBtn.disabled = this.live.text.length === 0;
+    this.updateThinking();
+    this.updateInputError();
+    this.updateMetrics();
   }
 
-  function updateMetrics() {
-    showMetrics(metricsEl, status(), model.get("metrics") || {}, live.liveTokens, live.liveElapsed);
+  updateMetrics() {
+    const { live } = this;
+    showMetrics(this.metricsEl, this.status(), this.model.get("metrics") || {}, live.liveTokens, live.liveElapsed);
   }
 
-  // ---- protocol --------------------------------------------------------------
-  onRunMessages(scope, live, {
-    chrome: updateChrome,
-    metrics: updateMetrics,
-    redraw: schedule,
-    tokens: onTokens,
-    thinking: thinking,
-  });
-  // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
-  onModel("msg:custom", (/** @type {any} */ msg) => {
-    if (msg?.type === "delta" && Number(msg.run_id) === live.runId) stopWaiting.progress();
-  });
+  /** What the output shows: the token view, the raw text or the rendered Markdown. */
+  showOutput() {
+    const { output, rendered, rawPre } = this.out;
+    const want = this.tv.shown ? this.tokens.el : this.raw.raw ? rawPre : rendered;
+    if (output.firstChild !== want || output.childNodes.length !== 1) output.replaceChildren(want);
+    this.updateThinking();
+    this.follow.stick();
+  }
+
+  /** The label, and the prompt box shown or not. */
+  updateLabel() {
+    const { labelEl, statusLine } = this;
+    const { prompt, promptRow } = this.controls;
+    const text = String(this.model.get("label") ?? "");
+    if (labelEl.textContent !== text) labelEl.textContent = text;
+    labelEl.hidden = !text;
+    const shown = this.model.get("show_prompt") !== false;
+    prompt.hidden = !shown;
+    // No prompt box (a compare column): the label goes beside Run and Stop, a row saved.
+    if (shown && labelEl.parentElement !== statusLine) statusLine.prepend(labelEl);
+    else if (!shown && labelEl.parentElement !== promptRow) promptRow.append(labelEl);
+    promptRow.setAttribute("data-prompt", shown ? "shown" : "hidden");
+  }
+
+  // ---- protocol ------------------------------------------------------------------
 
   /**
    * A `tokens` message: this run's (or a newer one's from the start), else stale.
    * @param {TokensMessage} msg
    */
-  function onTokens(msg) {
+  onTokens(msg) {
+    const { tokens, live } = this;
     const rid = Number(msg.run_id);
     if (!Number.isFinite(rid) || rid < (tokens.runId ?? 0)) return; // a late one of an old run
     if (rid > (tokens.runId ?? 0)) {
@@ -464,22 +520,25 @@ function render({ model, el }) {
       tokens.reset(rid);
     }
     if (tokens.apply(msg) === "gap") live.requestSync();
-    partMark.update(); // the list may have been rebuilt: mark the parting token again
+    this.partMark.update(); // the list may have been rebuilt: mark the parting token again
   }
 
-  onModel("change:run_id", () => {
-    const rid = Number(model.get("run_id")) || 0;
-    if (rid > (tokens.runId ?? 0)) tokens.reset(rid);
+  onRunId() {
+    const rid = this.runId();
+    if (rid > (this.tokens.runId ?? 0)) this.tokens.reset(rid);
     // The answer's text first: the thinking's redraw (thinkBox.restart) must not see the
     // previous run's text and take the new run as answered.
-    const fresh = live.newRun(rid);
-    thinking.newRun(rid);
+    const fresh = this.live.newRun(rid);
+    this.thinking.newRun(rid);
     if (!fresh) return;
-    stopWaiting.hide();
-    schedule();
-    updateChrome();
-  });
-  onModel("change:status", (/** @type {unknown} */ shared) => {
+    this.stopWaiting.hide();
+    this.schedule();
+    this.updateChrome();
+  }
+
+  /** @param {unknown} shared */
+  onStatus(shared) {
+    const { model } = this;
     // A compare column's run that Run all started says nothing: the header says the Run
     // all's start and end once (announce.js). Its own run (its Run, a branch) it says,
     // with its label (no prompt box: a column).
@@ -487,33 +546,30 @@ function render({ model, el }) {
     const words =
       model.get("in_run_all") === true
         ? ""
-        : runAnnouncement(status(), model.get("metrics"), model.get("error_info"), {
+        : runAnnouncement(this.status(), model.get("metrics"), model.get("error_info"), {
             label: column ? String(model.get("label") ?? "") : "",
-            liveTokens: live.liveTokens,
+            liveTokens: this.live.liveTokens,
           });
     // A switch to another answer (an ended run never seen running) says nothing.
-    const ran = announce.ran(Number(model.get("run_id")) || 0, status());
-    announce.say(stateKey(), ran ? words : "", shared);
+    const ran = this.announce.ran(this.runId(), this.status());
+    this.announce.say(this.stateKey(), ran ? words : "", shared);
     // The run ended: render the open block in full now, while the output
     // is still aria-busy, rather than in the next frame.
-    if (!ACTIVE.has(status()) && renderer.frozen) frames.now();
+    if (!this.active() && this.renderer.frozen) this.frames.now();
     // The run ended: an open popover of alternatives closes (the text under it is final
     // and may have moved), and the notes say the run in the past tense.
-    if (!ACTIVE.has(status())) tokens.close();
-    tv.refresh();
-    updateChrome();
-    schedule();
-  });
-  onModel("change:metrics", updateChrome); // the badge says whether the answer was cut
-  onModel("change:error_info", updateChrome);
-  onModel("change:input_error", updateChrome);
+    if (!this.active()) this.tokens.close();
+    this.tv.refresh();
+    this.updateChrome();
+    this.schedule();
+  }
 
-  // ---- prompt ----------------------------------------------------------------
-  const savePrompt = syncedText(scope, model, prompt, "prompt");
-
-  function run() {
+  /** Run with the prompt box's text and the settings panel's values. */
+  run() {
+    const { model, settings } = this;
+    const { prompt, runBtn } = this.controls;
     if (runBtn.disabled) return;
-    savePrompt();
+    this.savePrompt();
     // An invalid setting: the panel opens on it, and nothing is sent.
     if (settings.blocked()) return;
     // Without its prompt box (a compare column) the view sends no prompt: the kernel's
@@ -523,57 +579,73 @@ function render({ model, el }) {
     if (model.get("show_prompt") !== false) message.prompt = prompt.value;
     model.send(message);
   }
-  onSubmitKey(scope, prompt, run);
-  on(runBtn, "click", run);
-  const stop = () => {
-    if (stopBtn.disabled) return;
-    model.send({ type: "stop" });
-    stopWaiting.stopped();
-  };
-  on(stopBtn, "click", stop);
-  // Esc anywhere in the view stops the run (a popover or the settings panel open takes it first).
-  stopOnEscape(scope, root, () => !stopBtn.disabled, stop);
 
-  // ---- label, prompt box shown or not --------------------------------------------
-  function updateLabel() {
-    const text = String(model.get("label") ?? "");
-    if (labelEl.textContent !== text) labelEl.textContent = text;
-    labelEl.hidden = !text;
-    const shown = model.get("show_prompt") !== false;
-    prompt.hidden = !shown;
-    // No prompt box (a compare column): the label goes beside Run and Stop, a row saved.
-    if (shown && labelEl.parentElement !== statusLine) statusLine.prepend(labelEl);
-    else if (!shown && labelEl.parentElement !== promptRow) promptRow.append(labelEl);
-    promptRow.setAttribute("data-prompt", shown ? "shown" : "hidden");
-  }
-  onModel("change:label", updateLabel);
-  onModel("change:show_prompt", updateLabel);
-
-  // ---- output: tokens, raw text or Markdown; copy buttons --------------------------
-  /** What the output shows: the token view, the raw text or the rendered Markdown. */
-  function showOutput() {
-    const want = tv.shown ? tokens.el : raw.raw ? rawPre : rendered;
-    if (output.firstChild !== want || output.childNodes.length !== 1) output.replaceChildren(want);
-    updateThinking();
-    follow.stick();
+  stop() {
+    if (this.controls.stopBtn.disabled) return;
+    this.model.send({ type: "stop" });
+    this.stopWaiting.stopped();
   }
 
-  // The answer as the kernel holds it: the run's text, exactly (deltas only append to it).
-  on(copyBtn, "click", () => {
-    if (!copyBtn.disabled) copyAnswer(scope, copyBtn, live.text, root);
-  });
-  on(output, "click", (/** @type {MouseEvent} */ e) => {
-    const btn = /** @type {Element} */ (e.target).closest?.(".nbstream-copy");
-    if (btn && output.contains(btn)) copyCode(scope, /** @type {HTMLElement} */ (btn), root);
-  });
+  /** The model's events and the user's, each to its handler. */
+  listen() {
+    const { scope, live, copyBtn, root } = this;
+    const { on, onModel } = scope;
+    const { prompt, runBtn, stopBtn } = this.controls;
+    const { output } = this.out;
+    const chrome = () => this.updateChrome();
+    onRunMessages(scope, live, {
+      chrome,
+      metrics: () => this.updateMetrics(),
+      redraw: () => this.schedule(),
+      tokens: (msg) => this.onTokens(msg),
+      thinking: this.thinking,
+    });
+    // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
+    onModel("msg:custom", (/** @type {any} */ msg) => {
+      if (msg?.type === "delta" && Number(msg.run_id) === live.runId) this.stopWaiting.progress();
+    });
+    onModel("change:run_id", () => this.onRunId());
+    onModel("change:status", (/** @type {unknown} */ shared) => this.onStatus(shared));
+    onModel("change:metrics", chrome); // the badge says whether the answer was cut
+    onModel("change:error_info", chrome);
+    onModel("change:input_error", chrome);
+    onSubmitKey(scope, prompt, () => this.run());
+    on(runBtn, "click", () => this.run());
+    const stop = () => this.stop();
+    on(stopBtn, "click", stop);
+    // Esc anywhere in the view stops the run (a popover or the settings panel open takes it first).
+    stopOnEscape(scope, root, () => !stopBtn.disabled, stop);
+    onModel("change:label", () => this.updateLabel());
+    onModel("change:show_prompt", () => this.updateLabel());
+    // The answer as the kernel holds it: the run's text, exactly (deltas only append to it).
+    on(copyBtn, "click", () => {
+      if (!copyBtn.disabled) copyAnswer(scope, copyBtn, live.text, root);
+    });
+    on(output, "click", (/** @type {MouseEvent} */ e) => {
+      const btn = /** @type {Element} */ (e.target).closest?.(".nbstream-copy");
+      if (btn && output.contains(btn)) copyCode(scope, /** @type {HTMLElement} */ (btn), root);
+    });
+  }
 
-  // ---- start ------------------------------------------------------------------
-  updateLabel();
-  tv.update();
-  updateChrome();
-  live.sync();
-  scope.defer(watchRemoval(el, (m) => model.send(m), viewId));
-  return scope.dispose;
+  /** Draw the view from the model's state, and ask the kernel for the run's text. */
+  start() {
+    this.updateLabel();
+    this.tv.update();
+    this.updateChrome();
+    this.live.sync();
+    this.scope.defer(watchRemoval(this.el, (m) => this.model.send(m), this.viewId));
+  }
+}
+
+/**
+ * @param {{model: AnyModel, el: HTMLElement}} ctx
+ * @returns {() => void} cleanup
+ */
+function render({ model, el }) {
+  const view = new StreamView(model, el);
+  view.listen();
+  view.start();
+  return view.scope.dispose;
 }
 
 export default { render };
