@@ -427,8 +427,9 @@ class ChatWidgetOwnTraits(TypedDict):
     """The ``ChatWidget``'s own synced traits (nbstream/widgets/chat.py)."""
 
     _messages: list[ChatMessage]
-    #: The system message (both ways).
-    system: str | None
+    #: The system message (both ways): a setting, any value, checked by the kernel (null:
+    #: the chat template's default).
+    system: Any
 
 
 class ChatWidgetTraits(RunWidgetTraits, BranchTraits, ChatWidgetOwnTraits):

@@ -1,18 +1,21 @@
-"""The protocol between the kernel and the page (PROTOCOL.md) is one protocol.
+"""The protocol between the kernel and the page is written once: ``nbstream.protocol``.
 
-Three things describe it: the Python widget classes, the typed mirrors at the top of
-js/src/stream.js, chat.js and compare.js (JSDoc typedefs, one ``@property`` per synced
-trait), and PROTOCOL.md. These tests fail when a synced trait or a message type is in one
-of them and not in the others, and when the settings' schema the page checks with
-(``settings_schema()``) disagrees with ``validate_settings`` at any bound, or the panel
-(js/src/settings_panel.js) with either.
+Its types are compared with what they describe: the widgets' synced traits (names and JSON
+types), js/src/protocol.d.ts (the same types in TypeScript, which ``tsc`` checks the front
+end with), PROTOCOL.md's tables (every trait, message and field), the message types the
+kernel's handlers answer, and the messages a widget really sends while it runs, each checked
+against its ``TypedDict``. The settings' schema the page checks with (``settings_schema()``)
+is compared with ``validate_settings`` at every bound, and the panel
+(js/src/settings_panel.js) with both.
 
+``NBSTREAM_UPDATE_PROTOCOL=1`` rewrites js/src/protocol.d.ts from ``nbstream.protocol``;
 ``NBSTREAM_UPDATE_SCHEMA=1`` rewrites js/test/settings-schema.json (the schema the Node unit
 tests and the front-end harness use) from ``panel_schema()``.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import math
@@ -20,114 +23,34 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
+import threading
+import time
+import types
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union
 
 import anywidget
 import pytest
+import traitlets
 
+import nbstream
+from nbstream import protocol
+from nbstream.protocol import keys
 from nbstream.settings import SETTINGS, settings_schema, validate_settings
+from nbstream.testing import forced_model, tiny_model
 from nbstream.widgets.base import RunWidget
 from nbstream.widgets.chat import ChatWidget
 from nbstream.widgets.compare import CompareWidget, _Column, _Header
-from nbstream.widgets.feed import RunFeed
 from nbstream.widgets.settings_panel import PANEL_SETTINGS, panel_schema
 from nbstream.widgets.stream import StreamWidget
 
 REPO = Path(__file__).resolve().parents[1]
 JS = REPO / "js" / "src"
+DTS = JS / "protocol.d.ts"
 SCHEMA_FIXTURE = REPO / "js" / "test" / "settings-schema.json"
-
-# -- reading the three descriptions ------------------------------------------------------------
-
-
-def synced_traits(cls: type) -> set[str]:
-    """The synced traits a widget class adds to anywidget's own (``_model_name``, ...)."""
-    base = set(anywidget.AnyWidget.class_trait_names(sync=True))
-    return set(cls.class_trait_names(sync=True)) - base  # type: ignore[attr-defined]
-
-
-def _braced(text: str, start: int) -> tuple[str, int]:
-    """The text inside the braces opening at ``text[start]``, and the index after them."""
-    assert text[start] == "{", text[start : start + 40]
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + 1 : i], i + 1
-    raise ValueError(f"unbalanced braces: {text[start : start + 80]!r}")
-
-
-def typedefs(source: str) -> dict[str, tuple[str, list[str]]]:
-    """Every JSDoc ``@typedef`` of ``source``: name -> (its type, its ``@property`` names)."""
-    found: dict[str, tuple[str, list[str]]] = {}
-    for block in re.findall(r"/\*\*(.*?)\*/", source, flags=re.S):
-        text = "\n".join(re.sub(r"^\s*\*?", "", line) for line in block.splitlines())
-        for part in text.split("@typedef")[1:]:
-            kind, end = _braced(part, part.index("{"))
-            name = re.match(r"\s*(\w+)", part[end:])
-            assert name, f"a typedef without a name: {part[:80]!r}"
-            props = []
-            for prop in re.finditer(r"@property\s*(?=\{)", part):
-                _type, after = _braced(part, prop.end())
-                match = re.match(r"\s*\[?(\w+)", part[after:])
-                assert match, f"a property without a name: {part[prop.start() : after + 40]!r}"
-                props.append(match.group(1))
-            found[name.group(1)] = (kind.strip(), props)
-    return found
-
-
-def js_traits(file: str, name: str, source: str | None = None) -> set[str]:
-    """The trait names of typedef ``name`` in js/src/``file``: its properties, or those of
-    each part of an intersection (``A & import("./stream.js").B``)."""
-    defs = typedefs(source if source is not None else (JS / file).read_text("utf-8"))
-    assert name in defs, f"no typedef {name} in js/src/{file}"
-    kind, props = defs[name]
-    if kind == "object":
-        return set(props)
-    names: set[str] = set()
-    for part in kind.split("&"):
-        imported = re.fullmatch(r'\s*import\("\./([\w.]+)"\)\.(\w+)\s*', part)
-        if imported:
-            names |= js_traits(imported.group(1), imported.group(2))
-        else:
-            names |= js_traits(file, part.strip(), source)
-    return names
-
-
-def js_message_types(file: str, name: str, source: str | None = None) -> set[str]:
-    """The ``type`` literals of the message typedef ``name``, and of the typedefs it names."""
-    defs = typedefs(source if source is not None else (JS / file).read_text("utf-8"))
-    assert name in defs, f"no typedef {name} in js/src/{file}"
-    kind = defs[name][0]
-    types = set(re.findall(r'\btype:\s*"(\w+)"', kind))
-    for word in set(re.findall(r"\b[A-Z]\w*", kind)) & set(defs) - {name}:
-        types |= js_message_types(file, word, source)
-    return types
-
-
-def protocol_tables(text: str | None = None) -> dict[str, list[str]]:
-    """PROTOCOL.md's tables: ``### heading`` -> the names in the first column."""
-    if text is None:
-        text = (REPO / "PROTOCOL.md").read_text("utf-8")
-    tables: dict[str, list[str]] = {}
-    heading = ""
-    for line in text.splitlines():
-        if line.startswith("### "):
-            heading = line[4:].strip()
-        match = re.match(r"\|\s*`(\w+)`\s*\|", line)
-        if match and heading:
-            tables.setdefault(heading, []).append(match.group(1))
-    return tables
-
-
-def handled_kinds(function: Any) -> set[str]:
-    """The message types a Python handler compares its ``kind`` with."""
-    source = inspect.getsource(function)
-    kinds = set(re.findall(r'\bkind\s*[!=]=\s*"(\w+)"', source))
-    for group in re.findall(r"\bkind\s+(?:not\s+)?in\s+\(([^)]*)\)", source):
-        kinds |= set(re.findall(r'"(\w+)"', group))
-    return kinds
 
 
 def mismatch(what: str, one: tuple[str, set[str]], other: tuple[str, set[str]]) -> str | None:
@@ -137,7 +60,7 @@ def mismatch(what: str, one: tuple[str, set[str]], other: tuple[str, set[str]]) 
         return None
     return (
         f"{what}: only in {a}: {sorted(left - right)}; only in {b}: {sorted(right - left)}. "
-        "Change the Python class, its JS mirror and PROTOCOL.md together."
+        "Change nbstream/protocol.py, the kernel and PROTOCOL.md together."
     )
 
 
@@ -146,25 +69,247 @@ def check(*problems: str | None) -> None:
     assert not found, "\n".join(found)
 
 
+# -- a value against a type ------------------------------------------------------------------
+
+
+def conforms(value: Any, hint: Any, where: str = "value") -> list[str]:
+    """What is wrong with ``value`` as JSON of type ``hint`` (a TypedDict checks its keys,
+    none missing and none more; a tuple is a JSON array of that length); [] when nothing."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return []
+    if hint is type(None):
+        return [] if value is None else [f"{where}: {value!r:.60} is not null"]
+    if origin in (Union, types.UnionType):
+        problems = [conforms(value, arg, where) for arg in args]
+        if any(not p for p in problems):
+            return []
+        why = "; ".join(p for ps in problems for p in ps)
+        return [f"{where}: {value!r:.80} is none of {hint}: {why}"]
+    if origin is Literal:
+        return [] if value in args else [f"{where}: {value!r:.60} is not one of {args}"]
+    if typing.is_typeddict(hint):
+        if not isinstance(value, dict):
+            return [f"{where}: {value!r:.60} is not an object"]
+        fields = keys(hint)
+        missing = [k for k, (_, required) in fields.items() if required and k not in value]
+        extra = [k for k in value if k not in fields]
+        problems = [f"{where}: no {k!r}" for k in missing]
+        problems += [f"{where}: {k!r} is not a key of {hint.__name__}" for k in extra]
+        for key, item in value.items():
+            if key in fields:
+                problems += conforms(item, fields[key][0], f"{where}[{key!r}]")
+        return problems
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return [f"{where}: {value!r:.60} is not an array"]
+        if origin is tuple:
+            if len(value) != len(args):
+                return [f"{where}: {len(value)} items, not {len(args)}"]
+            pairs = zip(value, args, strict=True)
+        else:
+            pairs = zip(value, [args[0]] * len(value), strict=True)
+        return [p for i, (v, a) in enumerate(pairs) for p in conforms(v, a, f"{where}[{i}]")]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: {value!r:.60} is not an object"]
+        return [p for k, v in value.items() for p in conforms(v, args[1], f"{where}[{k!r}]")]
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, hint)
+    return [] if ok else [f"{where}: {value!r:.60} is not {hint.__name__}"]
+
+
+def test_the_checker_sees_a_wrong_value() -> None:
+    """conforms() below really fails on a missing key, an extra one and a wrong type."""
+    good = {"type": "delta", "run_id": 1, "offset": 0, "text": "a", "tokens": 1, "elapsed_s": 0}
+    assert conforms(good, protocol.DeltaMessage) == []
+    assert conforms(good, protocol.FeedMessage) == []
+    assert conforms({**good, "offset": "0"}, protocol.DeltaMessage)
+    assert conforms({**good, "more": 1}, protocol.DeltaMessage)
+    assert conforms({k: v for k, v in good.items() if k != "text"}, protocol.DeltaMessage)
+    assert conforms({**good, "type": "deltas"}, protocol.FeedMessage)
+    assert conforms({**good, "tokens": True}, protocol.DeltaMessage)
+    entry = [5, "a", "text", -0.1, 1, None]
+    assert conforms(entry, protocol.TokenEntry) == []
+    assert conforms([*entry, True], protocol.TokenEntry) == []
+    assert conforms([*entry, True, 1], protocol.TokenEntry)
+    assert conforms([5, "a", "word", -0.1, 1, None], protocol.TokenEntry)
+
+
+def of_type(message: dict[str, Any], union: Any) -> Any:
+    """The member of ``union`` whose ``type`` is the message's (the first, if several)."""
+    for member in typing.get_args(union):
+        if message.get("type") in typing.get_args(keys(member)["type"][0]):
+            return member
+    raise AssertionError(f"a {message.get('type')!r} message is not in {union}")
+
+
+# -- reading PROTOCOL.md -----------------------------------------------------------------------
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a Markdown table row (a ``|`` inside backticks is text)."""
+    cells, cell, code = [], "", False
+    for char in line.strip().strip("|"):
+        if char == "`":
+            code = not code
+        if char == "|" and not code:
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += char
+    return [*cells, cell.strip()]
+
+
+def protocol_tables(text: str | None = None) -> dict[str, dict[str, list[str]]]:
+    """PROTOCOL.md's tables: ``### heading`` -> {the name in the first column: its cells}."""
+    if text is None:
+        text = (REPO / "PROTOCOL.md").read_text("utf-8")
+    tables: dict[str, dict[str, list[str]]] = {}
+    heading = ""
+    for line in text.splitlines():
+        if line.startswith("### "):
+            heading = line[4:].strip()
+        match = re.match(r"\|\s*`(\w+)`\s*\|", line)
+        if match and heading:
+            tables.setdefault(heading, {})[match.group(1)] = _cells(line)[1:]
+    return tables
+
+
+def named_fields(cell: str) -> set[str]:
+    """The names in backticks of a "fields" cell, leaving out what parentheses explain."""
+    depth, kept = 0, ""
+    for char in cell:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and char != ")":
+            kept += char
+    return set(re.findall(r"`(\w+)`", kept))
+
+
+def test_the_markdown_reader() -> None:
+    """protocol_tables and named_fields read what the tests below compare."""
+    text = textwrap.dedent(
+        """
+        ### A
+        | type | fields | sent when |
+        | --- | --- | --- |
+        | `run` | `settings` (`{trait: value}`), `prompt` (absent (`x`) when hidden) | `a | b` |
+        | `stop` | | Stop |
+        """
+    )
+    table = protocol_tables(text)["A"]
+    assert list(table) == ["run", "stop"]
+    assert table["run"][1] == "`a | b`"
+    assert named_fields(table["run"][0]) == {"settings", "prompt"}
+    assert named_fields(table["stop"][0]) == set()
+    assert named_fields("`run_id`, `step`, and `token` or `alternative` (as `x`'s)") == {
+        "run_id",
+        "step",
+        "token",
+        "alternative",
+    }
+
+
 # -- synced traits -----------------------------------------------------------------------------
 
-CLASSES = {
-    # class: (its JS mirror: file, typedef), (its PROTOCOL.md tables)
-    RunWidget: (("stream.js", "RunWidgetTraits"), ("RunWidget",)),
-    StreamWidget: (("stream.js", "StreamWidgetTraits"), ("RunWidget", "Branches", "StreamWidget")),
-    ChatWidget: (("chat.js", "ChatWidgetTraits"), ("RunWidget", "Branches", "ChatWidget")),
-    _Header: (("compare.js", "CompareHeaderTraits"), ("CompareWidget header",)),
+
+def synced_traits(cls: type) -> dict[str, traitlets.TraitType]:
+    """The synced traits a widget class adds to anywidget's own (``_model_name``, ...)."""
+    base = set(anywidget.AnyWidget.class_trait_names(sync=True))
+    traits = cls.class_traits(sync=True)  # type: ignore[attr-defined]
+    return {name: trait for name, trait in traits.items() if name not in base}
+
+
+#: Each widget class, the TypedDict of its synced traits, and PROTOCOL.md's tables of them.
+CLASSES: dict[type, tuple[Any, tuple[str, ...]]] = {
+    RunWidget: (protocol.RunWidgetTraits, ("RunWidget",)),
+    StreamWidget: (protocol.StreamWidgetTraits, ("RunWidget", "Branches", "StreamWidget")),
+    ChatWidget: (protocol.ChatWidgetTraits, ("RunWidget", "Branches", "ChatWidget")),
+    _Header: (protocol.CompareHeaderTraits, ("CompareWidget header",)),
     _Column: (
-        ("stream.js", "CompareColumnTraits"),
+        protocol.CompareColumnTraits,
         ("RunWidget", "Branches", "StreamWidget", "CompareWidget column"),
     ),
 }
+#: Each table of traits in PROTOCOL.md, and the TypedDict it documents.
+TRAIT_TABLES = {
+    "RunWidget": protocol.RunWidgetTraits,
+    "Branches": protocol.BranchTraits,
+    "StreamWidget": protocol.StreamWidgetOwnTraits,
+    "ChatWidget": protocol.ChatWidgetOwnTraits,
+    "CompareWidget header": protocol.CompareHeaderTraits,
+    "CompareWidget column": protocol.CompareColumnOwnTraits,
+}
+
+
+def json_kinds(hint: Any) -> set[str]:
+    """What JSON a type hint allows: "string", "number", "boolean", "null", "object",
+    "array", or "any"."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return {"any"}
+    if origin in (Union, types.UnionType):
+        return set().union(*(json_kinds(arg) for arg in typing.get_args(hint)))
+    if origin is Literal:
+        return set().union(*(json_kinds(type(arg)) for arg in typing.get_args(hint)))
+    if typing.is_typeddict(hint) or origin is dict or hint is dict:
+        return {"object"}
+    if origin in (list, tuple):
+        return {"array"}
+    simple = {str: "string", int: "number", float: "number", bool: "boolean"}
+    return {simple.get(hint, "null")}
+
+
+def trait_kinds(trait: traitlets.TraitType) -> set[str]:
+    """What JSON a traitlet holds."""
+    kinds = {
+        traitlets.Unicode: "string",
+        traitlets.Int: "number",
+        traitlets.Float: "number",
+        traitlets.Bool: "boolean",
+        traitlets.Dict: "object",
+        traitlets.List: "array",
+    }
+    found = {kind for cls, kind in kinds.items() if isinstance(trait, cls)} or {"any"}
+    if trait.allow_none and found != {"any"}:
+        found.add("null")
+    return found
 
 
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)
-def test_js_mirror_and_protocol_name_every_synced_trait(cls: type) -> None:
-    (file, typedef), headings = CLASSES[cls]
-    python = synced_traits(cls)
+def test_the_types_name_every_synced_trait_with_its_json_type(cls: type) -> None:
+    typed, _ = CLASSES[cls]
+    traits = synced_traits(cls)
+    fields = keys(typed)
+    problems = [
+        mismatch(
+            f"{cls.__name__}'s synced traits",
+            (f"nbstream ({cls.__name__})", set(traits)),
+            (f"nbstream.protocol ({typed.__name__})", set(fields)),
+        )
+    ]
+    for name in set(traits) & set(fields):
+        hint = fields[name][0]
+        if trait_kinds(traits[name]) != json_kinds(hint):
+            problems.append(
+                f"{cls.__name__}.{name} holds {sorted(trait_kinds(traits[name]))}, "
+                f"{typed.__name__} says {sorted(json_kinds(hint))}"
+            )
+        item = getattr(traits[name], "_trait", None)
+        if item is not None and typing.get_origin(hint) is list:
+            expected = json_kinds(typing.get_args(hint)[0])
+            if trait_kinds(item) != expected:
+                problems.append(f"{cls.__name__}.{name}'s items: not {sorted(expected)}")
+    check(*problems)
+
+
+@pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)
+def test_protocol_md_names_every_synced_trait(cls: type) -> None:
+    typed, headings = CLASSES[cls]
     tables = protocol_tables()
     documented: set[str] = set()
     for heading in headings:
@@ -173,33 +318,38 @@ def test_js_mirror_and_protocol_name_every_synced_trait(cls: type) -> None:
     check(
         mismatch(
             f"{cls.__name__}'s synced traits",
-            (f"nbstream ({cls.__name__})", python),
-            (f"js/src/{file} ({typedef})", js_traits(file, typedef)),
-        ),
-        mismatch(
-            f"{cls.__name__}'s synced traits",
-            (f"nbstream ({cls.__name__})", python),
+            (f"nbstream.protocol ({typed.__name__})", set(keys(typed))),
             ("PROTOCOL.md", documented),
-        ),
+        )
+    )
+
+
+@pytest.mark.parametrize("heading", list(TRAIT_TABLES))
+def test_each_trait_table_is_one_type(heading: str) -> None:
+    typed = TRAIT_TABLES[heading]
+    tables = protocol_tables()
+    assert heading in tables, f"PROTOCOL.md has no table under '### {heading}'"
+    check(
+        mismatch(
+            f"'### {heading}'",
+            ("PROTOCOL.md", set(tables[heading])),
+            (f"nbstream.protocol ({typed.__name__})", set(keys(typed))),
+        )
     )
 
 
 def test_the_check_sees_a_trait_on_one_side_only() -> None:
-    """The comparison above really fails on a trait added to one side."""
-    import traitlets
+    """The comparisons above really fail on a trait added to one side."""
 
     class Wider(StreamWidget):
         extra = traitlets.Int(0).tag(sync=True)
 
-    js = js_traits("stream.js", "StreamWidgetTraits")
-    assert mismatch("t", ("py", synced_traits(Wider)), ("js", js)) is not None
-    source = (JS / "stream.js").read_text("utf-8")
-    prop = " * @property {boolean} show_prompt"
-    wider_js = source.replace(prop, " * @property {number} extra  only the page knows\n" + prop)
-    assert wider_js != source
-    more = js_traits("stream.js", "StreamWidgetTraits", wider_js)
-    assert more - js == {"extra"}
-    assert mismatch("t", ("py", synced_traits(StreamWidget)), ("js", more)) is not None
+    fields = set(keys(protocol.StreamWidgetTraits))
+    assert set(synced_traits(Wider)) - fields == {"extra"}
+    assert mismatch("t", ("py", set(synced_traits(Wider))), ("types", fields)) is not None
+    # A trait of the wrong JSON type is seen too.
+    assert trait_kinds(traitlets.Unicode("")) != json_kinds(int)
+    assert trait_kinds(traitlets.Int(None, allow_none=True)) == json_kinds(int | None)
     # And a table row of PROTOCOL.md counts.
     text = (REPO / "PROTOCOL.md").read_text("utf-8")
     row = "| `extra` | int | kernel → page | never |\n"
@@ -207,91 +357,291 @@ def test_the_check_sees_a_trait_on_one_side_only() -> None:
     assert "extra" in protocol_tables(wider_doc)["StreamWidget"]
 
 
+# -- the same types in TypeScript ----------------------------------------------------------------
+
+
+def test_protocol_d_ts_is_what_the_types_write() -> None:
+    """js/src/protocol.d.ts is ``nbstream.protocol.typescript()``, as committed."""
+    text = protocol.typescript()
+    if os.environ.get("NBSTREAM_UPDATE_PROTOCOL") == "1":
+        DTS.write_text(text, "utf-8")
+    assert DTS.read_text("utf-8") == text, (
+        "js/src/protocol.d.ts is out of date: rerun this test with NBSTREAM_UPDATE_PROTOCOL=1 "
+        "and commit it"
+    )
+    assert protocol.typescript() == text  # the same every time
+
+
+def test_every_public_type_is_written_in_typescript() -> None:
+    text = protocol.typescript()
+    written = set(re.findall(r"^export (?:interface|type) (\w+)", text, flags=re.M))
+    public = {name for name in protocol.__all__ if name[0].isupper()}
+    check(mismatch("TypeScript", ("nbstream.protocol", public), ("protocol.d.ts", written)))
+    # Each interface has the keys of its TypedDict (inherited ones through `extends`).
+    assert "export interface DeltaMessage {" in text
+    assert '  type: "delta";' in text
+    assert "  view: string | null;" in text  # a reset's view: null means every view
+    assert "export type StreamWidgetTraits = RunWidgetTraits & BranchTraits" in text
+    assert "  thinking?: ThinkingState;" in text  # total=False: optional
+
+
 # -- custom messages ---------------------------------------------------------------------------
 
 
-def test_messages_from_the_kernel() -> None:
-    sent = set(re.findall(r'"type":\s*"(\w+)"', inspect.getsource(RunFeed)))
-    common = (JS / "common.js").read_text("utf-8")
-    handled = set(re.findall(r'\bmsg\.type\s*===\s*"(\w+)"', common))
-    check(
-        mismatch(
-            "kernel → page", ("nbstream/widgets/feed.py", sent), ("js/src/common.js", handled)
-        ),
-        mismatch(
-            "kernel → page",
-            ("nbstream/widgets/feed.py", sent),
-            ("stream.js IncomingMessage", js_message_types("stream.js", "IncomingMessage")),
-        ),
-        mismatch(
-            "kernel → page",
-            ("nbstream/widgets/feed.py", sent),
-            ("PROTOCOL.md", set(protocol_tables()["Kernel to page"])),
-        ),
-    )
+def type_literals(union: Any) -> set[str]:
+    """The ``type`` values of the messages of a union (or of one message)."""
+    members = typing.get_args(union) if typing.get_origin(union) else (union,)
+    return set().union(*(set(typing.get_args(keys(m)["type"][0])) for m in members))
 
 
-def test_the_sampling_panels_reply() -> None:
-    from nbstream.widgets.sampling import Explainer
-
-    sent = set(re.findall(r'"type":\s*"(\w+)"', inspect.getsource(Explainer)))
-    panel = (JS / "sampling.js").read_text("utf-8")
-    handled = set(re.findall(r"\bmsg\?*\.type\s*===\s*\"(\w+)\"", panel)) - {"tokens"}
-    check(
-        mismatch("panel reply", ("nbstream/widgets/sampling.py", sent), ("sampling.js", handled)),
-        mismatch(
-            "panel reply",
-            ("nbstream/widgets/sampling.py", sent),
-            (
-                "sampling.js DistributionReply",
-                js_message_types("sampling.js", "DistributionReply"),
-            ),
-        ),
-        mismatch(
-            "panel reply",
-            ("nbstream/widgets/sampling.py", sent),
-            ("PROTOCOL.md", set(protocol_tables()["Kernel to page: the sampling panel"])),
-        ),
-    )
+def fields_by_type(union: Any) -> dict[str, set[str]]:
+    """``type`` -> the keys of the messages of that type, ``type`` itself left out."""
+    found: dict[str, set[str]] = {}
+    members = typing.get_args(union) if typing.get_origin(union) else (union,)
+    for member in members:
+        for kind in typing.get_args(keys(member)["type"][0]):
+            found.setdefault(kind, set()).update(set(keys(member)) - {"type"})
+    return found
 
 
-PAGE_TO_KERNEL = {
-    # heading in PROTOCOL.md: (the kernel's handlers, the JS mirror or None)
-    "Page to kernel: every RunWidget view": ([RunWidget._handle_view_message], None),
+def handled_kinds(function: Callable[..., Any]) -> set[str]:
+    """The message types a Python handler compares its ``kind`` with (its syntax tree)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    kinds: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and getattr(node.left, "id", None) == "kind":
+            for right in node.comparators:
+                items = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+                kinds |= {i.value for i in items if isinstance(i, ast.Constant)}
+    return kinds
+
+
+#: PROTOCOL.md's message tables: (the types, the kernel's handlers of them, or None).
+MESSAGE_TABLES: dict[str, tuple[Any, list[Callable[..., Any]] | None]] = {
+    "Kernel to page": (protocol.FeedMessage, None),
+    "Kernel to page: the sampling panel": (protocol.DistributionReply, None),
+    "Page to kernel: every RunWidget view": (
+        protocol.ViewRequest,
+        [RunWidget._handle_view_message],
+    ),
     "Page to kernel: StreamWidget": (
-        [StreamWidget._on_view_message],
-        ("stream.js", "Page to kernel: every RunWidget view"),
+        protocol.StreamWidgetRequest,
+        [RunWidget._handle_view_message, StreamWidget._on_view_message],
     ),
     "Page to kernel: ChatWidget": (
-        [ChatWidget._on_view_message],
-        ("chat.js", "Page to kernel: every RunWidget view"),
+        protocol.ChatWidgetRequest,
+        [RunWidget._handle_view_message, ChatWidget._on_view_message],
     ),
     "Page to kernel: CompareWidget header": (
+        protocol.CompareHeaderRequest,
         [CompareWidget._handle_header_message],
-        ("compare.js", None),
     ),
+}
+#: What a widget's own table leaves to "every RunWidget view"'s.
+SHARED = {
+    "Page to kernel: StreamWidget": protocol.ViewRequest,
+    "Page to kernel: ChatWidget": protocol.ViewRequest,
 }
 
 
-@pytest.mark.parametrize("heading", list(PAGE_TO_KERNEL))
-def test_messages_from_the_page(heading: str) -> None:
-    handlers, mirror = PAGE_TO_KERNEL[heading]
+@pytest.mark.parametrize("heading", list(MESSAGE_TABLES))
+def test_protocol_md_names_every_message_and_field(heading: str) -> None:
+    union, _ = MESSAGE_TABLES[heading]
     tables = protocol_tables()
     assert heading in tables, f"PROTOCOL.md has no table under '### {heading}'"
-    documented = set(tables[heading])
-    handled: set[str] = set()
-    for handler in handlers:
-        handled |= handled_kinds(handler)
-    problems = [mismatch(heading, ("PROTOCOL.md", documented), ("the kernel", handled))]
-    if mirror is not None:
-        file, shared = mirror
-        # What a view sends: its own messages and those every view of a RunWidget sends.
-        expected = documented | (set(tables[shared]) if shared else set())
-        sent = js_message_types(file, "OutgoingMessage")
-        problems.append(
-            mismatch(heading, ("PROTOCOL.md", expected), (f"{file} OutgoingMessage", sent))
+    table = tables[heading]
+    fields = fields_by_type(union)
+    shared = type_literals(SHARED[heading]) if heading in SHARED else set()
+    problems = [
+        mismatch(
+            heading,
+            ("PROTOCOL.md", set(table)),
+            ("nbstream.protocol", set(fields) - shared),
         )
+    ]
+    for kind, cells in table.items():
+        if kind in fields:
+            problems.append(
+                mismatch(
+                    f"{heading}, `{kind}`'s fields",
+                    ("PROTOCOL.md", named_fields(cells[0])),
+                    ("nbstream.protocol", fields[kind]),
+                )
+            )
     check(*problems)
+
+
+@pytest.mark.parametrize(
+    "heading", [h for h, (_, handlers) in MESSAGE_TABLES.items() if handlers is not None]
+)
+def test_the_kernel_handles_exactly_the_page_s_messages(heading: str) -> None:
+    union, handlers = MESSAGE_TABLES[heading]
+    handled: set[str] = set()
+    for handler in handlers or []:
+        handled |= handled_kinds(handler)
+    check(
+        mismatch(heading, ("the kernel's handlers", handled), ("the types", type_literals(union)))
+    )
+
+
+def test_the_handler_reader_sees_every_comparison() -> None:
+    def handler(kind: Any) -> None:
+        if kind == "a":
+            return
+        if kind in ("b", "c"):
+            return
+        if kind != "d":
+            return
+
+    assert handled_kinds(handler) == {"a", "b", "c", "d"}
+
+
+# -- what the kernel really sends --------------------------------------------------------------
+
+
+class Page:
+    """Stands in for the page: sends what a view sends, and keeps what the widget sends to
+    its views, as JSON (what crosses the wire)."""
+
+    def __init__(self, widget: Any) -> None:
+        self.widget = widget
+        self.sent: list[dict[str, Any]] = []
+        self.arrived = threading.Condition()
+        original = widget._send_msg
+
+        def capture(content: Any) -> None:
+            with self.arrived:
+                self.sent.append(json.loads(json.dumps(content, allow_nan=False)))
+                self.arrived.notify_all()
+            original(content)
+
+        widget._send_msg = capture
+
+    def says(self, **content: Any) -> None:
+        self.widget._handle_message(self.widget, content, [])
+
+    def wait_for(self, found: Callable[[list[dict[str, Any]]], bool], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while not found(self.sent):
+                left = deadline - time.monotonic()
+                assert left > 0, f"not sent within {timeout} s: {self.sent[-3:]}"
+                self.arrived.wait(left)
+
+
+def state(widget: Any, cls: type) -> dict[str, Any]:
+    """The synced traits of ``widget`` as the page gets them."""
+    full = json.loads(json.dumps(widget.get_state(), allow_nan=False))
+    return {name: value for name, value in full.items() if name in synced_traits(cls)}
+
+
+def wait_views_done(timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while nbstream.widgets.feed.view_threads():
+        assert time.monotonic() < deadline, "a view thread outlived its run"
+        time.sleep(0.01)
+
+
+def assert_all_conform(sent: list[dict[str, Any]], union: Any) -> None:
+    problems = [p for message in sent for p in conforms(message, of_type(message, union))]
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    return tiny_model()
+
+
+def test_what_a_stream_widget_sends_has_the_protocol_s_types(tiny: tuple[Any, Any]) -> None:
+    w = StreamWidget(*tiny, max_new_tokens=12, show_tokens=True, show_alternatives=True)
+    try:
+        assert conforms(state(w, StreamWidget), protocol.StreamWidgetTraits) == []
+        page = Page(w)
+        run = w.generate("Hello")
+        run.wait(60)
+        wait_views_done()
+        page.says(type="sync", view="v1", page="p1")
+        page.says(type="distribution", view="v1", request=1, run_id=w.run_id, step=0)
+        page.says(type="distribution", view="v2", request=1, run_id=w.run_id, step=10_000)
+        page.wait_for(lambda sent: sum(m["type"] == "distribution" for m in sent) == 2)
+        kinds = {m["type"] for m in page.sent}
+        assert kinds >= {"delta", "reset", "tokens", "distribution"}, kinds
+        assert_all_conform(page.sent, protocol.RunWidgetMessage)
+        replies = [m for m in page.sent if m["type"] == "distribution"]
+        assert {r["error"] is None for r in replies} == {True, False}  # an answer, a refusal
+        assert conforms(state(w, StreamWidget), protocol.StreamWidgetTraits) == []
+        assert conforms(run.metrics, protocol.Metrics) == []
+        assert conforms(json.loads(json.dumps(run.record)), protocol.RunRecord) == []
+        assert run.status in typing.get_args(protocol.Status)
+        # A branch: its entry in _branches, and the answer shown.
+        step = 1
+        token = run.token_ids[step]
+        alternative = run.trace[step].alternatives[-1][0]
+        assert alternative != token
+        w.branch(step, alternative).wait(60)
+        wait_views_done()
+        assert len(w._branches) == 1
+        assert conforms(state(w, StreamWidget), protocol.StreamWidgetTraits) == []
+        assert_all_conform(page.sent, protocol.RunWidgetMessage)
+    finally:
+        w.close()
+
+
+def test_a_reasoning_model_s_messages_have_the_protocol_s_types() -> None:
+    thought, answer = "Two and two make four.", "It is 4."
+    w = StreamWidget(*forced_model(f"<think>{thought}</think>\n\n{answer}"), max_new_tokens=40)
+    try:
+        w.show_tokens = True
+        page = Page(w)
+        run = w.generate("What is 2+2?")
+        run.wait(60)
+        wait_views_done()
+        page.says(type="sync", view="v1", page="p1")
+        page.wait_for(lambda sent: any(m["type"] == "reset" for m in sent))
+        kinds = {m["type"] for m in page.sent}
+        assert kinds >= {"thinking", "delta", "tokens", "reset"}, kinds
+        assert "thinking" in next(m for m in page.sent if m["type"] == "reset")
+        assert_all_conform(page.sent, protocol.RunWidgetMessage)
+        assert conforms(run.metrics, protocol.Metrics) == []
+        assert run.metrics["thinking_tokens"]
+    finally:
+        w.close()
+
+
+def test_a_chat_s_state_has_the_protocol_s_types(tiny: tuple[Any, Any]) -> None:
+    w = ChatWidget(*tiny, max_new_tokens=8)
+    try:
+        assert conforms(state(w, ChatWidget), protocol.ChatWidgetTraits) == []
+        page = Page(w)
+        w.generate("Hi").wait(60)
+        wait_views_done()
+        w.generate("And?").wait(60)
+        wait_views_done()
+        current = state(w, ChatWidget)
+        assert len(current["_messages"]) == 4
+        assert conforms(current, protocol.ChatWidgetTraits) == []
+        assert_all_conform(page.sent, protocol.RunWidgetMessage)
+        w.clear()
+        assert conforms(state(w, ChatWidget), protocol.ChatWidgetTraits) == []
+    finally:
+        w.close()
+
+
+def test_a_compare_s_state_has_the_protocol_s_types(tiny: tuple[Any, Any]) -> None:
+    cw = CompareWidget(
+        *tiny, prompt="Hi", settings=[{"temperature": 0}, {"temperature": 1.5}], seed=3
+    )
+    try:
+        header, columns = cw._header, cw.columns
+        assert conforms(state(header, _Header), protocol.CompareHeaderTraits) == []
+        cw.generate(max_new_tokens=8)
+        cw.wait(60)
+        wait_views_done()
+        assert conforms(state(header, _Header), protocol.CompareHeaderTraits) == []
+        for column in columns:
+            assert conforms(state(column, _Column), protocol.CompareColumnTraits) == []
+    finally:
+        cw.close()
 
 
 # -- the settings' schema ----------------------------------------------------------------------

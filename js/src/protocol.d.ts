@@ -70,8 +70,8 @@ export interface ChatMessage {
 /** The `ChatWidget`'s own synced traits (nbstream/widgets/chat.py). */
 export interface ChatWidgetOwnTraits {
   _messages: ChatMessage[];
-  /** The system message (both ways). */
-  system: string | null;
+  /** The system message (both ways): a setting, any value, checked by the kernel (null: the chat template's default). */
+  system: any;
 }
 
 /** What a `ChatWidget`'s view sends. */
