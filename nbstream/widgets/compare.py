@@ -378,15 +378,9 @@ def _check_arguments(
 class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     """One prompt, two to four settings, streamed side by side (one column per setting).
 
-    ``CompareWidget(model, tokenizer, prompt, settings=[...])``; no model means the embedded
-    default model, as for :class:`~nbstream.StreamWidget`. Each entry of ``settings`` is a
-    dict of settings (as for :func:`nbstream.stream`) for one column; keyword settings
-    (``max_new_tokens=50``, ``alternatives=5``, ...) apply to every column under its own
-    dict. Every setting is checked before anything is created.
-
-    ``cw.columns`` are the columns, each a ``StreamWidget`` (``status``, ``result``,
-    ``record``, ``stop()``, ``wait()``, the teaching views); ``cw.generate()`` starts them all,
-    ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
+    Every setting is checked before anything is created. ``cw.columns`` are the columns,
+    each a ``StreamWidget`` (``status``, ``result``, ``record``, ``stop()``, ``wait()``, the
+    teaching views); ``cw.generate()`` starts them all, ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
     one after the other, in order: a column waiting for the model is ``queued``. On an
     :class:`~nbstream.Endpoint` they do so unless it runs requests at once (vLLM, SGLang,
     TGI and llama-server by default, or ``concurrent=True``): the server then schedules
@@ -398,7 +392,20 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     produced it, seed included (a shared seed is ``"given"`` there: the comparison gave it;
     ``cw.shared_seed`` is the last one).
 
-    Example::
+    Args:
+        model: As for :class:`~nbstream.StreamWidget`: ``None`` (the default model), a
+            loaded causal LM, a hub id or folder, or an :class:`~nbstream.Endpoint`.
+        tokenizer: The loaded model's tokenizer (only with a loaded model).
+        prompt: The prompt every column answers (the shared prompt box).
+        settings: Two to four dicts of settings (the names of :func:`nbstream.stream`),
+            one per column, left to right.
+        same_seed: Give every sampled column the same seed; ``None`` turns it on when
+            ``seed`` is given.
+        seed: The shared seed; ``None`` draws one at each :meth:`generate`.
+        **common: Settings for every column (under each column's own dict), and the
+            teaching views' toggles.
+
+    Example:
 
         >>> import nbstream
         >>> cw = nbstream.CompareWidget(
@@ -600,18 +607,29 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @input_checked
     def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
-        """Start every column on the prompt (default: the prompt box); return their runs
-        (a list, :class:`Runs`).
-
-        ``settings`` override every column's own for these runs (as keyword settings of
-        ``StreamWidget.generate``), and are checked before anything starts.
+        """Start every column on the prompt; return their runs.
 
         The runs start left to right; on a shared model they run in that order, each
-        waiting ``queued`` for the one before. Raises ``RuntimeError`` if a column is still
-        queued or running, and ``ValueError`` for an empty prompt or a column whose
-        settings panel holds an invalid value: then nothing starts. Should a column still
-        fail to start (its model refuses the prompt), the columns already started are
-        stopped and the error names the column.
+        waiting ``queued`` for the one before. Should a column fail to start (its model
+        refuses the prompt), the columns already started are stopped and the error names
+        the column.
+
+        Args:
+            prompt: The prompt; ``None`` for the prompt box's text.
+            **settings: Override every column's own settings for these runs; checked
+                before anything starts.
+
+        Returns:
+            The runs, left to right (a list, :class:`Runs`).
+
+        Raises:
+            RuntimeError: A column is still queued or running.
+            ValueError: An empty prompt, or a column whose settings panel holds an invalid
+                value; nothing starts.
+
+        Example:
+            >>> runs = cw.generate("Name two colors.")
+            >>> [run.status for run in runs]  # doctest: +SKIP
         """
         if settings:
             _named("the settings given to generate()", settings)
@@ -658,7 +676,15 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             return Runs(runs)
 
     def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
-        """Deprecated: :meth:`generate` (warns ``DeprecationWarning``)."""
+        """Deprecated: :meth:`generate` (warns ``DeprecationWarning``).
+
+        Args:
+            prompt: As for :meth:`generate`.
+            **settings: As for :meth:`generate`.
+
+        Returns:
+            The runs, as :meth:`generate`.
+        """
         warnings.warn(
             "CompareWidget.run() is now CompareWidget.generate()", DeprecationWarning, stacklevel=2
         )
@@ -671,9 +697,20 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         (its ``status``, ``partial_text`` and ``error`` say more) or never ran: one stopped
         column is part of a comparison, not an error. The columns' marks of where they part
         (one forward pass of the model) are written by then too. ``timeout`` bounds the
-        whole wait; when it expires ``TimeoutError`` is raised and the runs go on. A
-        ``KeyboardInterrupt`` (the kernel's interrupt button) stops every column, then
-        propagates.
+        whole wait. A ``KeyboardInterrupt`` (the kernel's interrupt button) stops every
+        column, then propagates.
+
+        Args:
+            timeout: Seconds for the whole wait; ``None`` waits as long as it takes.
+
+        Returns:
+            Each column's ``result``, left to right.
+
+        Raises:
+            TimeoutError: The timeout expired; the runs go on.
+
+        Example:
+            >>> texts = cw.wait()
         """
         started = [(column, column.run) for column in self._columns if column.run is not None]
         if not started:

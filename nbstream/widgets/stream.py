@@ -34,14 +34,22 @@ __all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "StreamWidget"]
 class StreamWidget(BranchingWidget):
     """Stream a model's answer into the notebook, with its state, Stop, and metrics.
 
-    ``StreamWidget()`` uses the embedded default model, shared by every widget in the
-    process; ``StreamWidget(model, tokenizer, **settings)`` any loaded causal LM (settings
-    as in :func:`nbstream.stream`); ``StreamWidget("owner/name")`` or a folder loads one
-    with :func:`nbstream.load_model` (a missing one raises
-    :class:`~nbstream.ModelNotFoundError`, saying where it was looked for). Runs of widgets
-    sharing a model queue, never interleave.
+    Runs of widgets sharing a model queue, never interleave.
 
-    Example::
+    Args:
+        model: ``None`` for the embedded default model (shared by every widget in the
+            process); a loaded causal LM; a hub id or folder, loaded with
+            :func:`nbstream.load_model`; or an :class:`~nbstream.Endpoint`.
+        tokenizer: The loaded model's tokenizer (only with a loaded model).
+        **settings: The widget's settings (the names of :func:`nbstream.stream`), and the
+            teaching views' toggles (``show_tokens``, ``show_probabilities``,
+            ``show_alternatives``).
+
+    Raises:
+        ModelNotFoundError: A model name that is not there.
+        ValueError: A bad setting, before the widget exists.
+
+    Example:
 
         >>> import nbstream
         >>> w = nbstream.StreamWidget(max_new_tokens=64)
@@ -87,12 +95,24 @@ class StreamWidget(BranchingWidget):
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
-        """Start a run and return the engine's :class:`~nbstream.Generation` at once.
+        """Start a run and return it at once; the widget streams it.
 
-        ``prompt`` defaults to the prompt box; ``settings`` override the widget's (its
-        setting traits, such as ``temperature``, which the settings panel edits) for this
-        run; a widget setting that is invalid (``settings_errors``) raises ``ValueError``.
-        Raises ``RuntimeError`` if this widget already has a run queued or running.
+        Args:
+            prompt: The prompt; ``None`` for the prompt box's text.
+            **settings: Override the widget's settings (the panel's) for this run; the
+                names of :func:`nbstream.stream`.
+
+        Returns:
+            The run, a :class:`~nbstream.Generation`.
+
+        Raises:
+            ValueError: A bad prompt or setting (also an invalid panel value,
+                ``settings_errors``), before anything starts.
+            RuntimeError: This widget already has a run queued or running.
+
+        Example:
+            >>> run = w.generate("Name two colors.", max_new_tokens=20)
+            >>> run.wait()  # the text, once complete
         """
         if prompt is None:
             prompt = self.prompt
@@ -109,14 +129,27 @@ class StreamWidget(BranchingWidget):
 
     @input_checked
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """Continue the answer shown (the original, or the branch shown since) as if it had
-        taken ``token`` at ``step`` (see :meth:`nbstream.Generation.branch`); the branch
-        streams into the widget and is shown. A branch of a branch is kept too; each
-        one's ``branch_info["parent"]`` says which run it left.
+        """Continue the answer shown as if it had taken ``token`` at ``step``.
 
-        ``settings`` override the run's own for the branch. Each branch made since the
-        last :meth:`generate` is kept in :attr:`branches`. Raises ``RuntimeError`` while a
-        run is in progress or before any run.
+        The branch streams into the widget and is shown; every branch since the last
+        :meth:`generate` is kept in :attr:`branches` (a branch of a branch too: its
+        ``branch_info["parent"]`` says which run it left). See
+        :meth:`nbstream.Generation.branch`.
+
+        Args:
+            step: The step (0-based token index) where the answer takes another token.
+            token: A token id, or one of ``run.trace[step].alternatives``.
+            **settings: Override the run's own settings for the branch.
+
+        Returns:
+            The branch, a :class:`~nbstream.Generation`.
+
+        Raises:
+            RuntimeError: A run is in progress, or there is no run yet.
+
+        Example:
+            >>> w.generate("The sky is", alternatives=5).wait()
+            >>> w.branch(0, w.run.trace[0].alternatives[1]).wait()
         """
 
         def make_run() -> Generation:  # lock held, no run in progress
