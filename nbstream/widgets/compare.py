@@ -380,11 +380,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     Every setting is checked before anything is created. ``cw.columns`` are the columns,
     each a ``StreamWidget`` (``status``, ``result``, ``record``, ``stop()``, ``wait()``, the
-    teaching views); ``cw.generate()`` starts them all, ``cw.wait()`` waits for all, ``cw.stop()`` stops them all. Columns sharing a model run
-    one after the other, in order: a column waiting for the model is ``queued``. On an
-    :class:`~nbstream.Endpoint` they do so unless it runs requests at once (vLLM, SGLang,
-    TGI and llama-server by default, or ``concurrent=True``): the server then schedules
-    them.
+    teaching views); ``cw.generate()`` starts them all, ``cw.wait()`` waits for all,
+    ``cw.stop()`` stops them all. Columns sharing a model run one after the other, in order:
+    a column waiting for the model is ``queued``. On an :class:`~nbstream.Endpoint` they do
+    so unless it runs requests at once (vLLM, SGLang, TGI and llama-server by default, or
+    ``concurrent=True``): the server then schedules them.
 
     ``same_seed=True`` (the **Same seed** checkbox) gives every sampled column the same
     seed: ``seed=`` if given, else one drawn at each ``generate()``; greedy columns, and columns
