@@ -51,6 +51,8 @@ def api_page() -> str:
 
 def _cell(value: Any) -> str:
     text = "" if value is None else str(value)
+    # Help texts hold tags such as <think>: shown as text, not taken for HTML.
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -84,7 +86,9 @@ def settings_page() -> str:
         "|---|---|---|---|---|",
     ]
     for name, entry in settings_schema().items():
-        messages = "; ".join(f"`{_cell(m)}`" for m in entry.get("messages", {}).values())
+        # Messages are shown as code: only the table's bars need escaping there.
+        texts = dict.fromkeys(entry.get("messages", {}).values())
+        messages = "; ".join("`" + m.replace("|", "\\|") + "`" for m in texts)
         lines.append(
             f"| `{name}` | {entry['type']} | {_cell(_range(entry))} | {_cell(entry['help'])} "
             f"| {messages} |"
