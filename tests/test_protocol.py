@@ -338,6 +338,18 @@ def test_each_trait_table_is_one_type(heading: str) -> None:
     )
 
 
+def test_protocol_md_names_every_metric() -> None:
+    """The ``metrics`` row lists the keys of ``Metrics``."""
+    cell = protocol_tables()["RunWidget"]["metrics"][0]
+    check(
+        mismatch(
+            "metrics",
+            ("PROTOCOL.md", named_fields(cell) - {"Metrics"}),
+            ("nbstream.protocol (Metrics)", set(keys(protocol.Metrics))),
+        )
+    )
+
+
 def test_the_check_sees_a_trait_on_one_side_only() -> None:
     """The comparisons above really fail on a trait added to one side."""
 
@@ -482,6 +494,15 @@ def test_the_kernel_handles_exactly_the_page_s_messages(heading: str) -> None:
     check(
         mismatch(heading, ("the kernel's handlers", handled), ("the types", type_literals(union)))
     )
+
+
+def test_the_page_handles_every_message_the_kernel_sends() -> None:
+    """Each kernel-to-page message type is compared with in the page's code (js/src)."""
+    handled: set[str] = set()
+    for path in JS.glob("*.js"):
+        handled |= set(re.findall(r"\bmsg\??\.type\s*===\s*\"(\w+)\"", path.read_text("utf-8")))
+    sent = type_literals(protocol.RunWidgetMessage)
+    assert sent <= handled, f"no code of js/src handles {sorted(sent - handled)}"
 
 
 def test_the_handler_reader_sees_every_comparison() -> None:
