@@ -169,3 +169,31 @@ def test_the_readme_is_a_front_page() -> None:
     assert "make demo" in text and "make test" in text
     # CI runs the README's test command.
     assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def _page_result(tmp_path: Path, text: str) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    sybil = Sybil(parsers=[CodeBlockParser("python", evaluator=_run_cell)])
+    document = sybil.parse(page)
+    try:
+        for example in document.examples():
+            example.evaluate()
+    finally:
+        for value in document.namespace.values():
+            if hasattr(value, "close") and hasattr(value, "generate"):
+                value.close()
+
+
+def test_a_block_that_makes_a_widget_must_show_it(tmp_path: Path) -> None:
+    """The checker itself: a block whose widget is not its last expression fails, as a pasted
+    cell would show nothing; the same block ending with the widget passes."""
+    made = (
+        "```python\n"
+        "import nbstream\n"
+        "from nbstream.testing.models import tiny_model\n"
+        "w = nbstream.StreamWidget(*tiny_model(), max_new_tokens=2)\n"
+    )
+    with pytest.raises(AssertionError, match="must be the widget"):
+        _page_result(tmp_path, made + "w.generate('Hi')\n```\n")
+    _page_result(tmp_path, made + "w\n```\n")
