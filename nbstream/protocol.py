@@ -7,8 +7,9 @@ TypeScript for the page, js/src/protocol.d.ts (``tsc`` checks the front end with
 What each trait and message means, and when it is sent, is in ``PROTOCOL.md``;
 ``tests/test_protocol.py`` keeps the three in step.
 
-A ``TypedDict`` split into a required part and an optional part (``total=False``) names the
-optional part with a leading underscore; its keys are the keys of the type.
+A type's optional keys come from a base declared ``total=False`` (a private one, named with
+a leading underscore, when nothing else uses it); :func:`keys` lists a type's keys.
+``NBSTREAM_UPDATE_PROTOCOL=1 pytest tests/test_protocol.py`` rewrites js/src/protocol.d.ts.
 
 Example:
     >>> from nbstream.protocol import DeltaMessage
