@@ -70,29 +70,36 @@ def _range(entry: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _sentence(text: str) -> str:
+    text = _cell(text)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def settings_page() -> str:
     from nbstream.settings import settings_schema
 
+    schema = settings_schema()
     lines = [
         "# Settings reference",
         "",
         "Generated at build time from `nbstream.settings.settings_schema()`, the schema the",
         "widgets' Settings panel checks values against. Every setting is a keyword of",
         "`nbstream.stream`, of each widget and of `generate()`; `None` (unset) means the",
-        "model's own default. A value out of range is refused before anything starts, with",
-        "the message in the last column.",
+        "model's own default. A value out of range is refused before anything starts.",
         "",
-        "| setting | type | range | what it does | refused with |",
-        "|---|---|---|---|---|",
+        "| setting | type | range |",
+        "|---|---|---|",
     ]
-    for name, entry in settings_schema().items():
-        # Messages are shown as code: only the table's bars need escaping there.
-        texts = dict.fromkeys(entry.get("messages", {}).values())
-        messages = "; ".join("`" + m.replace("|", "\\|") + "`" for m in texts)
-        lines.append(
-            f"| `{name}` | {entry['type']} | {_cell(_range(entry))} | {_cell(entry['help'])} "
-            f"| {messages} |"
-        )
+    for name, entry in schema.items():
+        lines.append(f"| [`{name}`](#{name}) | {entry['type']} | {_cell(_range(entry))} |")
+    for name, entry in schema.items():
+        lines += ["", f"## `{name}` {{#{name}}}", "", _sentence(entry["help"]), ""]
+        lines.append(f"- type: {entry['type']}" + (", or `None`" if entry["nullable"] else ""))
+        if _range(entry):
+            lines.append(f"- range: {_cell(_range(entry))}")
+        # The kernel's own words, once each (below and above may be the same sentence).
+        for message in dict.fromkeys(entry.get("messages", {}).values()):
+            lines.append(f"- refused with: `{message}`")
     return "\n".join(lines) + "\n"
 
 
