@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,12 @@ def test_the_long_description_is_the_readme_and_says_which_links_are_relative() 
     assert project["readme"] == "README.md"
     text = (REPO / "README.md").read_text(encoding="utf-8")
     relative = _relative_links(text)
-    print("relative links in the long description:", *relative, sep="\n  ")
+    # Reported on every run (pytest's warnings summary) until they are made absolute.
+    warnings.warn(
+        "relative links in the long description, broken on PyPI until the repository has "
+        f"a public home: {', '.join(relative)}",
+        stacklevel=1,
+    )
     for target in relative:
         assert (REPO / target.split("#")[0]).exists(), f"README.md links to missing {target}"
     pictures = [t for t in relative if t.endswith(".png")]
