@@ -153,7 +153,11 @@ def doctor() -> Checkup:
     whether a Stop click can act while another cell runs (widget messages on a kernel
     subshell). ``python -m nbstream doctor`` prints the same report.
 
-    Example::
+    Returns:
+        A :class:`Checkup`: its findings, shown as a table in a notebook and as text in a
+        terminal.
+
+    Example:
 
         >>> import nbstream
         >>> nbstream.doctor()          # in a notebook: a table, completed by the page
