@@ -10,15 +10,8 @@
 import { ACTIVE, disconnected, h } from "./common.js";
 
 /**
- * One branch as the kernel describes it (`_branches`).
- * @typedef {object} BranchEntry
- * @property {number} step           the token (0-based) where it left its parent
- * @property {number | null} parent_token   the parent's token there (null on a server: no ids)
- * @property {string} parent_text    that token decoded
- * @property {number | null} token   the token the branch took instead (null on a server)
- * @property {string} text           that token decoded
- * @property {number} parent         the answer it left: 0 the original, k the k-th branch
- * @property {string} status         its run's state
+ * One branch as the kernel describes it (`_branches`; protocol.d.ts).
+ * @typedef {import("./protocol.js").BranchEntry} BranchEntry
  */
 
 /** @typedef {import("./tokens.js").TokenList} TokenList */
@@ -36,7 +29,7 @@ function quote(text) {
   return `'${s}'`;
 }
 
-/** @param {any} model @returns {BranchEntry[]} */
+/** @param {import("./model.js").RunModel} model @returns {BranchEntry[]} */
 function entriesOf(model) {
   const b = model.get("_branches");
   return Array.isArray(b) ? b.filter((e) => e && typeof e === "object") : [];
@@ -56,7 +49,7 @@ function whereWords(e) {
  * the reason it is not offered. Given to the view's token lists (tokenViews' `branch`);
  * TokenList calls `fill` after it has drawn the popover of token i.
  * @param {object} o
- * @param {any} o.model
+ * @param {import("./model.js").RunModel} o.model
  * @param {(list: TokenList) => string} [o.only] the view's own reason for this list ("" if
  *   none): a chat branches its last answer only
  * @param {() => void} [o.sent] a branch was asked for (the view moves the focus)
@@ -99,7 +92,7 @@ function branchAction(o) {
 /**
  * The Continue button of the alternative at `place` in token i's list, or null for the
  * one the run took (or an alternative without an id, on a local model).
- * @param {{model: any, sent?: () => void}} o @param {TokenList} list @param {number} i
+ * @param {{model: import("./model.js").RunModel, sent?: () => void}} o @param {TokenList} list @param {number} i
  * @param {number} place
  */
 function continueButton(o, list, i, place) {
@@ -123,10 +116,12 @@ function continueButton(o, list, i, place) {
   b.title = `Continue the answer from step ${i + 1} with ${name} instead (a new branch)`;
   b.addEventListener("click", () => {
     if (ACTIVE.has(String(o.model.get("status")))) return;
+    // A list with tokens is a run's: its run_id is a number.
+    const runId = /** @type {number} */ (list.runId);
     o.model.send(
       server
-        ? { type: "branch", run_id: list.runId, step: i, alternative: place }
-        : { type: "branch", run_id: list.runId, step: i, token: id },
+        ? { type: "branch", run_id: runId, step: i, alternative: place }
+        : { type: "branch", run_id: runId, step: i, token: id },
     );
     o.sent?.();
   });
@@ -140,7 +135,7 @@ function continueButton(o, list, i, place) {
 class BranchSwitcher {
   /**
    * @param {object} o
-   * @param {any} o.model
+   * @param {import("./model.js").RunModel} o.model
    * @param {(name: string, cb: Function) => void} o.onModel
    * @param {string} [o.label]
    */
@@ -272,7 +267,7 @@ class BranchSwitcher {
 /**
  * The switcher between the answers of the current prompt (BranchSwitcher).
  * @param {object} o
- * @param {any} o.model
+ * @param {import("./model.js").RunModel} o.model
  * @param {(name: string, cb: Function) => void} o.onModel
  * @param {string} [o.label]
  */

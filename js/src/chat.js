@@ -10,72 +10,14 @@
 // chat_composer.js.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `ChatWidget` in nbstream/widgets/chat.py (the traits
-// of its base, `RunWidget` in nbstream/widgets/base.py, are RunWidgetTraits in stream.js):
-// tests/test_protocol.py compares them both ways. The protocol as a whole is written down
-// in PROTOCOL.md.
+// Synced traits and messages: the types of protocol.d.ts, which nbstream/protocol.py writes
+// (the class `ChatWidget`, nbstream/widgets/chat.py, and its base `RunWidget`,
+// nbstream/widgets/base.py); model.d.ts types the model with them. What each trait and
+// message means is in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
-/**
- * @typedef {"idle" | "queued" | "running" | "complete" | "failed" | "cancelled"} Status
- */
-
-/**
- * One message of the transcript (`ChatWidget._messages`). Set by Python when a
- * turn starts and when it ends, never per frame: the answer being generated
- * has `content` "" and its text comes as deltas of the current run.
- * @typedef {object} Message
- * @property {"user" | "assistant"} role
- * @property {string} content
- * @property {number} turn            index of the turn (a user message and its answer)
- * @property {boolean} in_history     false: the turn ended out of the conversation (stopped or
- *   failed, not kept); true otherwise, also while its answer is being generated
- * @property {Status} [status]        assistant: the answer's end state (or its state when it started)
- * @property {number | null} [run_id] assistant: the run that produced it (null: seeded from Python)
- * @property {boolean} [kept]         assistant: a partial answer the user kept in the history
- * @property {{type: string, message: string} | null} [error] assistant: why it failed
- * @property {string | null} [finish_reason] assistant: why its run ended ("eos", "length",
- *   "stop", "cancelled", "error", "timeout"; null while it runs and when seeded from Python);
- *   "length" on a complete answer: cut off at max_new_tokens
- * @property {import("./thinking.js").ThinkingState} [thinking] assistant: a reasoning
- *   model's thinking, once the answer ended (absent: it did not think; the live answer's
- *   comes as `thinking` messages)
- */
-
-/**
- * The ChatWidget's own synced traits. With RunWidget's (status and metrics of the current,
- * newest run; run_id also incremented when the chat is cleared; the settings, the token
- * views' toggles: with a token view on, each assistant message that came from a run shows
- * its tokens).
- * @typedef {object} ChatWidgetOwnTraits
- * @property {Message[]} _messages    the transcript (Python → JS)
- * @property {string | null} system   the system message (two-way, the settings panel)
- */
-
-/**
- * The synced traits of `ChatWidget`.
- * @typedef {import("./stream.js").RunWidgetTraits & import("./stream.js").BranchTraits & ChatWidgetOwnTraits} ChatWidgetTraits
- */
-
-/**
- * Custom messages, JS → Python (`send`, `edit_last` and `regenerate` carry the settings
- * panel's values, as the StreamWidget's `run` does; `sync` and `removed` are the StreamWidget's).
- * @typedef {{type: "send", text: string, settings: Record<string, unknown>}
- *   | {type: "edit_last", text: string, settings: Record<string, unknown>}
- *   | {type: "regenerate", settings: Record<string, unknown>}
- *   | {type: "keep", turn: number}
- *   | {type: "clear"}
- *   | {type: "branch", run_id: number, step: number, token: number}
- *   | {type: "branch", run_id: number, step: number, alternative: number}
- *   | {type: "show_branch", index: number}
- *   | {type: "stop"}
- *   | {type: "distribution", view: string, request: number, run_id: number, step: number,
- *      temperature?: number, top_k?: number, top_p?: number}
- *   | {type: "sync", view: string, page: string}
- *   | {type: "removed", view: string, page: string}} OutgoingMessage
- * Python → JS: `delta` and `reset` of the current run, as for the StreamWidget, and
- * `tokens` of any turn's run (by its run_id; see TokensMessage in stream.js).
- */
+/** @typedef {import("./protocol.js").ChatMessage} Message  one message of `_messages` */
+/** @typedef {import("./model.js").ChatModel} ChatModel */
 
 import {
   ACTIVE,
@@ -115,7 +57,7 @@ import { LiveThinking } from "./thinking.js";
 import { sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
-/** @typedef {import("./stream.js").TokensMessage} TokensMessage */
+/** @typedef {import("./protocol.js").TokensMessage} TokensMessage */
 /** @typedef {import("./tokens.js").TokenList} TokenList */
 /** @typedef {import("./chat_message.js").MessageButton} MessageButton */
 
@@ -127,7 +69,7 @@ import { sayCapture, tokenViews } from "./tokens.js";
  * listen's) is the order in which the model's events reach them.
  */
 class ChatView {
-  /** @param {any} model @param {HTMLElement} el */
+  /** @param {ChatModel} model @param {HTMLElement} el */
   constructor(model, el) {
     this.model = model;
     this.el = el;
@@ -639,7 +581,7 @@ class ChatView {
 }
 
 /**
- * @param {{model: any, el: HTMLElement}} ctx
+ * @param {{model: ChatModel, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
 function render({ model, el }) {

@@ -81,7 +81,7 @@ function indexOfCodePoint(s, k) {
   return i;
 }
 
-/** @param {unknown} x */
+/** A finite number. @param {unknown} x @returns {x is number} */
 function isNum(x) {
   return typeof x === "number" && Number.isFinite(x);
 }

@@ -6,31 +6,13 @@
 // Built by js/build.mjs into nbstream/static/compare.js (ESM, minified).
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python class `_Header` in nbstream/widgets/compare.py:
-// tests/test_protocol.py compares the two both ways. The protocol as a whole is written
-// down in PROTOCOL.md.
+// Synced traits and messages: CompareHeaderTraits and CompareHeaderRequest of protocol.d.ts,
+// which nbstream/protocol.py writes (the class `_Header`, nbstream/widgets/compare.py);
+// model.d.ts types the model with them. What each means is in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
-/**
- * @typedef {"idle" | "queued" | "running" | "complete" | "failed" | "cancelled"} Status
- */
-
-/**
- * The synced traits of the compare header (nbstream/widgets/compare.py, `_Header`).
- * @typedef {object} CompareHeaderTraits
- * @property {string} prompt        the shared prompt (two-way: saved on input and before Run all)
- * @property {boolean} same_seed    the Same seed checkbox (two-way)
- * @property {Status[]} statuses    each column's state, left to right (Python → JS)
- * @property {string} summary       one line on the columns' states (Python → JS)
- * @property {string} input_error   why the last Run all started nothing, or "" (Python → JS)
- * @property {boolean[]} in_run_all each column's `in_run_all`: whether its current run was
- *   started by Run all (the header says those runs' start and end once) (Python → JS)
- */
-
-/**
- * Custom messages, JS → Python (`model.send`).
- * @typedef {{type: "run", prompt: string, same_seed: boolean} | {type: "stop"}} OutgoingMessage
- */
+/** @typedef {import("./protocol.js").WidgetStatus} Status */
+/** @typedef {import("./model.js").CompareHeaderModel} CompareHeaderModel */
 
 import {
   ACTIVE,
@@ -63,7 +45,7 @@ function seedControl(seedId) {
  * The header's view: its elements, and what it has said (announce.js), in one place.
  */
 class CompareHeader {
-  /** @param {any} model @param {HTMLElement} el */
+  /** @param {CompareHeaderModel} model @param {HTMLElement} el */
   constructor(model, el) {
     this.model = model;
     this.scope = viewScope(model);
@@ -145,7 +127,7 @@ class CompareHeader {
 
   /** @returns {Status[]} */
   statuses() {
-    return /** @type {Status[]} */ (this.model.get("statuses") ?? []);
+    return this.model.get("statuses") ?? [];
   }
 
   busy() {
@@ -205,7 +187,7 @@ class CompareHeader {
 }
 
 /**
- * @param {{model: any, el: HTMLElement}} ctx
+ * @param {{model: CompareHeaderModel, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
 function render({ model, el }) {

@@ -13,35 +13,14 @@
 
 import { disconnected, h, isNum } from "./common.js";
 
-/**
- * The request a panel sends (JS → Python). The slider values are absent on the first
- * request of a panel (the kernel then uses the run's own settings).
- * @typedef {{type: "distribution", view: string, request: number, run_id: number, step: number,
- *            temperature?: number, top_k?: number, top_p?: number}} DistributionRequest
- */
-
-/**
- * The kernel's reply, to the view that asked (Python → JS). Each entry of `top` is
- * `[id, text, kind, probs, removed_by]`: `probs` the token's probability at each of
- * `stages` ("model", then each processor the run applied, by its setting's name; temperature,
- * top_k and top_p always), `removed_by` the first stage that gave it no
- * chance (null: it survives). `rest` and `kept` are per stage too. `error` is set (and the
- * rest absent) when the kernel could not answer.
- * @typedef {{type: "distribution", view: string, request: number, run_id: number,
- *            step: number, error: string | null, chosen?: [number, string, string],
- *            settings?: Settings, run_settings?: Settings, stages?: string[],
- *            top?: [number, string, string, number[], string | null][], rest?: number[],
- *            kept?: number[], size?: number, words?: string,
- *            phrases?: Record<string, string>, note?: string | null}} DistributionReply
- */
-
-/** @typedef {{temperature: number, top_k: number, top_p: number}} Settings */
-
-/**
- * A compare column's mark (the StreamWidget trait `compare_mark`, set by CompareWidget):
- * the first step where this column's tokens differ from the other columns', and the words.
- * @typedef {{step: number, words: string}} CompareMark
- */
+// The messages (protocol.d.ts, written from nbstream/protocol.py; PROTOCOL.md says what
+// they mean): the request a panel sends, without the slider values on a panel's first
+// request (the kernel then uses the run's own settings), and the kernel's reply to the
+// view that asked, with the probability of each of the `top` tokens at each stage.
+/** @typedef {import("./protocol.js").DistributionRequest} DistributionRequest */
+/** @typedef {import("./protocol.js").DistributionReply} DistributionReply */
+/** @typedef {import("./protocol.js").SamplingSettings} Settings */
+/** @typedef {import("./protocol.js").CompareMark} CompareMark */
 
 /** The sliders: [setting, label, min, max, step, the value that turns it off]. */
 const SLIDERS = /** @type {const} */ ([
@@ -98,7 +77,7 @@ function valueText(name, v) {
 /**
  * What a view gives its sampling panels.
  * @typedef {object} ExplainOptions
- * @property {any} model
+ * @property {import("./model.js").RunModel} model
  * @property {import("./common.js").ViewScope} scope
  * @property {string} viewId
  * @property {(el: HTMLElement, text: string, kind: string) => void} pieces  a token's text, legibly
@@ -509,7 +488,7 @@ function explainPanels(o) {
  * A compare column's line "Columns part at token N: ...", and the mark on that token in the
  * token view (`compare_mark`, set by CompareWidget once every column has ended).
  * @param {object} o
- * @param {any} o.model
+ * @param {import("./model.js").StreamModel} o.model
  * @param {import("./common.js").ViewScope} o.scope
  * @param {import("./tokens.js").TokenList} o.tokens
  * @returns {{line: HTMLElement, update: () => void}} the line (hidden while there is no

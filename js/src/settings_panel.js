@@ -37,24 +37,18 @@ const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
 /**
  * One setting as the kernel describes it (`settings_schema[trait]`; nbstream/settings.py,
  * settings_schema()).
- * @typedef {object} SettingSchema
- * @property {"int" | "float" | "bool" | "strings" | "string"} type  "strings": a list of
- *   non-empty strings
- * @property {string} setting          the setting's name (the trait `stop_sequences` is `stop`)
- * @property {boolean} nullable        null means unset: the model's default
- * @property {string} help             what the setting means
- * @property {number | null} min
- * @property {number | null} max
- * @property {boolean} min_exclusive
- * @property {boolean} max_exclusive
- * @property {{below?: string, above?: string}} messages  the kernel's message for a value
- *   below min / above max, the value written {value}
+ * @typedef {import("./protocol.js").SettingSchema} SettingSchema
+ */
+
+/**
+ * The trait a field edits: a setting of the RunWidget, or the ChatWidget's system prompt.
+ * @typedef {keyof import("./protocol.js").RunWidgetTraits | "system"} FieldTrait
  */
 
 /**
  * One field of the panel: how it looks (FIELDS) and what it takes (the schema).
  * @typedef {object} FieldSpec
- * @property {string} name     the trait
+ * @property {FieldTrait} name the trait
  * @property {string} label    its accessible name
  * @property {"int" | "float" | "bool" | "lines" | "text"} kind
  * @property {string} [hint]   what is allowed, under the label
@@ -65,7 +59,7 @@ const NUM_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
  * How a field looks, in the panel's order: its trait, label and hint (made from the
  * setting's schema: its bounds are the kernel's, the words are the panel's).
  * @typedef {object} FieldLook
- * @property {string} name
+ * @property {FieldTrait} name
  * @property {string} label
  * @property {(s: SettingSchema) => string} [hint]
  */
@@ -374,7 +368,7 @@ class Field {
 /**
  * What a view gives the settings panel.
  * @typedef {object} SettingsPanelOptions
- * @property {any} model
+ * @property {import("./model.js").RunModel} model
  * @property {string} viewId
  * @property {boolean} chat          add the system prompt field
  * @property {Function} on           add a DOM listener removed at cleanup
@@ -738,7 +732,7 @@ function settingsPanel(opts) {
  * The prompt view: the exact text the model got for the current / last run, as
  * plain text, with its token count.
  * @param {object} opts
- * @param {any} opts.model
+ * @param {import("./model.js").RunModel} opts.model
  * @param {string} opts.viewId
  * @param {Function} opts.on
  * @param {Function} opts.onModel

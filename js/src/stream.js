@@ -8,217 +8,15 @@
 // the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
 // ---------------------------------------------------------------------------
-// Synced traits. Mirror of the Python classes `RunWidget` (nbstream/widgets/base.py) and
-// `StreamWidget` (nbstream/widgets/stream.py): one @property per synced trait, which
-// tests/test_protocol.py compares with the classes both ways. The protocol as a whole
-// (traits and messages, both ways) is written down in PROTOCOL.md.
+// Synced traits and messages: the types of protocol.d.ts, which nbstream/protocol.py writes
+// (the classes `RunWidget`, nbstream/widgets/base.py, and `StreamWidget`,
+// nbstream/widgets/stream.py); model.d.ts types the model with them. What each trait and
+// message means is in PROTOCOL.md.
 // ---------------------------------------------------------------------------
 
-/**
- * Lifecycle state of the widget. Python owns it; the view only reads it.
- * @typedef {"idle" | "queued" | "running" | "complete" | "failed" | "cancelled"} Status
- */
-
-/**
- * `StreamWidget.metrics` — set by Python at run start and at run end only.
- * Live token / elapsed counters travel on `delta` messages instead.
- * @typedef {object} Metrics
- * @property {number | null} [queued_s]       seconds between Run and the start of generation
- * @property {number | null} [ttft_s]         time to first token, seconds
- * @property {number | null} [first_chunk_s]  time to the first delta shown, seconds
- * @property {number | null} [tokens]         generated tokens
- * @property {number | null} [tokens_per_s]   decode rate
- * @property {number | null} [elapsed_s]      wall time of the run, seconds
- * @property {string | null} [finish_reason]  e.g. "eos", "length", "stop", "error"
- * @property {number | null} [thinking_tokens] a reasoning model's thinking, in tokens
- * @property {number | null} [first_answer_s]  time to the answer's first text, seconds
- * @property {number} [chunks]                 a server's events received (not tokens)
- * @property {number} [text_chunks]            a server's events that carried text
- * @property {string | null} [tokens_note]     why `tokens` is null (a server sent no usage)
- */
-
-/**
- * `StreamWidget.error_info` — null / empty object when there is no error.
- * @typedef {{type: string, message: string} | null | {}} ErrorInfo
- */
-
-/**
- * The synced traits of `RunWidget` (nbstream/widgets/base.py), the base of the StreamWidget
- * and the ChatWidget.
- * @typedef {object} RunWidgetTraits
- * @property {Status} status        current state (Python → JS)
- * @property {Metrics} metrics      run metrics (Python → JS)
- * @property {ErrorInfo} error_info error of a failed run (Python → JS)
- * @property {string} input_error   a problem with the input of the last Run click
- *                                  (nothing started), or "" (Python → JS)
- * @property {number} run_id        incremented by Python at each new run; a new run clears the output
- * @property {string | null} prompt_text   the exact text the model got for the current / last run
- * @property {number | null} prompt_tokens its token count
- * @property {any} max_new_tokens   a setting (two-way, the settings panel, js/src/settings_panel.js;
- *   null: the model's default; any value code set, checked by Python)
- * @property {any} temperature      a setting (as max_new_tokens)
- * @property {any} top_p            a setting
- * @property {any} top_k            a setting
- * @property {any} repetition_penalty a setting
- * @property {any} do_sample        a setting
- * @property {any} seed             a setting
- * @property {any} stop_sequences   the `stop` setting: a list of strings
- * @property {any} alternatives     a setting (the panel's "Alternatives (k)"): the k top
- *   candidates captured per step; null or 0 with Probabilities or Alternatives on (and a
- *   local model): the kernel captures k = 5 anyway
- * @property {Record<string, string>} settings_errors   Python's message per invalid setting
- * @property {Record<string, any>} settings_defaults    the model's defaults, for placeholders
- * @property {Record<string, SettingSchema>} settings_schema  each setting's type, range and
- *   messages, from which the panel checks what is typed (Python → JS, set once)
- * @property {boolean | null} next_run_samples  whether the next run samples (true) or is
- *   greedy (false); null: unknown (Python → JS)
- * @property {boolean} show_tokens         Tokens view: the answer as its real tokens (two-way)
- * @property {boolean} show_probabilities  each token shaded by the model's probability, a
- *   legend, the rank of sampled picks (two-way)
- * @property {boolean} show_alternatives   clicking or focusing a token shows the top-k
- *   candidates at that step, with which the run's settings cut (two-way)
- * @property {boolean} can_trace   tokens and probabilities exist: a local transformers model,
- *   or a run on a server (Endpoint) made with alternatives=k (its tokens have no ids: see
- *   Token); false: the token views show a note (Python → JS)
- * @property {boolean} can_explain the model gives its logits, which the sampling panel ("How
- *   was this picked?") needs: a local model; false on a server (Python → JS)
- *
- * Any of show_tokens / show_probabilities / show_alternatives on: the output shows the token
- * view (plain text made of token spans, js/src/tokens.js) instead of rendered Markdown; all
- * off: the usual rendered view. In the ChatWidget, assistant messages show their tokens.
- */
-
-/**
- * The StreamWidget's own synced traits (nbstream/widgets/stream.py).
- * @typedef {object} StreamWidgetOwnTraits
- * @property {string} prompt       the prompt box (two-way: JS saves it on input and before a run)
- * @property {string} label        shown at the start of the status bar when not "" (two-way;
- *   e.g. "temperature 0.7" in a compare column)
- * @property {boolean} show_prompt false hides the prompt box only; Run and Stop stay, and Run
- *   re-runs with the `prompt` trait (two-way)
- * @property {import("./sampling.js").CompareMark | null} compare_mark  in a compare
- *   column: the first step where its tokens part from the other columns', and the words
- *   (Python → JS; sampling.js, compareMarkView)
- */
-
-/**
- * The branch traits of `StreamWidget` and `ChatWidget` (`BranchingWidget`,
- * nbstream/widgets/branches.py): the answers of the current prompt (a chat: of its last
- * answer), the original and its branches, one of them shown. All Python → JS.
- * @typedef {object} BranchTraits
- * @property {import("./branches.js").BranchEntry[]} _branches  every branch, in the order
- *   made: where it left its parent (step, the parent's token → the one it took)
- * @property {number} branch_shown      the answer shown: 0 the original, k the k-th branch
- * @property {string} branch_unavailable  why the popover offers no "Continue with this
- *   token" now (a model that cannot branch, an answer still running), or ""
- */
-
-/**
- * The synced traits of `StreamWidget` (nbstream/widgets/stream.py).
- * @typedef {RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits} StreamWidgetTraits
- */
-
-/**
- * A compare column's own trait (`_Column`, nbstream/widgets/compare.py): absent on a plain
- * StreamWidget's model, which reads as false.
- * @typedef {object} CompareColumnOwnTraits
- * @property {boolean} in_run_all  the current run was started by the compare's Run all: the
- *   header says its start and end once for every column, so this view says nothing of it;
- *   false: the column's own run (its Run, a branch), said here with its label (Python → JS)
- */
-
-/**
- * The synced traits of a compare column (`_Column`, nbstream/widgets/compare.py).
- * @typedef {StreamWidgetTraits & CompareColumnOwnTraits} CompareColumnTraits
- */
-
-/** @typedef {import("./settings_panel.js").SettingSchema} SettingSchema */
-
-/**
- * Custom messages, JS → Python (`model.send`). `run` carries the settings panel's values
- * (a Run may reach the kernel before the state update of an edit) and no `prompt` when the
- * prompt box is hidden (the kernel's `prompt` trait is then the prompt); `sync` asks for a
- * `reset`; `removed` says this page no longer shows the view (see watchRemoval, common.js).
- * @typedef {{type: "run", settings: Record<string, unknown>, prompt?: string}
- *   | {type: "stop"}
- *   | {type: "branch", run_id: number, step: number, token: number}
- *   | {type: "branch", run_id: number, step: number, alternative: number}
- *   | {type: "show_branch", index: number}
- *   | {type: "distribution", view: string, request: number, run_id: number, step: number,
- *      temperature?: number, top_k?: number, top_p?: number}
- *   | {type: "sync", view: string, page: string}
- *   | {type: "removed", view: string, page: string}} OutgoingMessage
- */
-
-/**
- * Custom messages, Python → JS (`msg:custom`, received by every view).
- * `offset` counts Unicode code points (not UTF-16 units) of the run's text
- * before this delta.
- * @typedef {{type: "delta", run_id: number, offset: number, text: string,
- *            tokens: number | null, elapsed_s: number | null}
- *   | {type: "reset", run_id: number, view: string | null, text: string,
- *      thinking?: import("./thinking.js").ThinkingState}
- *   | ThinkingMessage
- *   | TokensMessage
- *   | import("./sampling.js").DistributionReply} IncomingMessage
- */
-
-/**
- * A reasoning model's thinking, apart from the answer: sent only for a run that
- * thinks, in the same frames as the answer's deltas (before them), repaired like them
- * (`offset` in code points of the thinking). `tokens`: its tokens so far (tags included);
- * `elapsed_s`: the run's time so far, once `done` the time to the answer's first text;
- * `done`: the answer started or the run ended (the last message of the run's thinking).
- * A `reset` of such a run carries `thinking` ({text, tokens, elapsed_s, done}: what was sent).
- * @typedef {{type: "thinking", run_id: number, offset: number, text: string,
- *            tokens: number | null, elapsed_s: number | null, done: boolean}} ThinkingMessage
- */
-
-/**
- * The teaching views' message: tokens `offset`, `offset` + 1, ... of the run
- * `run_id` (StreamWidget: the current run; ChatWidget: the assistant turn with that run_id
- * in the transcript). Offset 0 means "replace this run's token list"; an offset past the
- * tokens a view has is a gap: the view sends a `sync`.
- * `thinking` (a reasoning model's run only): its first `thinking` tokens are its thinking
- * (tags included); the count grows while it thinks, and covers every token of the list.
- * Sent only while at least one show_* toggle is on: (a) by the follower thread, in the same
- * frames as the text deltas (at most 20 per second), (b) with offset 0 for every run shown
- * (chat: every turn that had a run) whenever a toggle changes and at least one is on,
- * (c) with offset 0 after answering a view's `sync` (after the `reset`).
- * @typedef {{type: "tokens", run_id: number, offset: number, tokens: Token[],
- *            thinking?: number}} TokensMessage
- */
-
-/**
- * One token: [id, text, kind, logprob, rank, alts, after_stop?].
- * - id: the token id; null for a run on a server (it sends no ids): the view keys tokens by
- *   position, and each alternative's id and cut are null too (the server did not say)
- * - text: kind "text": the token decoded on its own (may hold spaces, "\n", "\t");
- *   kind "special": a special token shown as itself (e.g. "<|im_end|>"); kind "bytes": a
- *   token that is only part of a multi-byte character, its bytes in hex, e.g. "e2 80"
- * - logprob: natural log of the model's own probability (raw logits, 4 decimals), or null
- *   when the run captured no trace
- * - rank: 1 = the model's favourite, or null
- * - alts: null unless show_alternatives is on and the run captured a trace; else the top k
- *   as [id, text, kind, logprob, cut], best first; cut is true when the run's sampling
- *   settings (temperature / top-k / top-p, or greedy) gave that candidate no chance
- * - after_stop (only when the run ended at a stop string): true for a token that made the
- *   stop string or came after it (generated, not part of the answer)
- * @typedef {[number | null, string, "text" | "special" | "bytes", number | null, number | null,
- *            Array<[number | null, string, string, number | null, boolean | null]> | null,
- *            boolean?]} Token
- */
-
-/**
- * The part of the anywidget model this view uses.
- * @typedef {object} AnyModel
- * @property {(name: string) => any} get
- * @property {(name: string, value: any) => void} set
- * @property {() => void} save_changes
- * @property {(name: string, cb: Function) => void} on
- * @property {(name: string, cb: Function) => void} off
- * @property {(msg: OutgoingMessage) => void} send
- */
+/** @typedef {import("./protocol.js").StreamWidgetRequest} OutgoingMessage */
+/** @typedef {import("./protocol.js").TokensMessage} TokensMessage */
+/** @typedef {import("./model.js").StreamModel} StreamModel */
 
 import {
   ACTIVE,
@@ -302,7 +100,7 @@ function outputParts() {
  * (the constructor's, then listen's) is the order in which the model's events reach them.
  */
 class StreamView {
-  /** @param {AnyModel} model @param {HTMLElement} el */
+  /** @param {StreamModel} model @param {HTMLElement} el */
   constructor(model, el) {
     this.model = model;
     this.el = el;
@@ -638,7 +436,7 @@ class StreamView {
 }
 
 /**
- * @param {{model: AnyModel, el: HTMLElement}} ctx
+ * @param {{model: StreamModel, el: HTMLElement}} ctx
  * @returns {() => void} cleanup
  */
 function render({ model, el }) {

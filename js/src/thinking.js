@@ -12,13 +12,8 @@ import { ACTIVE, LiveText, h } from "./common.js";
 
 /**
  * A run's thinking as a view shows it: the `thinking` of a `reset`, of a chat answer's
- * message, or what the `thinking` messages added up to.
- * @typedef {object} ThinkingState
- * @property {string} text         the thinking so far (without its tags)
- * @property {number | null} tokens its tokens so far (tags included)
- * @property {number | null} elapsed_s  while thinking: the run's time so far; once done:
- *   the time to the answer's first text (or to the end of a run that never answered)
- * @property {boolean} done        the answer started, or the run ended
+ * message, or what the `thinking` messages added up to (protocol.d.ts).
+ * @typedef {import("./protocol.js").ThinkingState} ThinkingState
  */
 
 /** The current run's thinking, from `thinking` messages and resets (see LiveText). */

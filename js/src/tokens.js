@@ -1,8 +1,8 @@
 // nbstream front end: the teaching views, shared by the StreamWidget view
 // (stream.js) and the ChatWidget view (chat.js): the Tokens / Probabilities /
 // Alternatives toggles, a run's token list, its legend and notes, the alternatives
-// popover, and the controller that ties them into a view (tokenViews). The protocol (the `tokens` message, the show_* traits, can_trace) is
-// described in stream.js.
+// popover, and the controller that ties them into a view (tokenViews). The protocol (the
+// `tokens` message, the show_* traits, can_trace) is in protocol.d.ts and PROTOCOL.md.
 //
 // Tokens are model output: every piece of text goes into the page with textContent
 // (never as HTML), so a token reading `<img src=x onerror=...>` stays text.
@@ -11,7 +11,10 @@ import { disconnected, h, isNum } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
 import { explainPanels } from "./sampling.js";
 
-/** The toggles: [trait, button name (its accessible name), what it does]. */
+/**
+ * The toggles: [trait, button name (its accessible name), what it does].
+ * @type {Array<["show_tokens" | "show_probabilities" | "show_alternatives", string, string]>}
+ */
 const TOGGLES = [
   ["show_tokens", "Tokens", "Show the answer as its real tokens, boundaries visible"],
   [
@@ -146,7 +149,7 @@ function appendPieces(el, text, kind) {
 
 /**
  * The real text of some tokens (byte pieces joined back into their characters).
- * @param {any[][]} tokens [id, text, kind, ...] (Token in stream.js)
+ * @param {any[][]} tokens [id, text, kind, ...] (TokenEntry in protocol.d.ts)
  */
 function realText(tokens) {
   const enc = new TextEncoder();
@@ -165,7 +168,7 @@ function realText(tokens) {
 
 /**
  * The modes the show_* traits ask for.
- * @param {any} model
+ * @param {import("./model.js").RunModel} model
  */
 function tokenModes(model) {
   const tokens = model.get("show_tokens") === true;
@@ -174,7 +177,7 @@ function tokenModes(model) {
   return { tokens, probs, alts, any: tokens || probs || alts };
 }
 
-/** Whether the widget's model gives token ids and probabilities (absent: assume so). @param {any} model */
+/** Whether the widget's model gives token ids and probabilities (absent: assume so). @param {import("./model.js").RunModel} model */
 function canTrace(model) {
   return model.get("can_trace") !== false;
 }
@@ -182,7 +185,7 @@ function canTrace(model) {
 /**
  * Whether the widget's model gives its logits for the sampling panel: a local model, not a
  * server (absent: as can_trace, from a kernel that did not say).
- * @param {any} model
+ * @param {import("./model.js").RunModel} model
  */
 function canExplain(model) {
   const v = model.get("can_explain");
@@ -195,7 +198,7 @@ const hasId = (id) => id !== null && id !== undefined;
 /**
  * The three toggle buttons, in a group for the status bar. A click sets the trait
  * (Python follows, and sends the tokens); the buttons follow the traits.
- * @param {{model: any, on: Function, onModel: Function, changed: () => void}} opts
+ * @param {{model: import("./model.js").RunModel, on: Function, onModel: Function, changed: () => void}} opts
  * @returns {{group: HTMLElement, update: () => void}}
  */
 function tokenToggles({ model, on, onModel, changed }) {
@@ -813,7 +816,7 @@ class TokenList {
 /**
  * What a view gives its token views.
  * @typedef {object} TokenViewsOptions
- * @property {any} model
+ * @property {import("./model.js").RunModel} model
  * @property {import("./common.js").ViewScope} scope
  * @property {HTMLElement} root  carries data-token-view
  * @property {{block: (why: string) => void}} raw  the Raw text toggle: off while tokens are shown
