@@ -34,6 +34,25 @@ from .settings import DEFAULT_THINKING_TAGS, validate_settings
 from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
 from .trace import RemoteTrace, TokenTrace
 
+__all__ = [
+    "CANCELLED",
+    "COMPLETE",
+    "FAILED",
+    "METRIC_KEYS",
+    "QUEUED",
+    "RUNNING",
+    "RUN_THREAD_PREFIX",
+    "TERMINAL",
+    "Generation",
+    "GenerationCancelled",
+    "GenerationError",
+    "GenerationFailed",
+    "InvalidJSON",
+    "active_runs",
+    "rerun",
+    "stream",
+]
+
 logger = logging.getLogger(__name__)
 
 QUEUED: Final = "queued"
@@ -318,7 +337,7 @@ class Generation:
         #: The settings this run was asked for (after validation).
         self.settings = dict(job.settings)
         #: The prompt as given: a string or a list of messages.
-        self.prompt = getattr(job, "prompt", None)
+        self.prompt = job.prompt
         #: The exact text the model sees (chat template and special tokens included).
         self.prompt_text = job.prompt_text
         #: How many tokens ``prompt_text`` is.
@@ -334,7 +353,7 @@ class Generation:
         self._buffer = TokenBuffer()
         self._decoder = job.decoder()
         # A backend that captures the trace (alternatives > 0) gives its job one.
-        self._trace_capture = getattr(job, "trace_capture", None)
+        self._trace_capture = job.trace_capture
         stops = self.settings.get("stop")
         self._stops = StopFilter(stops) if stops else None
         self._value: Any = None
@@ -697,8 +716,7 @@ class Generation:
     def seed(self) -> int | None:
         """The seed sampling uses: the one given, or one drawn for a sampled run given none
         (``None`` for a greedy run). Known from the start; the record keeps it after."""
-        seed: int | None = getattr(self._job, "seed", None)
-        return seed
+        return self._job.seed
 
     @property
     def progress(self) -> int:
@@ -774,27 +792,20 @@ class Generation:
             >>> branch.wait(); branch.token_ids[0] == other.id
             True
         """
-        remote_branch = getattr(self._backend, "branch_job", None)
-        if remote_branch is None and not getattr(self._backend, "supports_branching", False):
-            raise ValueError(
-                f"{type(self._backend).__name__} cannot continue an answer from given tokens; "
-                "branching needs a local transformers model"
-            )
+        backend = self._backend
+        if not backend.is_server:
+            why = backend.why_no_branch()
+            if why is not None:
+                raise ValueError(why)
         if not self._done.is_set():
             raise RuntimeError(
                 "this run has not ended: wait() for it, or stop() it, before branching"
             )
-        if remote_branch is not None:
+        if backend.is_server:
             # A server (nbstream.Endpoint): the answer so far goes as text for it to continue.
-            asked = validate_settings(settings)
-            clean = {**self._asked_settings(), **asked}
-            if "seed" not in asked and self.seed is not None:
-                clean["seed"] = self.seed
-            job, info = remote_branch(self, step, token, clean)
-            run = Generation(self._backend, job, clean)
-            run._parent = self
-            run._branch = info
-            return run
+            clean = self._branch_settings(settings)
+            job, info = backend.branch_job(self, step, token, clean)
+            return self._branched(job, clean, info)
         ids = self.token_ids
         step = self._check_step(step, len(ids))
         token_id = getattr(token, "id", token)
@@ -803,23 +814,33 @@ class Generation:
                 f"token must be a token id or one of run.trace[{step}].alternatives, "
                 f"got {token!r:.80}"
             )
+        clean = self._branch_settings(settings)
+        job = backend.prepare(self.prompt, clean, prefix_ids=[*ids[:step], token_id])
+        return self._branched(
+            job, clean, {"step": step, "token": token_id, "parent_token": ids[step]}
+        )
+
+    def _branch_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """A branch's settings: this run's as asked, then ``settings`` over them."""
         asked = validate_settings(settings)
         clean = {**self._asked_settings(), **asked}
         if "seed" not in asked and self.seed is not None:
             clean["seed"] = self.seed  # the same dice: a sampled branch is reproducible too
-        prefix = [*ids[:step], token_id]
-        job = self._backend.prepare(self.prompt, clean, prefix_ids=prefix)  # type: ignore[call-arg]
-        run = Generation(self._backend, job, clean)
+        return clean
+
+    def _branched(self, job: Job, settings: dict[str, Any], info: dict[str, Any]) -> Generation:
+        """Start the branch ``job`` of this run; ``info`` is what its ``branch_info`` says."""
+        run = Generation(self._backend, job, settings)
         run._parent = self
-        run._branch = {"step": step, "token": token_id, "parent_token": ids[step]}
+        run._branch = info
         return run
 
     def _asked_settings(self) -> dict[str, Any]:
         """What this run was given, not what it resolved from them and the model's
         defaults (``do_sample``, ``max_new_tokens``): a branch inherits these, so that its
         own settings mean what they mean on a fresh run."""
-        asked = getattr(self._job, "asked", None)
-        return dict(asked if isinstance(asked, Mapping) else self.settings)
+        asked = self._job.asked
+        return dict(asked if asked is not None else self.settings)
 
     @property
     def branch_info(self) -> dict[str, Any] | None:
@@ -829,7 +850,7 @@ class Generation:
             return None
         if "prefix_text" in self._branch:  # a branch on a server: text, no token ids
             return {"parent": self._parent, **self._branch}
-        prefix = list(getattr(self._job, "prefix_ids", []))
+        prefix = list(self._job.prefix_ids)
         return {"parent": self._parent, **self._branch, "prefix_ids": prefix}
 
     def _branch_record(self) -> dict[str, Any] | None:
@@ -882,14 +903,12 @@ class Generation:
             )
         return self._distribution_at(step, asked, logits)
 
-    def _require_logits(self) -> Any:
-        step_logits = getattr(self._job, "step_logits", None)
-        if step_logits is None:
+    def _require_logits(self) -> None:
+        if not self._backend.supports_step_logits:
             raise ValueError(
                 f"{type(self._backend).__name__} does not give the model's logits (a model "
                 "server streams text); the distribution needs a local transformers model"
             )
-        return step_logits
 
     @input_checked
     def step_logits(self, step: int) -> Any:
@@ -898,23 +917,19 @@ class Generation:
         the tokens before ``step``. Give it to :meth:`distribution` (``logits=``) to try
         many settings on one step without another forward pass. Needs a local model. The
         pass waits its turn in the model's queue, as a run does: never beside a run."""
-        compute = self._require_logits()
+        self._require_logits()
         step = self._check_step(step, len(self.token_ids))
         ids = self.token_ids[:step]
         with self._queue.turn():
-            return compute(ids, step)[0].detach().float().cpu()
+            return self._job.step_logits(ids, step)[0].detach().float().cpu()
 
     def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
         """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's
         sampling panel keeps them, so a slider move needs no forward pass)."""
         # The job knows what the run applied (the model's processors, as generate() builds
         # them), so the stages are those, in its order.
-        explain = getattr(self._job, "distribution", None)
-        if explain is None:
-            self._require_logits()  # says why, in the words every other caller gets
-            raise ValueError(f"{type(self._backend).__name__} cannot explain a step")
-        d: Distribution = explain(step, self.token_ids, asked, logits)
-        return d
+        self._require_logits()
+        return self._job.distribution(step, self.token_ids, asked, logits)
 
     @staticmethod
     def _check_step(step: Any, length: int) -> int:
@@ -979,22 +994,19 @@ class Generation:
         else:
             metrics["first_answer_s"] = metrics["first_chunk_s"]
         # Counts only a backend knows (a server's received chunks), after the common keys.
-        extra = getattr(self._job, "extra_metrics", None)
-        if callable(extra):
-            metrics.update(extra())
+        metrics.update(cast(Metrics, self._job.extra_metrics()))
         return metrics
 
     def _forced(self) -> tuple[int, int | None, int]:
         """A branch's forced start: how many of the buffer's first items it is, how many
         tokens (None: a server's, not counted), and how many of them ``count_tokens``
         counts (a local model counts its ids; a server counts what it generated)."""
-        ids = getattr(self._job, "prefix_ids", None)
+        ids = self._job.prefix_ids
         if ids:
             return len(ids), len(ids), len(ids)
-        if getattr(self._job, "assistant_prefix", None):
+        if self._job.assistant_prefix:
             # Sent as one text, put as one item; as long as the parent's trace records.
-            steps: int | None = getattr(self._job, "prefix_steps", None)
-            return 1, steps, 0
+            return 1, self._job.prefix_steps, 0
         return 0, 0, 0
 
     # -- decoding on the reader side ---------------------------------------------------------
@@ -1298,16 +1310,16 @@ class Generation:
         return f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
 
 
-def _thinking_splitter(job: Any, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
+def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
     """The splitter for a run's thinking: its tags (the setting, else the job's, else the
     usual ``<think>``/``</think>``), starting inside when the prompt opened the thinking."""
     tags = settings.get("thinking_tags")
     if tags is None:
-        tags = getattr(job, "thinking_tags", None) or DEFAULT_THINKING_TAGS
+        tags = job.thinking_tags or DEFAULT_THINKING_TAGS
     if not tags:
         return None  # thinking_tags=[]: detection off
     open_tag, close_tag = tags
-    prompt_text = getattr(job, "prompt_text", None) or ""
+    prompt_text = job.prompt_text or ""
     inside = prompt_text.rstrip().endswith(open_tag)
     return ThinkingSplitter(open_tag, close_tag, inside=inside)
 
@@ -1341,16 +1353,10 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     """
     clean = validate_settings(settings)
     backend = resolve_backend(model, tokenizer)
-    remote_alternatives = getattr(backend, "check_alternatives", None)
-    if clean.get("alternatives") and remote_alternatives is not None:
-        # A server: its own logprobs fill run.trace, if it sends them (nbstream.trace).
-        remote_alternatives(clean["alternatives"])
-    elif clean.get("alternatives") and not getattr(backend, "supports_alternatives", False):
-        # Only a backend that sees the model's logits can capture them (a local model).
-        raise ValueError(
-            f"alternatives={clean['alternatives']}: {type(backend).__name__} cannot capture "
-            "token probabilities; use a local transformers model, or drop alternatives"
-        )
+    if clean.get("alternatives"):
+        # Refused here, before prepare, by a backend that cannot capture them (a server of
+        # a family that sends no logprobs too): nothing is sent.
+        backend.check_alternatives(clean["alternatives"])
     job = backend.prepare(prompt, clean)
     return Generation(backend, job, clean)
 
@@ -1389,12 +1395,12 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
         run = stream(model, tokenizer, prompt, **settings)
     elif isinstance(branch, Mapping) and isinstance(branch.get("prefix_text"), str):
         # A branch on a server: the same answer so far, sent for it to continue again.
-        if getattr(backend, "branch_job", None) is None:
+        if not backend.is_server:
             raise ValueError("record is of a branch made on a server: rerun it on an Endpoint")
         step = branch.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError("record['branch'] must hold the branch's 'step' (an int >= 0)")
-        job = backend.prepare(  # type: ignore[call-arg]
+        job = backend.prepare(
             prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
         )
         run = Generation(backend, job, settings)
@@ -1403,9 +1409,9 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
         # A branch: the same forced prefix again, then generated on as before.
         if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
             raise ValueError("record['branch'] must hold the branch's 'prefix_ids' (a list)")
-        if not getattr(backend, "supports_branching", False):
+        if not backend.supports_branching:
             raise ValueError("record is of a branch, which needs a local transformers model")
-        job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])  # type: ignore[call-arg]
+        job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])
         run = Generation(backend, job, settings)
         _rerun_branch(run, branch, ("step", "token", "parent_token"))
     # Either count may be unknown: a record from a server that sent no usage has None, and

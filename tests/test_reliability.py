@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nbstream
+from nbstream.backends import Backend, Job
 from nbstream.generation import active_runs
 from nbstream.streaming import TokenDecoder
 
@@ -570,7 +571,7 @@ def test_soak_two_hundred_generations(tiny_line, figures):
 # pieces, as a notebook's view does.
 
 
-class IdsJob:
+class IdsJob(Job):
     """A job whose "model" hands over a given list of token ids, one piece each time the
     test says so."""
 
@@ -604,7 +605,7 @@ class IdsJob:
         return "length"
 
 
-class IdsBackend:
+class IdsBackend(Backend):
     def __init__(self, job: IdsJob) -> None:
         self.job = job
 

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import nbstream
+from nbstream.backends import Backend
 from nbstream.settings import MAX_ALTERNATIVES, validate_settings
 from nbstream.trace import Alternative, TokenTrace
 
@@ -327,7 +328,7 @@ def test_alternatives_setting_is_checked_before_anything_starts(tiny, value, err
 
 
 def test_a_backend_that_cannot_capture_is_refused_before_any_request():
-    class NoLogits:
+    class NoLogits(Backend):
         prepared = 0
 
         def queue_key(self):

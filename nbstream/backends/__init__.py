@@ -5,17 +5,35 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import Backend, Job, RunControl
+from .base import Backend, Job, RunControl, TraceSource
 from .local import LocalBackend
 
-__all__ = ["Backend", "Job", "LocalBackend", "RunControl", "resolve_backend"]
+__all__ = ["Backend", "Job", "LocalBackend", "RunControl", "TraceSource", "resolve_backend"]
 
 
 def resolve_backend(model: Any, tokenizer: Any) -> Backend:
-    """Pick the backend for what the caller passed as ``model``."""
-    if hasattr(model, "prepare") and hasattr(model, "queue_key"):
-        backend: Backend = model  # already a backend (e.g. a remote endpoint)
-        return backend
+    """Pick the backend for what the caller passed as ``model``.
+
+    Args:
+        model: A :class:`Backend` (e.g. an :class:`~nbstream.Endpoint`), used as it is, or
+            a loaded transformers model, run in this process.
+        tokenizer: The model's tokenizer (a backend ignores it).
+
+    Returns:
+        The backend that runs the prompts.
+
+    Raises:
+        TypeError: No model, a model's name instead of a loaded model, or something that
+            is neither a backend nor a transformers model.
+
+    Example::
+
+        >>> backend = resolve_backend(model, tokenizer)
+        >>> backend.supports_branching
+        True
+    """
+    if isinstance(model, Backend):
+        return model  # already a backend (e.g. a remote endpoint)
     if model is None:
         raise TypeError(
             "no model given: pass a loaded transformers model and its tokenizer, "

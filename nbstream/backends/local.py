@@ -22,7 +22,17 @@ from ..settings import (
 )
 from ..streaming import DECODE_OPTIONS, TokenBuffer, TokenDecoder
 from ..trace import TraceCapture, running_module
-from .base import RunControl
+from .base import Backend, Job, RunControl
+
+__all__ = [
+    "ContextLengthError",
+    "LocalBackend",
+    "LocalJob",
+    "check_encodable",
+    "check_prompt",
+    "config_value",
+    "draw_seed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -225,12 +235,29 @@ def check_encodable(text: str, what: str) -> None:
         ) from None
 
 
-class LocalBackend:
-    """Runs prompts on a loaded ``transformers`` model in this process."""
+class LocalBackend(Backend):
+    """Runs prompts on a loaded ``transformers`` model in this process.
 
-    #: Can capture ``run.trace`` (the ``alternatives`` setting): it sees the raw logits.
+    It sees the raw logits, so it captures ``run.trace`` (``alternatives``), gives
+    ``run.step_logits`` and ``run.distribution``, and branches from token ids.
+
+    Args:
+        model: A loaded transformers model (anything with ``generate``).
+        tokenizer: Its tokenizer.
+
+    Raises:
+        TypeError: No tokenizer, or a model without ``generate``.
+
+    Example::
+
+        >>> model, tokenizer = nbstream.load_model()
+        >>> job = LocalBackend(model, tokenizer).prepare("Hi", {"max_new_tokens": 5})
+        >>> job.prompt_tokens > 0
+        True
+    """
+
     supports_alternatives = True
-    #: Can start an answer from given token ids (``run.branch``: ``prepare(prefix_ids=)``).
+    supports_step_logits = True
     supports_branching = True
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
@@ -240,7 +267,8 @@ class LocalBackend:
             )
         if not hasattr(model, "generate"):
             raise TypeError(
-                f"expected a transformers model with .generate(), got {type(model).__name__}"
+                f"expected a transformers model with .generate() (or an "
+                f"nbstream.backends.Backend), got {type(model).__name__}"
             )
         self.model = model
         self.tokenizer = tokenizer
@@ -302,11 +330,40 @@ class LocalBackend:
         return len(self.tokenizer)
 
     def prepare(
-        self, prompt: Any, settings: dict[str, Any], prefix_ids: list[int] | None = None
+        self,
+        prompt: Any,
+        settings: dict[str, Any],
+        *,
+        prefix_ids: list[int] | None = None,
+        assistant_prefix: str | None = None,
+        prefix_steps: int = 0,
     ) -> LocalJob:
-        """The job for ``prompt``; ``prefix_ids`` (a branch) are the answer's first tokens,
-        taken as given: the model generates on from them, and they count toward
-        ``max_new_tokens`` as part of the answer."""
+        """The job for ``prompt``, every check done; nothing runs yet.
+
+        Args:
+            prompt: A string (through the chat template, if any) or a list of messages.
+            settings: The validated settings; unset ones are the model's defaults.
+            prefix_ids: A branch's first tokens, taken as given: the model generates on
+                from them, and they count toward ``max_new_tokens`` as part of the answer.
+            assistant_prefix: Refused: a local model branches from token ids.
+            prefix_steps: Unused (goes with ``assistant_prefix``).
+
+        Returns:
+            The job: effective settings, seed, and a trace capture for ``alternatives``.
+
+        Raises:
+            ValueError: Bad input, or a prompt over the model's context (ContextLengthError).
+            TypeError: Input of the wrong type.
+
+        Example::
+
+            >>> job = LocalBackend(model, tokenizer).prepare("Hi", {"max_new_tokens": 5})
+        """
+        if assistant_prefix is not None:
+            raise ValueError(
+                "a local model continues an answer from its token ids (prefix_ids), not "
+                "from a text (assistant_prefix)"
+            )
         check_prompt(prompt)
         prefix = self._check_prefix(prefix_ids)
         text = self.render_prompt(prompt, settings.get("enable_thinking"))
@@ -484,7 +541,9 @@ class LocalBackend:
         return ids
 
 
-class LocalJob:
+class LocalJob(Job):
+    """One prepared run of a local model: the encoded prompt and generate()'s arguments."""
+
     def __init__(
         self,
         backend: LocalBackend,
@@ -494,16 +553,12 @@ class LocalJob:
         prompt_text: str,
         prompt_tokens: int,
     ) -> None:
+        super().__init__(None, settings)
         self.backend = backend
         self.encoded = encoded
         self.kwargs = kwargs
-        self.settings = settings
-        # Typed as the Job protocol declares them (a protocol's attributes are invariant).
-        self.prompt_text: str | None = prompt_text
-        self.prompt_tokens: int | None = prompt_tokens
-        self.prompt: Any = None
-        self.in_effect: dict[str, Any] = dict(settings)
-        self.seed: int | None = settings.get("seed")
+        self.prompt_text = prompt_text
+        self.prompt_tokens = prompt_tokens
         #: Set by prepare() when the run captures ``run.trace`` (``alternatives > 0``).
         self.trace_capture: TraceCapture | None = None
         #: A branch's forced first tokens (shown at once, then generated on from).

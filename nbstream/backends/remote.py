@@ -39,7 +39,7 @@ from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
 from ..streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
 from ..trace import RemoteAlternative, RemoteTokenTrace, RemoteTrace
 from . import servers as _servers
-from .base import RunControl
+from .base import Backend, Job, RunControl
 from .local import check_prompt
 from .servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 
@@ -466,7 +466,7 @@ def _require_client() -> None:
         ) from exc
 
 
-class Endpoint:
+class Endpoint(Backend):
     """A model served by an OpenAI-compatible server, usable wherever a model is.
 
     ``base_url`` is the server's API root, ending in ``/v1`` as OpenAI clients expect
@@ -555,6 +555,12 @@ class Endpoint:
         >>> nbstream.StreamWidget(server)      # the widget, on the same server
     """
 
+    #: ``alternatives=k`` asks for the server's logprobs (refused where the family sends
+    #: none: :meth:`check_alternatives`).
+    supports_alternatives = True
+    #: Streams text; branches by sending the answer so far back (:meth:`branch_job`).
+    is_server = True
+
     def __init__(
         self,
         base_url: str,
@@ -630,7 +636,7 @@ class Endpoint:
             return self._concurrent
         return self._server_info().family.concurrent
 
-    # -- the Backend protocol ---------------------------------------------------------------
+    # -- the Backend interface --------------------------------------------------------------
     def queue_key(self) -> Any:
         if self.concurrent:
             # A key of the run's own: the server schedules concurrent requests. Weakly
@@ -660,6 +666,7 @@ class Endpoint:
         prompt: Any,
         settings: dict[str, Any],
         *,
+        prefix_ids: list[int] | None = None,
         assistant_prefix: str | None = None,
         prefix_steps: int = 0,
         prefix_trace: list[RemoteTokenTrace] | None = None,
@@ -670,6 +677,11 @@ class Endpoint:
         ``assistant_prefix`` (a branch, see :meth:`branch_job`): the answer so far, sent as a
         final assistant message for the server to continue; it is ``prefix_steps`` tokens
         (they count toward ``max_new_tokens``), and ``prefix_trace`` their records."""
+        if prefix_ids is not None:
+            raise ValueError(
+                "a server's answer has no token ids: branch with run.branch (which sends "
+                "the answer so far as text), not prefix_ids"
+            )
         check_prompt(prompt)
         messages = (
             [{"role": "user", "content": prompt}]
@@ -1146,7 +1158,7 @@ class Endpoint:
         return EndpointError(message, status)
 
 
-class RemoteJob:
+class RemoteJob(Job):
     """One prepared request; :meth:`run` streams it on the worker thread."""
 
     def __init__(

@@ -174,17 +174,18 @@ class RunWidget(anywidget.AnyWidget):
         from ..backends import resolve_backend
 
         backend = resolve_backend(model, tokenizer)
-        local = bool(getattr(backend, "supports_alternatives", False))
         # A server (nbstream.Endpoint) has tokens to show only for a run that asked for its
         # logprobs (alternatives=k): can_trace follows the shown run (_on_start).
-        self._server_tokens = getattr(backend, "branch_job", None) is not None
-        can_trace = local or (self._server_tokens and bool(clean.get("alternatives")))
+        self._server_tokens = backend.is_server
+        can_trace = backend.supports_alternatives and (
+            not backend.is_server or bool(clean.get("alternatives"))
+        )
         super().__init__(
             **panel,
             **views,
             settings_defaults=model_defaults(model),
             can_trace=can_trace,
-            can_explain=local,
+            can_explain=backend.supports_step_logits,
         )
         # The sampling panel's `distribution` requests (widgets/sampling.py). Made here, not
         # at the first request: two first requests at once (main shell and subshell) would

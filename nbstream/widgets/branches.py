@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import traitlets
 
 from ..generation import Generation
 from .base import RunWidget, error_summary
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+
+__all__ = ["ENDPOINT_BRANCHES_IN_CODE", "MODEL_CANNOT_BRANCH", "STILL_RUNNING", "BranchingWidget"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +78,11 @@ class BranchingWidget(RunWidget):
         from ..backends import resolve_backend
 
         backend = resolve_backend(self._model, self._tokenizer)
-        self._model_branches = bool(getattr(backend, "supports_branching", False))
+        self._model_branches = backend.supports_branching
         # A server (nbstream.Endpoint): the view branches a run of it that has a trace.
-        self._endpoint: Any = backend if getattr(backend, "branch_job", None) is not None else None
+        self._endpoint: Backend | None = backend if backend.is_server else None
         self._cannot_branch = (
-            ENDPOINT_BRANCHES_IN_CODE
-            if getattr(backend, "branch_job", None) is not None
-            else MODEL_CANNOT_BRANCH
+            ENDPOINT_BRANCHES_IN_CODE if backend.is_server else MODEL_CANNOT_BRANCH
         )
         # Runs whose on_complete callbacks have run: showing an answer again is no new end.
         self._announced: weakref.WeakSet[Generation] = weakref.WeakSet()
@@ -174,15 +177,17 @@ class BranchingWidget(RunWidget):
         return next((i for i, r in enumerate(runs) if r is self._run), 0)
 
     def _why_no_branch(self) -> str:
-        if self.__dict__.get("_endpoint") is not None:
-            return self._why_no_server_branch()
+        # Read from __dict__: asked while __init__ runs, before _endpoint is set.
+        endpoint = self.__dict__.get("_endpoint")
+        if endpoint is not None:
+            return self._why_no_server_branch(endpoint)
         if not self._model_branches:
             return getattr(self, "_cannot_branch", MODEL_CANNOT_BRANCH)
         if self._busy():
             return STILL_RUNNING
         return ""
 
-    def _why_no_server_branch(self) -> str:
+    def _why_no_server_branch(self, endpoint: Backend) -> str:
         """``branch_unavailable`` on a server: "" once the shown answer has a trace and the
         server can continue an answer (lock held)."""
         from ..trace import RemoteTrace
@@ -191,9 +196,9 @@ class BranchingWidget(RunWidget):
         if run is None or not isinstance(run.trace, RemoteTrace):
             return ENDPOINT_BRANCHES_IN_CODE
         # Asked already (the run's request): no new request under the widget's lock.
-        why = self._endpoint.why_no_branch()
+        why = endpoint.why_no_branch()
         if why is not None:
-            return str(why)
+            return why
         if self._busy():
             return STILL_RUNNING
         return ""
