@@ -1,5 +1,6 @@
 """Reliability figures: the fault, cancel, contention, soak and hostile-input suites, run
-once, with what they measured while asserting, as the README's Markdown table.
+once, with what they measured while asserting, as the first rows of the Reliability table
+in docs/performance.md, in Markdown.
 
 The figures come from the tests themselves (tests/test_reliability.py records them through
 the `figures` fixture of tests/conftest.py), so the table shows exactly what `make test`

@@ -1,4 +1,5 @@
-"""What works on which server: the README's table of ``Endpoint`` behaviour, measured.
+"""``Endpoint`` behaviour measured: the table "What works on which server" of the docs
+(docs/guide/servers.md).
 
 Starts each real server nbstream is tested against on a loopback port, serving the embedded
 default model (``transformers serve`` on its converted folder, llama-cpp-python's server on
