@@ -24,7 +24,7 @@ SETTINGS: dict[str, str] = {
     "which is left out of the text, as is anything after it",
     "expect": "'json': the run completes only if its final text parses as JSON (run.value)",
     "alternatives": "int 0..100: capture run.trace, each token's probability and the model's "
-    "top k candidates (0: off; local models only)",
+    "top k candidates (0: off; on a server, its logprobs where it sends them)",
     "thinking_tags": "[open, close]: the tags around a reasoning model's thinking at the start "
     "of an answer (default: <think> and </think>); [] turns detection off",
     "enable_thinking": "passed to a chat template that takes it (Qwen3, SmolLM3...): "
