@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 import torch
+from branching_server import Loopback
+from fake_server import Fake, serving
 
 # One intra-op thread: the engine runs the model on a worker thread while the test's thread
 # reads, and on a 2-core machine two OpenMP threads spinning against them (and against
@@ -291,3 +293,21 @@ def figures() -> Iterator[dict[str, Any]]:
     path = os.environ.get("NBSTREAM_FIGURES")
     if path and found:
         Path(path).write_text(json.dumps(found, indent=2, sort_keys=True))
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[Fake]:
+    """The fake OpenAI-compatible server of fake_server.py, serving for the module."""
+    with serving() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[Loopback]:
+    """The branching server of branching_server.py, serving for the module."""
+    server = Loopback()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

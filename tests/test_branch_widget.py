@@ -1,4 +1,4 @@
-"""Branching in the widgets (issue 16): the popover's ``branch`` message, the switcher's
+"""Branching in the widgets: the popover's ``branch`` message, the switcher's
 ``show_branch``, and what ``w.run`` / ``w.result`` / the saved output / a chat's history
 follow.
 
@@ -10,7 +10,7 @@ tests/browser/test_branch_browser.py. The tiny model: the numbers do not matter 
 from __future__ import annotations
 
 import pytest
-from test_widget import Recorder, wait_followers
+from helpers import Recorder, wait_followers
 
 import nbstream
 from nbstream.testing import tiny_model

@@ -19,7 +19,6 @@ import threading
 from typing import Any
 
 import pytest
-from test_remote import fake  # noqa: F401 (the loopback OpenAI-format server, a fixture)
 
 import nbstream
 from nbstream.conversation import Conversation
@@ -172,7 +171,7 @@ def test_every_local_reader_sees_the_end_in_one_order(tiny, tiny_line, shaken):
     assert ends.get("cancelled", 0) > 0 and ends.get("failed", 0) > 0
 
 
-def test_every_remote_reader_sees_the_end_in_one_order(fake, shaken):  # noqa: F811
+def test_every_remote_reader_sees_the_end_in_one_order(fake, shaken):
     """The same on an OpenAI-format server on loopback: complete, cancelled, failed runs
     and chat turns."""
     ok = nbstream.Endpoint(fake.url("ok"), "fake-model")

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from test_remote_branch import PROMPT, loopback  # noqa: F401 (a loopback server that branches)
+from branching_server import PROMPT
 
 import nbstream
 from nbstream.generation import METRIC_KEYS, active_runs
@@ -963,7 +963,7 @@ def test_an_answer_shown_only_at_its_end_has_a_first_chunk_time(answer, settings
     assert m["ttft_s"] <= m["first_chunk_s"] <= m["elapsed_s"]
 
 
-def test_a_server_branchs_metrics_say_what_was_forced(loopback):  # noqa: F811
+def test_a_server_branchs_metrics_say_what_was_forced(loopback):
     """On a server the answer so far is sent as text: counted as forced, and the first token
     is the server's first, which comes after it is shown."""
     endpoint = nbstream.Endpoint(loopback.url("vllm", "branch"), "m")

@@ -1,7 +1,7 @@
 """A hostile server: answers an OpenAI-compatible server should not send, or sends slowly.
 
-nbstream.Endpoint (nbstream/backends/remote.py) against test_remote.py's fake server, with
-scenarios of this file's own: events the SSE spec says carry nothing, a redirect, a gzip
+nbstream.Endpoint (nbstream/backends/remote.py) against the fake server of fake_server.py,
+with scenarios of this file's own: events the SSE spec says carry nothing, a redirect, a gzip
 bomb on an error body and on the stream, a line of many megabytes, a body that drips, and a
 name lookup that hangs. Each run ends, in bounded memory (measured with tracemalloc), with
 the state and words the user should see; a Stop takes effect within STOP_S whatever the
@@ -24,15 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
-from test_remote import (
-    PIECES,
-    USAGE,
-    Fake,
-    Handler,
-    event,
-    fail,
-    serving,
-)
+from fake_server import PIECES, USAGE, Fake, Handler, event, serving
+from helpers import fail
 
 import nbstream
 from nbstream.backends import remote
@@ -275,10 +268,16 @@ def test_a_line_of_megabytes_fails_saying_so_in_bounded_memory(hostile, scenario
 
 @pytest.mark.parametrize("scenario", ["slow500", "slowline"])
 def test_stop_while_a_body_drips(dripping, scenario):
+    expected = "" if scenario == "slow500" else "".join(PIECES)
     run = nbstream.stream(endpoint(dripping, scenario), None, "Hi")
     assert dripping.stalled.wait(30)
+    # The pieces sent before the drip reach the run when the client has read them, which
+    # may be after the server stalls: Stop once they are shown, then they must stay.
+    deadline = time.monotonic() + 30
+    while run.partial_text != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
     stopped_in_time(run)
-    assert run.partial_text == ("" if scenario == "slow500" else "".join(PIECES))
+    assert run.partial_text == expected
     assert dripping.client_gone.wait(30), "Stop left the connection open"
 
 

@@ -1,4 +1,4 @@
-"""The view of a run on a server (issue 16): its tokens from run.trace, and Continue.
+"""The view of a run on a server: its tokens from run.trace, and Continue.
 
 A widget on an Endpoint that asked for the server's logprobs (``alternatives=k``) lists the
 run's tokens from its trace (a server sends no ids: each entry's id is null, and each
@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import math
 
-from test_remote_branch import ANSWER, PROMPT, loopback  # noqa: F401 (the fixture)
-from test_token_views import tokens_of
-from test_widget import Recorder, wait_followers
+from branching_server import ANSWER, PROMPT
+from helpers import Recorder, tokens_of, wait_followers
 
 import nbstream
 from nbstream.widgets.branches import ENDPOINT_BRANCHES_IN_CODE, STILL_RUNNING
 
 
 def test_a_server_runs_tokens_reach_the_view_with_the_servers_numbers(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     endpoint = nbstream.Endpoint(loopback.url("vllm", "view"), "m")
@@ -48,7 +47,7 @@ def test_a_server_runs_tokens_reach_the_view_with_the_servers_numbers(
 
 
 def test_continue_from_the_view_names_the_alternative_and_the_branch_is_shown(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     endpoint = nbstream.Endpoint(loopback.url("vllm", "viewbranch"), "m")
@@ -73,7 +72,7 @@ def test_continue_from_the_view_names_the_alternative_and_the_branch_is_shown(
 
 
 def test_a_server_run_without_a_trace_offers_no_tokens_and_says_how(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     endpoint = nbstream.Endpoint(loopback.url("vllm", "viewplain"), "m")
@@ -91,7 +90,7 @@ def test_a_server_run_without_a_trace_offers_no_tokens_and_says_how(
 
 
 def test_a_server_that_cannot_continue_says_why_in_the_popover(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     # llama-cpp-python without the model's tokenizer: tokens shown, Continue not offered.
@@ -105,7 +104,7 @@ def test_a_server_that_cannot_continue_says_why_in_the_popover(
 
 
 def test_a_chat_on_a_server_continues_its_last_answer_from_the_view(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     endpoint = nbstream.Endpoint(loopback.url("vllm", "viewchat"), "m")
@@ -123,7 +122,7 @@ def test_a_chat_on_a_server_continues_its_last_answer_from_the_view(
 
 
 def test_a_chat_shows_tokens_only_while_every_answer_on_the_server_has_them(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     # An answer without a trace has no tokens to list: the token view would show it empty.
@@ -143,7 +142,7 @@ def test_a_chat_shows_tokens_only_while_every_answer_on_the_server_has_them(
 
 
 def test_a_compare_column_on_a_server_shows_its_tokens_and_continues(
-    loopback,  # noqa: F811
+    loopback,
     no_leftover_runs,
 ):
     endpoint = nbstream.Endpoint(loopback.url("vllm", "viewcompare"), "m")

@@ -12,7 +12,7 @@ import math
 import time
 
 import pytest
-from test_widget import Recorder, wait_followers
+from helpers import Recorder, tokens_of, wait_followers
 
 import nbstream
 from nbstream._tokens import TokenPieces
@@ -22,17 +22,6 @@ from nbstream.testing import tiny_model
 @pytest.fixture
 def tiny():
     return tiny_model(one_line=True)
-
-
-def tokens_of(recorder: Recorder, run_id: int) -> list[list]:
-    """The token list a view holds after applying every ``tokens`` message in order."""
-    held: list[list] = []
-    for _, m in recorder.messages:
-        if m["type"] != "tokens" or m["run_id"] != run_id:
-            continue
-        assert m["offset"] <= len(held), "a gap: the view would have to ask again"
-        held[m["offset"] :] = m["tokens"]
-    return held
 
 
 def token_messages(recorder: Recorder) -> list[dict]:

@@ -11,49 +11,16 @@ import threading
 import time
 
 import pytest
+from helpers import Recorder, wait_followers
 
 import nbstream
 from nbstream.testing import tiny_model
-
-
-class Recorder:
-    """Captures what a widget sends to its views."""
-
-    def __init__(self, w: nbstream.StreamWidget) -> None:
-        self.messages: list[tuple[float, dict]] = []
-        self.states: list[dict] = []
-        original_send_state = w.send_state
-
-        def send(content, buffers=None):
-            self.messages.append((time.perf_counter(), content))
-
-        def send_state(key=None):
-            self.states.append({"keys": key})
-            original_send_state(key)
-
-        w.send = send
-        w.send_state = send_state
-
-    def deltas(self, run_id: int | None = None) -> list[dict]:
-        return [
-            m
-            for _, m in self.messages
-            if m["type"] == "delta" and (run_id is None or m["run_id"] == run_id)
-        ]
 
 
 def wait_status(w, statuses, timeout=60.0):
     deadline = time.monotonic() + timeout
     while w.status not in statuses:
         assert time.monotonic() < deadline, f"status stayed {w.status!r}"
-        time.sleep(0.01)
-
-
-def wait_followers(timeout=30.0):
-    deadline = time.monotonic() + timeout
-    prefixes = ("nbstream-view-", "nbstream-run-")
-    while any(t.name.startswith(prefixes) for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "a widget or run thread outlived its run"
         time.sleep(0.01)
 
 
@@ -582,8 +549,8 @@ def test_prompt_traits_hold_the_templated_prompt_of_the_run(tiny):
 
 
 def test_bad_input_from_code_points_at_the_callers_line(tiny):
-    """``w.generate("")`` used to raise through six nbstream frames; the one line that says
-    what to do now comes straight after the caller's own frame."""
+    """``w.generate("")`` raises with the one line that says what to do straight after the
+    caller's own frame, not under a stack of nbstream's frames."""
     import traceback
 
     w = nbstream.StreamWidget(*tiny)

@@ -1,4 +1,4 @@
-"""Accessibility audits with axe-core in a real page (issue 18, parts 2 and 3).
+"""Accessibility audits with axe-core in a real page.
 
 axe-core comes from npm as a dev dependency of the front end (js/package.json): it is
 injected into the page under test by the browser tests only, never bundled into nbstream.

@@ -1,5 +1,5 @@
 """The README gallery's dark pictures: docs/dark-stream.png, docs/dark-chat.png and
-docs/dark-compare.png (issue 18, part 3), on the default model in JupyterLab Dark.
+docs/dark-compare.png, on the default model in JupyterLab Dark.
 
 Not a test (pytest does not collect it): run it by hand when the look changes,
 
@@ -19,10 +19,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from browser_helpers import MS, REPO, SETUP, STREAM_TIMEOUT, kval, set_theme, wait_until  # noqa: E402
 from jupyter_harness import CHROMIUM, CHROMIUM_ARGS, Jupyter, JupyterServer  # noqa: E402
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
-from test_themes_browser import set_theme  # noqa: E402
-from test_widget_browser import MS, REPO, SETUP, STREAM_TIMEOUT, kval, wait_until  # noqa: E402
 
 DOCS = REPO / "docs"
 STREAM = """\

@@ -1,14 +1,14 @@
-"""Accessibility in a real JupyterLab (issue 18, part 2): axe-core (WCAG 2.x A and AA, see
+"""Accessibility in a real JupyterLab: axe-core (WCAG 2.x A and AA, see
 axe_audit.py) over each widget in each state, and what a screen reader is told.
 
 One notebook for the module (its kernel serves every test, in order): a StreamWidget on the
 tiny model shown twice (cells 1 and 2: two views of one widget), a StreamWidget on a forced
 model that ends on its own (cell 3), a ChatWidget (cell 4) and a CompareWidget of two
 columns (cell 5), all on one tiny model held at a decode step by a `Gate`
-(test_widget_browser.py) where a run must be seen running, so no check depends on how fast
+(browser_helpers.SETUP) where a run must be seen running, so no check depends on how fast
 the machine is.
 
-Colour contrast is left to test_themes_browser.py (issue 18, part 3), which audits it in
+Colour contrast is left to test_themes_browser.py, which audits it in
 every theme; every other WCAG A / AA rule is audited here.
 
 What is announced (js/src/announce.js) is read from the page: a MutationObserver records
@@ -20,10 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from axe_audit import audit, describe
+from browser_helpers import (
+    MS,
+    SETUP,
+    STREAM_TIMEOUT,
+    assert_accessible_but_contrast,
+    kval,
+    wait_until,
+)
 from jupyter_harness import Jupyter
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -92,12 +98,6 @@ def nb(lab_server, browser) -> Iterator:
         harness.close()
 
 
-def assert_accessible(page, what: str, selector: str = ".nbstream") -> None:
-    """No axe violation in `selector` but colour contrast (test_themes_browser.py's)."""
-    found = [v for v in audit(page, selector) if v["id"] != "color-contrast"]
-    assert not found, f"axe-core found violations in {what}:\n{describe(found)}"
-
-
 def said(nb, *cells: int, header: bool | None = None) -> list[str]:
     """What the live regions in these cells said, in order (only the compare header's, or
     only the views', with `header`)."""
@@ -144,7 +144,7 @@ def assert_one_end(texts: list[str], end: str) -> None:
 def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     v, second = stream(nb, 1), stream(nb, 2)
     out = v.locator(".nbstream-output")
-    assert_accessible(nb.page, "an idle StreamWidget")
+    assert_accessible_but_contrast(nb.page, "an idle StreamWidget")
     expect(out).to_have_attribute("role", "log")
     expect(out).to_have_attribute("aria-live", "off")  # no fragment is announced
 
@@ -156,7 +156,7 @@ def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     held(nb)
     wait_status(v, "running")
     expect(out).to_have_attribute("aria-busy", "true")
-    assert_accessible(nb.page, "a running StreamWidget")
+    assert_accessible_but_contrast(nb.page, "a running StreamWidget")
     button(v, "Stop").click()
     wait_until(lambda: kval(nb, "w.run._control.cancel_event.is_set()"), 30, what="Stop reached")
     assert kval(nb, "release()")
@@ -166,7 +166,7 @@ def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     # Two views of the widget, one announcement of each state between them.
     assert wait_said(nb, 2, 1, 2) == ["Running", f"Stopped after {tokens} tokens"]
     wait_status(second, "cancelled")
-    assert_accessible(nb.page, "a cancelled StreamWidget (two views)")
+    assert_accessible_but_contrast(nb.page, "a cancelled StreamWidget (two views)")
 
     # Run to max_new_tokens: said so, once; re-renders (Raw text, a toggle) say nothing.
     forget(nb)
@@ -176,7 +176,7 @@ def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     button(v, "Raw text").click()
     button(v, "Raw text").click()
     assert_one_end(wait_said(nb, 1, 1, 2), "Stopped at max_new_tokens, 12 tokens")
-    assert_accessible(nb.page, "a StreamWidget stopped at max_new_tokens")
+    assert_accessible_but_contrast(nb.page, "a StreamWidget stopped at max_new_tokens")
 
     # Failed.
     forget(nb)
@@ -184,7 +184,7 @@ def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     button(v, "Run").click()
     wait_status(v, "failed")
     assert_one_end(wait_said(nb, 1, 1, 2), "Failed: injected failure")
-    assert_accessible(nb.page, "a failed StreamWidget")
+    assert_accessible_but_contrast(nb.page, "a failed StreamWidget")
 
     # Complete on its own (end of sequence).
     d = stream(nb, 3)
@@ -194,7 +194,7 @@ def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
     wait_status(d, "complete")
     n = kval(nb, "done.metrics['tokens']")
     assert_one_end(wait_said(nb, 1, 3), f"Answer complete, {n} tokens")
-    assert_accessible(nb.page, "a complete StreamWidget")
+    assert_accessible_but_contrast(nb.page, "a complete StreamWidget")
 
 
 def test_token_views_with_a_popover_open_and_the_settings_panel_with_an_error(nb):
@@ -206,14 +206,14 @@ def test_token_views_with_a_popover_open_and_the_settings_panel_with_an_error(nb
     expect(tokens.first).to_be_visible()
     tokens.nth(1).click()
     expect(v.locator(".nbstream-alternatives")).to_be_visible()
-    assert_accessible(nb.page, "the token views, a popover open")
-    assert_accessible(nb.page, "the popover", ".nbstream-alternatives:not([hidden])")
+    assert_accessible_but_contrast(nb.page, "the token views, a popover open")
+    assert_accessible_but_contrast(nb.page, "the popover", ".nbstream-alternatives:not([hidden])")
 
     button(v, "Settings").click()
     field = v.get_by_role("textbox", name="Temperature", exact=True)
     field.fill("hot")
     expect(field).to_have_attribute("aria-invalid", "true")
-    assert_accessible(nb.page, "the settings panel with an invalid field")
+    assert_accessible_but_contrast(nb.page, "the settings panel with an invalid field")
     field.fill("")
     button(v, "Settings").click()
     for name in ("Tokens", "Probabilities", "Alternatives"):
@@ -238,16 +238,16 @@ def test_chat_turns_editing_clear_question_and_a_stopped_answer(nb):
         wait_status(c.locator(".nbstream-message[data-role='assistant']").nth(n - 1), "complete")
         wait_status(c, "complete")
         assert_one_end(wait_said(nb, 1, 4), "Stopped at max_new_tokens, 6 tokens")
-    assert_accessible(nb.page, "a ChatWidget with two turns")
+    assert_accessible_but_contrast(nb.page, "a ChatWidget with two turns")
 
     button(c, "Edit").click()
     expect(button(c, "Resend")).to_be_visible()
-    assert_accessible(nb.page, "a ChatWidget editing its last message")
+    assert_accessible_but_contrast(nb.page, "a ChatWidget editing its last message")
     button(c, "Cancel edit").click()
 
     button(c, "Clear chat").click()
     expect(button(c, "Keep it")).to_be_focused()
-    assert_accessible(nb.page, "a ChatWidget asking whether to clear")
+    assert_accessible_but_contrast(nb.page, "a ChatWidget asking whether to clear")
     button(c, "Keep it").click()
 
     # A stopped answer: one announcement, the answer's log busy while it ran.
@@ -265,7 +265,7 @@ def test_chat_turns_editing_clear_question_and_a_stopped_answer(nb):
     expect(answer).to_have_attribute("aria-busy", "false")
     tokens = kval(nb, "chat.metrics['tokens']")
     assert wait_said(nb, 2, 4) == ["Running", f"Stopped after {tokens} tokens"]
-    assert_accessible(nb.page, "a ChatWidget with a stopped answer")
+    assert_accessible_but_contrast(nb.page, "a ChatWidget with a stopped answer")
 
 
 def test_compare_running_and_ended_says_so_once(nb):
@@ -276,7 +276,9 @@ def test_compare_running_and_ended_says_so_once(nb):
     button(header, "Run all").click()
     held(nb)
     expect(header).to_have_attribute("data-status", "running")
-    assert_accessible(nb.page, "a CompareWidget running", ".nbstream, .nbstream-compare")
+    assert_accessible_but_contrast(
+        nb.page, "a CompareWidget running", ".nbstream, .nbstream-compare"
+    )
     assert kval(nb, "release()")
     for i in range(2):
         wait_status(columns.nth(i), "complete")
@@ -284,4 +286,4 @@ def test_compare_running_and_ended_says_so_once(nb):
     assert wait_said(nb, 2, 5) == ["Running 2 columns", "All 2 columns complete"]
     assert said(nb, 5, header=True) == ["Running 2 columns", "All 2 columns complete"]
     assert said(nb, 5, header=False) == []  # the columns a Run all started stay quiet
-    assert_accessible(nb.page, "a CompareWidget ended", ".nbstream, .nbstream-compare")
+    assert_accessible_but_contrast(nb.page, "a CompareWidget ended", ".nbstream, .nbstream-compare")

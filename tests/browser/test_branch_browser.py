@@ -1,4 +1,4 @@
-"""Branching in a real JupyterLab driven by Chromium (issue 16): the alternatives popover's
+"""Branching in a real JupyterLab driven by Chromium: the alternatives popover's
 "Continue" by mouse and by keyboard alone, the branch streaming into the view, the switcher
 (the original and back), a chat's branch and its history, and an endpoint view saying why it
 offers none. What the page shows is checked against the kernel (``nb.kernel_eval``). The
@@ -18,8 +18,8 @@ import shutil
 
 import pytest
 from axe_audit import assert_accessible
+from browser_helpers import MS, REPO, SETUP, branch_ended, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, REPO, SETUP, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -62,30 +62,6 @@ def other_alternative(nb, run: str, step: int) -> tuple[int, str]:
         if token_id != chosen:
             return token_id, f"Continue with {f'bytes {text}' if kind == 'bytes' else quote(text)}"
     raise AssertionError("no alternative other than the chosen token")
-
-
-def branch_ended(nb, v, timeout: float = 60, widget: str = "w") -> None:
-    """The branch just made has ended, in the kernel (`widget` names the kernel's widget)
-    and in view `v`. Not the view's
-    data-status alone: until the branch's first state reaches the page it still says the
-    previous answer's "complete", and a popover opened while the branch runs offers no
-    Continue ("still being generated") and closes when the branch ends."""
-    # The branch's own run is done (the widget's status alone may still be the previous
-    # answer's "complete" just after the branch was made).
-    wait_until(
-        lambda: (
-            kval(nb, f"({widget}.branches[-1].done, {widget}.status)")
-            in ((True, "complete"), (True, "cancelled"), (True, "failed"))
-        ),
-        timeout,
-        what="the branch ended in the kernel",
-    )
-    shown = kval(nb, f"{widget}.shown")
-    # The switcher's buttons are disabled while a run goes on: enabled, the end has come.
-    button = v.locator(f'.nbstream-branch[data-index="{shown}"]')
-    expect(button).to_have_attribute("aria-pressed", "true", timeout=timeout * MS)
-    expect(button).to_be_enabled(timeout=timeout * MS)
-    wait_status(v, kval(nb, f"{widget}.status"), timeout)
 
 
 def test_continue_by_mouse_and_keyboard_and_switch_between_the_answers(lab):

@@ -2,7 +2,7 @@
 
 Each test opens its own notebook (fresh kernel) with the tiny one-line model (it never ends
 early, so an answer is as long as max_new_tokens asks). Where a test needs an answer to be
-mid-stream, a `Gate` forward hook (see test_widget_browser.py) holds the model at a decode
+mid-stream, a `Gate` forward hook (browser_helpers.SETUP) holds the model at a decode
 step until the test opens it: nothing depends on how fast this machine is. The kernel is
 read through `nb.kernel_eval` (a subshell: it answers while an answer streams).
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -249,7 +249,7 @@ def wait_page_matches_kernel(nb, v, timeout: float = 15.0) -> list[dict]:
 
 def test_edit_after_a_kept_partial_shows_the_new_question(lab):
     """Three turns, the third stopped and kept, then Edit + Resend from the page: every
-    bubble shows the kernel's transcript, the edited question too (issue 19, item 1)."""
+    bubble shows the kernel's transcript, the edited question too."""
     nb = lab.open_notebook(
         [
             SETUP,
@@ -294,7 +294,7 @@ def test_edit_after_a_kept_partial_shows_the_new_question(lab):
 
 def test_setting_history_shows_the_new_messages(lab):
     """`chat.history = ...` from code, after a turn from a run and after another history:
-    the page shows the new transcript, never a question of the one before (issue 19, 1)."""
+    the page shows the new transcript, never a question of the one before."""
     nb = lab.open_notebook(
         [
             SETUP,
@@ -328,7 +328,7 @@ def test_setting_history_shows_the_new_messages(lab):
 def test_an_answer_cut_at_max_new_tokens_is_marked(lab):
     """An answer that reached max_new_tokens is complete but marked "stopped at
     max_new_tokens" (the badge and a mark under the answer); one that ended on its own is not
-    (issue 19, item 5)."""
+   ."""
     nb = lab.open_notebook(
         [
             SETUP,

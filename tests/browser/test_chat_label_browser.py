@@ -1,15 +1,15 @@
 """ChatWidget in JupyterLab: "not in the conversation" marks only a turn that ended out of it.
 
-Issue 19, item 13: both bubbles of a first message were labelled "not in the conversation"
-while its answer streamed. The answer is held mid-stream by a `Gate` (see
-test_widget_browser.py), so the page is read while it is certainly streaming.
+Neither bubble of a first message is labelled "not in the conversation" while its answer
+streams. The answer is held mid-stream by a `Gate` (browser_helpers.SETUP), so the page is
+read while it is certainly streaming.
 """
 
 from __future__ import annotations
 
 import pytest
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
 

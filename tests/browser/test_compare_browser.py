@@ -1,7 +1,7 @@
 """CompareWidget in a real JupyterLab driven by Chromium: three columns on one model, Run
 all, one column stopped with its own Stop while the others complete, then Stop all.
 
-The tiny model, held at a known decode step by a `Gate` (test_widget_browser.py), so no
+The tiny model, held at a known decode step by a `Gate` (browser_helpers.SETUP), so no
 check depends on how fast this machine happens to be. The kernel is read through
 `nb.kernel_eval` (a subshell: it answers while the runs stream).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -7,8 +7,8 @@ through `nb.kernel_eval` (see test_widget_browser.py).
 from __future__ import annotations
 
 import pytest
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -172,7 +172,7 @@ def test_chat_prompt_view_shows_the_whole_conversation_templated(lab):
 
 
 def test_a_bad_value_typed_in_the_panel_is_the_kernels_state_too(lab):
-    """Issue 19 item 2: what the panel marks red, the kernel holds and refuses to run."""
+    """What the panel marks red, the kernel holds and refuses to run."""
     nb = lab.open_notebook([SETUP, WIDGET])
     nb.run_cell(0)
     nb.run_cell(1)
@@ -250,7 +250,7 @@ def run_from_panel(nb, v, runs: int) -> None:
 
 
 def test_sampling_labels_say_what_the_run_does(lab):
-    """Issue 19 item 7: the panel says greedy or samples exactly when the run does."""
+    """The panel says greedy or samples exactly when the run does."""
     nb = lab.open_notebook([SETUP, WIDGET])
     nb.run_cell(0)
     nb.run_cell(1)

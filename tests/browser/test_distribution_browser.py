@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 from axe_audit import assert_accessible
+from browser_helpers import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from jupyter_harness import Jupyter
 from playwright.sync_api import expect
-from test_widget_browser import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -1,11 +1,11 @@
-"""Every widget driven by the keyboard alone in a real JupyterLab (issue 18, part 2): Tab,
+"""Every widget driven by the keyboard alone in a real JupyterLab: Tab,
 Shift+Tab, Enter, Space, the arrows and Esc, no click. Each element the focus lands on in a
 widget must show it (a computed outline or box shadow: the :focus-visible rules of
 stream.css / compare.css / tokens.css).
 
 One notebook for the module: a StreamWidget (cell 1), a ChatWidget (cell 2) and a
 CompareWidget of two columns (cell 3) on one tiny model, held at a decode step by a `Gate`
-(test_widget_browser.py) where a run must be seen running. The kernel is read through
+(browser_helpers.SETUP) where a run must be seen running. The kernel is read through
 `nb.kernel_eval` (a subshell: it answers while a run streams). The first focus is put in a
 prompt box (where a user's first Tab or click would put it); everything after is keys.
 """
@@ -15,10 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from browser_helpers import (
+    MS,
+    SETUP,
+    STREAM_TIMEOUT,
+    assert_accessible_but_contrast,
+    kval,
+    wait_until,
+)
 from jupyter_harness import Jupyter
 from playwright.sync_api import expect
-from test_a11y_browser import assert_accessible
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -293,4 +299,4 @@ def test_notebook7_stream_widget_by_keyboard_and_announced(notebook7):
     tokens = kval(nb, "w.metrics['tokens']")
     expect(v.locator(".nbstream-announcer")).to_have_text(f"Stopped after {tokens} tokens")
     expect(v.locator(".nbstream-output")).to_have_attribute("aria-busy", "false")
-    assert_accessible(nb.page, "a cancelled StreamWidget in Notebook 7")
+    assert_accessible_but_contrast(nb.page, "a cancelled StreamWidget in Notebook 7")

@@ -1,17 +1,17 @@
-"""What the page says and where the keyboard goes, in a real JupyterLab driven by Chromium
-(issue 19, the page side): focus after Run and Stop, a Stop that a busy kernel cannot act
+"""What the page says and where the keyboard goes, in a real JupyterLab driven by Chromium:
+focus after Run and Stop, a Stop that a busy kernel cannot act
 on yet, Regenerate on a greedy model, Clear chat asking first, the Edit wording.
 
 Each test opens its own notebook (fresh kernel) with the tiny one-line model. A `Gate`
-forward hook (test_widget_browser.py) holds a run mid-stream where a test needs it there;
+forward hook (browser_helpers.SETUP) holds a run mid-stream where a test needs it there;
 the kernel is read through `nb.kernel_eval` (a subshell: it answers while a cell runs).
 """
 
 from __future__ import annotations
 
 import pytest
+from browser_helpers import MS, SETUP, SLOW, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -100,19 +100,6 @@ def test_chat_and_compare_hand_the_focus_between_their_buttons(lab):
     )
     expect(run_all).to_be_focused()
     assert nb.console_errors() == []
-
-
-SLOW = (
-    "import time\n"
-    "model, tokenizer = tiny_model(one_line=True)\n"
-    # A slowed model (a fake: the real one is as slow only on a busy machine), so that the
-    # run is still streaming when the blocking cell starts.
-    "slow = model.register_forward_hook(lambda *a: time.sleep(0.03))\n"
-    "w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3000)\n"
-    "w.prompt = 'Hello'\n"
-    "block = threading.Event()\n"
-    "w"
-)
 
 
 # The JupyterLab setting that sends widget messages on a kernel subshell (where nbstream's

@@ -1,4 +1,4 @@
-"""Branching on a model server in a real JupyterLab driven by Chromium (issue 16): a
+"""Branching on a model server in a real JupyterLab driven by Chromium: a
 StreamWidget on an Endpoint made with alternatives=k shows the server run's tokens, the
 popover's "Continue" on another of the server's alternatives streams a branch into the view,
 and the switcher goes back to the original. The server is the loopback one of
@@ -10,15 +10,9 @@ tests/test_remote_branch_view.py, the page alone tests/frontend/test_remote_bran
 from __future__ import annotations
 
 import pytest
+from branching_server import ANSWER, CONTINUATION, PROMPT
+from browser_helpers import SETUP, branch_ended, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_branch_browser import branch_ended
-from test_remote_branch import (
-    ANSWER,
-    CONTINUATION,
-    PROMPT,
-    loopback,  # noqa: F401 (the fixture)
-)
-from test_widget_browser import SETUP, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +23,7 @@ def texts(v) -> list[str]:
     )
 
 
-def test_continue_on_a_servers_alternative_and_switch_back(lab, loopback):  # noqa: F811
+def test_continue_on_a_servers_alternative_and_switch_back(lab, loopback):
     widget = (
         f"w = nbstream.StreamWidget(nbstream.Endpoint({loopback.url('vllm', 'lab')!r}, 'm'),\n"
         "                          max_new_tokens=20, alternatives=3, show_alternatives=True)\n"

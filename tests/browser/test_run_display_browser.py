@@ -13,8 +13,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from browser_helpers import (
+    MS,
+    RENDER_TIMEOUT_MS,
+    SETUP,
+    STREAM_TIMEOUT,
+    kval,
+    view,
+    voila_serving,
+    wait_status,
+    wait_until,
+)
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -101,7 +111,6 @@ VOILA_CELLS = [
 
 def test_voila_shows_runs_that_follow_them_to_their_end(chromium, tmp_path):
     import nbformat
-    from test_voila import RENDER_TIMEOUT_MS, voila_serving
 
     notebook = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell(code) for code in VOILA_CELLS],

@@ -1,4 +1,4 @@
-"""Stop while another cell keeps the kernel busy (issue 18, part 1), in a real JupyterLab
+"""Stop while another cell keeps the kernel busy, in a real JupyterLab
 and in Notebook 7.
 
 JupyterLab 4.4+ sends widget messages on a kernel subshell; nbstream publishes its comm
@@ -21,17 +21,8 @@ import re
 import time
 
 import pytest
+from browser_helpers import MS, SETUP, SLOW, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_page_browser import SLOW  # a slowed model still streaming when a cell blocks
-from test_widget_browser import (
-    MS,
-    SETUP,
-    STREAM_TIMEOUT,
-    kval,
-    view,
-    wait_status,
-    wait_until,
-)
 
 pytestmark = pytest.mark.browser
 

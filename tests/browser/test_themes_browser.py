@@ -1,4 +1,4 @@
-"""Every theme (issue 18, part 3): what nbstream draws is legible in JupyterLab's Light, Dark
+"""Every theme: what nbstream draws is legible in JupyterLab's Light, Dark
 and High Contrast themes, in JupyterLab and in Notebook 7.
 
 One notebook holds every widget in every state worth looking at: a StreamWidget complete
@@ -25,9 +25,9 @@ from collections.abc import Iterator
 
 import pytest
 from axe_audit import audit, describe
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, set_theme, view, wait_until
 from jupyter_harness import Jupyter, JupyterServer
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +90,7 @@ cw = nbstream.CompareWidget(compared, tokenizer, "Hello there",
                             settings=[{"temperature": 0}, {"temperature": 0.7}],
                             max_new_tokens=8, seed=1)
 cw"""
-# The views added for issues 16 and 17: a reasoning model's Thinking section (opened), a
+# The views of thinking, branches and sampling: a reasoning model's Thinking section (opened), a
 # branch with its switcher, and a sampling panel open with a filter cutting candidates.
 THINKING = """\
 thinker, thinker_tokenizer = forced_model(
@@ -105,14 +105,6 @@ CELLS = [SETUP, SPREAD, FAILED, CANCELLED, CHAT, COMPARE, THINKING, BRANCHED]
 
 AUDITED = ".nbstream, .nbstream-compare"
 
-_SET_THEME = """async (name) => {
-  await window.jupyterapp.commands.execute('apputils:change-theme', {theme: name});
-}"""
-_THEME_READY = """([name, before]) => {
-  const now = getComputedStyle(document.body).getPropertyValue('--jp-layout-color1').trim();
-  return document.body.dataset.jpThemeName === name && now !== '' && now !== before ? now : '';
-}"""
-_LAYOUT = "() => getComputedStyle(document.body).getPropertyValue('--jp-layout-color1').trim()"
 
 # The contrast of the text of each element (by axe's selectors) as the page paints it: its
 # colour over the backgrounds under it, blended by their alpha (and the element's opacity),
@@ -217,15 +209,6 @@ def themed_notebook7(browser: object) -> Iterator[Jupyter]:
         harness = Jupyter(server, browser)
         yield harness
         harness.close()
-
-
-def set_theme(nb, name: str) -> None:
-    before = nb.page.evaluate(_LAYOUT)
-    if nb.page.evaluate("() => document.body.dataset.jpThemeName") == name:
-        return
-    nb.page.evaluate(_SET_THEME, name)
-    wait_until(lambda: nb.page.evaluate(_THEME_READY, [name, before]), 30, what=f"theme {name}")
-    nb.page.wait_for_timeout(300)  # a frame or two for the restyle
 
 
 def every_state(jupyter: Jupyter):

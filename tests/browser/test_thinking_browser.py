@@ -1,8 +1,8 @@
-"""A reasoning model's thinking in a real JupyterLab (issue 17): the Thinking section.
+"""A reasoning model's thinking in a real JupyterLab: the Thinking section.
 
 A forced-output model that "thinks" (nbstream.testing.forced_model) stands in for a
 reasoning model: none can be downloaded here, and what is checked is the view, not the
-reasoning. A `Gate` forward hook (test_widget_browser.py) holds each run mid-thought, so
+reasoning. A `Gate` forward hook (browser_helpers.SETUP) holds each run mid-thought, so
 the section is seen open while the model thinks (also after a page reload), whatever the
 machine's speed.
 """
@@ -13,8 +13,8 @@ import re
 
 import pytest
 from axe_audit import assert_accessible
+from browser_helpers import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import MS, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 
 pytestmark = pytest.mark.browser
 

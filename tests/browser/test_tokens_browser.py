@@ -19,17 +19,8 @@ import os
 import shutil
 
 import pytest
+from browser_helpers import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
-from test_widget_browser import (
-    MS,
-    REPO,
-    SETUP,
-    STREAM_TIMEOUT,
-    kval,
-    view,
-    wait_status,
-    wait_until,
-)
 
 pytestmark = pytest.mark.browser
 

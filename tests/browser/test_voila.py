@@ -6,82 +6,18 @@ displays must then stream from the page and stop from the page, as in JupyterLab
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser_helpers import RENDER_TIMEOUT_MS, voila_serving
 from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-VOILA_START_TIMEOUT = 60.0
-# Voila shows the page once every cell has run: the quickstart's runs take a while on CPU.
-RENDER_TIMEOUT_MS = 240_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def voila_serving(notebook: Path, log: Path) -> Iterator[str]:
-    """`voila NOTEBOOK` on a free local port; yields its URL (its output goes to `log`)."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # one torch thread in the kernel: OpenMP threads thrash a busy 2-core machine
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "voila",
-                str(notebook),
-                "--no-browser",
-                f"--port={port}",
-                "--Voila.ip=127.0.0.1",
-                "--show_tracebacks=True",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + VOILA_START_TIMEOUT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_text()[-4000:]
-                    raise RuntimeError(f"voila did not start:\n{tail}") from exc
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")

@@ -14,48 +14,21 @@ writes docs/screenshot.png (left alone otherwise, so a test run does not dirty t
 
 from __future__ import annotations
 
-import ast
 import itertools
 import os
 import re
 import shutil
 import time
-from pathlib import Path
 
 import pytest
+from browser_helpers import MS, REPO, SETUP, STREAM_TIMEOUT, kval, view, wait_status, wait_until
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "test-artifacts" / "screenshot.png"
 README_SCREENSHOT = REPO / "docs" / "screenshot.png"
 
-SETUP = '''\
-import threading
-import torch
-torch.set_num_threads(1)
-import nbstream
-from nbstream.testing import forced_model, tiny_model
-
-
-class Gate:
-    """Forward hook: holds the model in its `at`-th forward call until opened.
-
-    Call 1 is the prefill that yields token 1, so while held the run has `at - 1` tokens.
-    """
-
-    def __init__(self, model, at):
-        self.at, self.calls = at, 0
-        self.reached, self.opened = threading.Event(), threading.Event()
-        self.handle = model.register_forward_hook(self)
-
-    def __call__(self, module, args, output):
-        self.calls += 1
-        if self.calls == self.at:
-            self.reached.set()
-            self.opened.wait(300)
-'''
 
 # A prompt the default model answers with a short numbered Markdown list (78 tokens, EOS).
 LIST_PROMPT = "What are three tips for learning to cook? Use a numbered list."
@@ -63,32 +36,9 @@ LIST_PROMPT = "What are three tips for learning to cook? Use a numbered list."
 LONG_PROMPT = "Explain in a few sentences why the sky is blue."
 
 TERMINAL = ("complete", "failed", "cancelled")
-STREAM_TIMEOUT = 120.0  # seconds; the default model is slow when the machine is busy
-MS = 1000
 
 
 # ----- helpers ---------------------------------------------------------------------------
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what or predicate}")
-        time.sleep(interval)
-
-
-def kval(nb, expr: str, timeout: float = 10.0):
-    """A Python value from the kernel (its repr, parsed)."""
-    return ast.literal_eval(nb.kernel_eval(expr, timeout=timeout))
-
-
-def view(nb, cell: int, n: int = 0):
-    """The n-th StreamWidget view in the output of `cell`."""
-    return nb.cell(cell).locator(".nbstream").nth(n)
 
 
 _READ_VIEW = """(root) => {
@@ -123,10 +73,6 @@ def show_raw(v) -> None:
 
 def raw_text(v) -> str:
     return v.locator(".nbstream-raw").evaluate("(e) => e.textContent")
-
-
-def wait_status(v, status: str, timeout: float = STREAM_TIMEOUT) -> None:
-    expect(v).to_have_attribute("data-status", status, timeout=timeout * MS)
 
 
 def wait_raw_equals(v, text: str, timeout: float = 15.0) -> None:

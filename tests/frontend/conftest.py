@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page
@@ -117,3 +118,27 @@ def chat_harness_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
     """A fresh page with the harness loading the ChatWidget's bundle."""
     with harness_page(fe_browser, fe_server, "chat") as page:
         yield page
+
+
+@pytest.fixture
+def chat_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
+    """A fresh page, in a browser context of its own, with the harness loading the chat bundle."""
+    context = fe_browser.new_context(viewport={"width": 900, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    outside: list[str] = []
+
+    def block_outside(route: Any) -> None:
+        outside.append(route.request.url)
+        route.abort()
+
+    page.route(lambda url: not url.startswith(fe_server), block_outside)
+    page.goto(f"{fe_server}/tests/frontend/harness.html?bundle=chat")
+    page.wait_for_function("window.__ready === true")
+    try:
+        yield page
+        assert page.evaluate("window.__errors") + errors == []
+        assert outside == []
+    finally:
+        context.close()

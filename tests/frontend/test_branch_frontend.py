@@ -7,19 +7,19 @@ tests/test_branch_widget.py, both together tests/browser/test_branch_browser.py.
 
 from __future__ import annotations
 
+from frontend_helpers import (
+    BRANCH,
+    TOKENS,
+    change,
+    emit,
+    mount,
+    popover,
+    sent,
+    spans,
+    tokens_msg,
+    view,
+)
 from playwright.sync_api import Page, expect
-from test_tokens_frontend import TOKENS, popover, spans, tokens_msg
-from test_widget_frontend import change, emit, mount, sent, view
-
-BRANCH = {
-    "step": 2,
-    "parent_token": 253,
-    "parent_text": " a",
-    "token": 262,
-    "text": " the",
-    "parent": 0,
-    "status": "complete",
-}
 
 
 def ended(page: Page, **state):
@@ -109,3 +109,21 @@ def test_the_new_branch_takes_the_focus_even_when_it_went_back_to_a_token(fe_pag
         "button", name="Branch 1", exact=False
     )
     expect(button).to_be_focused()
+
+
+def test_a_refused_switch_does_not_pull_the_focus_later(fe_page: Page) -> None:
+    page = fe_page
+    mount(page, status="complete", run_id=1, show_alternatives=True, branch_unavailable="")
+    root = view(page)
+    branch = dict(BRANCH)
+    change(page, "_branches", [branch])
+    change(page, "branch_shown", 1)
+    buttons = root.get_by_role("group", name="Answers of this prompt").get_by_role("button")
+    buttons.nth(0).click()  # asks for the original
+    change(page, "input_error", "This answer is no longer the one shown.")  # the kernel refuses
+    page.evaluate("() => document.activeElement.blur()")
+    # Later, code (or another view) shows the original: the focus stays where it was.
+    change(page, "input_error", "")
+    change(page, "branch_shown", 0)
+    expect(buttons.nth(0)).to_have_attribute("aria-pressed", "true")
+    assert page.evaluate("document.activeElement === document.body")

@@ -8,40 +8,17 @@ kernel: they set the synced traits (``_messages``, ``status``, ``run_id``...) an
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from frontend_helpers import FIRST, answer, user
+from playwright.sync_api import Page, expect
 
 
 def without_settings(message: dict) -> dict:
     """A Run / Send message less the panel's values it carries (checked on their own)."""
     assert isinstance(message.get("settings"), dict), message
     return {k: v for k, v in message.items() if k != "settings"}
-
-
-@pytest.fixture
-def chat_page(fe_browser: Browser, fe_server: str) -> Iterator[Page]:
-    context = fe_browser.new_context(viewport={"width": 900, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    outside: list[str] = []
-
-    def block_outside(route: Any) -> None:
-        outside.append(route.request.url)
-        route.abort()
-
-    page.route(lambda url: not url.startswith(fe_server), block_outside)
-    page.goto(f"{fe_server}/tests/frontend/harness.html?bundle=chat")
-    page.wait_for_function("window.__ready === true")
-    try:
-        yield page
-        assert page.evaluate("window.__errors") + errors == []
-        assert outside == []
-    finally:
-        context.close()
 
 
 def mount(page: Page, **state: Any) -> int:
@@ -72,27 +49,6 @@ def stream(page: Page, text: str, run_id: int, chunk: int = 5, i: int = 0) -> No
     page.evaluate(
         "([i, t, o]) => window.stream(i, t, o)", [i, text, {"runId": run_id, "chunk": chunk}]
     )
-
-
-def user(turn: int, text: str, in_history: bool = True) -> dict:
-    return {"role": "user", "content": text, "turn": turn, "in_history": in_history}
-
-
-def answer(turn: int, text: str, status: str, run_id: int | None, **extra: Any) -> dict:
-    return {
-        "role": "assistant",
-        "content": text,
-        "turn": turn,
-        "in_history": status == "complete" or extra.get("kept", False),
-        "status": status,
-        "run_id": run_id,
-        "kept": False,
-        "error": None,
-        **extra,
-    }
-
-
-FIRST = [user(0, "Name two colors."), answer(0, "**Red** and blue.", "complete", 1)]
 
 
 def messages(page: Page, i: int = 0):

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from frontend_helpers import change, emit, frame, log, mount, sent, view
 from playwright.sync_api import Page, expect
-from test_chat_frontend import chat_page as chat_page
-from test_widget_frontend import change, emit, frame, log, mount, sent, view
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n"

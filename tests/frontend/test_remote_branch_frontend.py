@@ -1,4 +1,4 @@
-"""Front-end tests of a server run's tokens (issue 16) in the StreamWidget view, with the fake
+"""Front-end tests of a server run's tokens in the StreamWidget view, with the fake
 model of harness.html: tokens without ids (a server sends none) keyed by their position, the
 popover showing the server's list without claiming what the server did not say (no ids, no
 "cut"), Continue naming the alternative by its place, by mouse and by keyboard, and no
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from frontend_helpers import change, emit, lp, mount, popover, sent, spans, tokens_msg, view
 from playwright.sync_api import Page, expect
-from test_tokens_frontend import lp, popover, spans, tokens_msg
-from test_widget_frontend import change, emit, mount, sent, view
 
 
 def server_alts(*items: tuple[str, float]) -> list[list[Any]]:

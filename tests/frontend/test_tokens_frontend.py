@@ -10,60 +10,31 @@ a token is ``[id, text, kind, logprob, rank, alts]``, an alternative
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import pytest
+from frontend_helpers import (
+    REPO,
+    TOKENS,
+    alts,
+    answer,
+    change,
+    emit,
+    frame,
+    log,
+    mount,
+    popover,
+    sent,
+    spans,
+    tok,
+    tokens_msg,
+    user,
+    view,
+)
 from playwright.sync_api import Page, expect
-from test_chat_frontend import answer, user
-from test_chat_frontend import chat_page as chat_page
-from test_widget_frontend import change, emit, frame, log, mount, sent, view
 
 XSS = '<img src=x onerror="window.__pwned = 1">'
-
-
-def lp(p: float) -> float:
-    return round(math.log(p), 4)
-
-
-def alts(*items: tuple[int, str, float, bool], kind: str = "text") -> list[list[Any]]:
-    return [[i, t, kind, lp(p), cut] for i, t, p, cut in items]
-
-
-def tok(
-    token_id: int,
-    text: str,
-    p: float | None = 0.5,
-    rank: int | None = 1,
-    alternatives: list[list[Any]] | None = None,
-    kind: str = "text",
-) -> list[Any]:
-    return [token_id, text, kind, None if p is None else lp(p), rank, alternatives]
-
-
-# A sampled step: the model's favourite " the" (60%), the pick " a" (rank 2, 25%), and
-# two candidates the run's top-k cut.
-STEP = alts(
-    (262, " the", 0.6, False),
-    (253, " a", 0.25, False),
-    (300, " an", 0.1, True),
-    (13, "\n", 0.05, True),
-)
-TOKENS = [
-    tok(19556, "Hello", 0.9, 1, alts((19556, "Hello", 0.9, False), (17535, "Hi", 0.05, True))),
-    tok(28, ",", 0.8, 1, alts((28, ",", 0.8, False), (17, "!", 0.1, True))),
-    tok(253, " a", 0.25, 2, STEP),
-    tok(1345, " world", 0.7, 1, alts((1345, " world", 0.7, False), (2117, " day", 0.2, False))),
-]
-
-
-def tokens_msg(run_id: int, offset: int, tokens: list[list[Any]]) -> dict:
-    return {"type": "tokens", "run_id": run_id, "offset": offset, "tokens": tokens}
-
-
-def spans(root):
-    return root.locator(".nbstream-tokens .nbstream-token")
 
 
 def ids(root) -> list[int]:
@@ -76,10 +47,6 @@ def syncs(page: Page, i: int = 0) -> int:
 
 def toggle(root, name: str):
     return root.get_by_role("button", name=name, exact=True)
-
-
-def popover(root):
-    return root.locator(".nbstream-alternatives")
 
 
 def running(page: Page, **state: Any) -> Any:
@@ -363,7 +330,7 @@ def test_a_run_without_probabilities_says_so(fe_page: Page) -> None:
     root = running(page, show_probabilities=True)
     emit(page, tokens_msg(1, 0, [tok(1, "Hi", None, None), tok(2, "!", None, None)]))
     note = root.locator(".nbstream-token-note")
-    # Still going: said in the present tense (issue 19, item 13), then in the past.
+    # Still going: said in the present tense, then in the past.
     expect(note).to_contain_text("This run is going without probabilities")
     change(page, "status", "complete")
     expect(note).to_have_text("This run was made without probabilities; run again to capture them")
@@ -657,7 +624,6 @@ def test_chat_streaming_answer_gets_tokens_and_a_gap_asks_for_a_sync(chat_page: 
 @pytest.mark.parametrize("bundle", ["widget", "chat"])
 def test_views_look_deliberate_in_both_themes(fe_page: Page, fe_server: str, bundle: str) -> None:
     """Screenshots of the token views in the light and dark themes (test-artifacts/)."""
-    from test_widget_frontend import REPO
 
     page = fe_page
     if bundle == "chat":
@@ -700,3 +666,44 @@ def test_views_look_deliberate_in_both_themes(fe_page: Page, fe_server: str, bun
             }"""
         )
         root.screenshot(path=str(out / f"tokens-{bundle}-{theme}.png"))
+
+
+MARK = {"step": 2, "words": "Columns part at token 3: ' a' / ' the'"}
+
+
+def test_the_parting_mark_is_drawn_when_the_tokens_come_after_it(fe_page: Page) -> None:
+    """Tokens turned on after the run, a second view, a reload: the tokens come after
+    compare_mark, and the token it names is marked all the same."""
+    page = fe_page
+    mount(page, status="complete", run_id=1, show_prompt=False, compare_mark=MARK, show_tokens=True)
+    root = view(page)
+    expect(root.locator(".nbstream-parted")).to_have_text(MARK["words"])
+    emit(page, tokens_msg(1, 0, TOKENS))
+    frame(page)
+    expect(spans(root)).to_have_count(len(TOKENS))
+    expect(root.locator(".nbstream-token-parted")).to_have_count(1)
+    expect(spans(root).nth(2)).to_have_class(re.compile(r"nbstream-token-parted"))
+    # A second view of the same widget, made now: the same mark.
+    mount(page, share_with=0)
+    emit(page, tokens_msg(1, 0, TOKENS))
+    frame(page)
+    expect(spans(view(page, 1))).to_have_count(len(TOKENS))
+    expect(view(page, 1).locator(".nbstream-token-parted")).to_have_count(1)
+
+
+def test_a_disconnected_view_offers_nothing_that_needs_the_kernel(fe_page: Page) -> None:
+    page = fe_page
+    mount(page, status="complete", run_id=1, show_alternatives=True)
+    root = view(page)
+    emit(page, tokens_msg(1, 0, TOKENS))
+    frame(page)
+    page.evaluate("() => window.views[0].model.fire('comm_live_update')")
+    expect(root).to_have_attribute("data-connection", "lost")
+    spans(root).nth(2).click()
+    pop = root.locator(".nbstream-alternatives")
+    expect(pop).to_be_visible()
+    expect(pop.get_by_role("button", name="How was this picked?")).to_have_count(0)
+    expect(pop.locator(".nbstream-branch-continue")).to_have_count(0)
+    expect(pop).to_contain_text("Disconnected")
+    enabled = pop.locator("button:enabled")
+    expect(enabled).to_have_count(0)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from frontend_helpers import REPO, change, delta, emit, frame, log, mount, sent, view, view_id
 from playwright.sync_api import Page, expect
 
-REPO = Path(__file__).resolve().parents[2]
 STATUSES = ["idle", "queued", "running", "complete", "failed", "cancelled"]
 
 
@@ -31,47 +31,8 @@ def without_settings(message: dict) -> dict:
     return {k: v for k, v in message.items() if k != "settings"}
 
 
-def mount(page: Page, share_with: int | None = None, **state: Any) -> int:
-    return page.evaluate("([s, w]) => window.mount(s, w)", [state, share_with])
-
-
-def view(page: Page, i: int = 0):
-    return page.locator(".host").nth(i).locator(".nbstream")
-
-
-def emit(page: Page, msg: dict, i: int = 0) -> None:
-    page.evaluate("([i, m]) => window.views[i].model.msg(m)", [i, msg])
-
-
-def change(page: Page, name: str, value: Any, i: int = 0) -> None:
-    page.evaluate("([i, n, v]) => window.views[i].model.change(n, v)", [i, name, value])
-
-
-def sent(page: Page, i: int = 0) -> list[dict]:
-    return page.evaluate("(i) => window.views[i].model.sent", i)
-
-
-def log(page: Page, i: int = 0) -> list[list]:
-    return page.evaluate("(i) => window.views[i].model.log", i)
-
-
-def frame(page: Page) -> None:
-    page.evaluate("window.nextFrame()")
-
-
 def stream(page: Page, text: str, i: int = 0, **opts: Any) -> int:
     return page.evaluate("([i, t, o]) => window.stream(i, t, o)", [i, text, opts])
-
-
-def delta(run_id: int, offset: int, text: str, **extra: Any) -> dict:
-    return {"type": "delta", "run_id": run_id, "offset": offset, "text": text, **extra}
-
-
-def view_id(page: Page, i: int = 0, nth: int = 0) -> str:
-    """The id in the nth sync message sent on view i's model."""
-    syncs = [m for m in sent(page, i) if m["type"] == "sync"]
-    assert len(syncs) > nth, "the view sent no sync message"
-    return syncs[nth]["view"]
 
 
 def output_text(page: Page, i: int = 0) -> str:

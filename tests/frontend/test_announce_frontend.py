@@ -1,16 +1,11 @@
-"""Front-end tests of three follow-ups to issues 16 to 18, against the static harness:
+"""Front-end tests of what a screen reader hears (js/src/announce.js), against the static harness.
 
-- what a screen reader hears from a CompareWidget (js/src/announce.js): a Run all is
-  announced once when it starts and once when every column it started has ended, by the
-  header; its columns say nothing of it (they said their own ends too: N+1 end
-  announcements for one click). A column run alone says its own states and end, and the
-  header nothing. Stop all's end is the one summary. The page tells the two apart by the
-  kernel's ``in_run_all`` (a column's, and the header's list of them: PROTOCOL.md);
-- the branch switcher sits above the Thinking section in both the StreamWidget and a chat
-  answer's bubble (it was below it in the chat);
-- the ``thinking`` messages are handled once, in the run protocol both views share
-  (onRunMessages, js/src/common.js; its Node test is js/test/runmessages.test.js): the
-  metrics line counts the thinking while the model thinks, in both views.
+A CompareWidget's Run all is announced once when it starts and once when every column it
+started has ended, by the header; its columns say nothing of it. A column run alone says
+its own states and end, and the header nothing. Stop all's end is the one summary. The page
+tells the two apart by the kernel's ``in_run_all`` (a column's, and the header's list of
+them: PROTOCOL.md). Of a StreamWidget's views, the one shown says the end (not a collapsed
+one), and a switch to another answer announces no end.
 
 The header and its columns are separate widgets; here the page of the compare bundle also
 renders three columns from the StreamWidget bundle (each with its own fake model), so every
@@ -21,14 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import test_chat_frontend
+from frontend_helpers import (
+    change_many,
+    delta,
+    emit,
+    frame,
+    mount,
+    thinking,
+    view,
+)
 from playwright.sync_api import Page, expect
-from test_branch_frontend import BRANCH
-from test_chat_frontend import answer, user
-from test_widget_frontend import change as widget_change
-from test_widget_frontend import delta, emit, mount, view
-
-chat_page = test_chat_frontend.chat_page  # the fixture: a harness page of the chat bundle
 
 LABELS = ["temperature 0 (greedy)", "temperature 0.7", "temperature 1.3"]
 
@@ -194,88 +191,74 @@ def test_a_column_run_alone_says_itself_and_the_header_nothing(compare_page: Pag
 
 # -- the branch switcher above the Thinking section ------------------------------------------
 
-THOUGHT = {"text": "Colours first.", "tokens": 6, "elapsed_s": 0.4, "done": True}
-
-
-def above(first, second) -> bool:
-    """`first` comes before `second` in the page and is drawn above it."""
-    before = first.evaluate(
-        "(a, b) => !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING)",
-        second.element_handle(),
-    )
-    return before and first.bounding_box()["y"] < second.bounding_box()["y"]
-
-
-def test_the_switcher_is_above_the_thinking_in_both_widgets(fe_page: Page, chat_page: Page) -> None:
-    # The StreamWidget: an answer that thought, and a branch of it shown.
-    page = fe_page
-    mount(page)
-    widget_change(page, "run_id", 1)
-    widget_change(page, "status", "running")
-    emit(page, {"type": "thinking", "run_id": 1, "offset": 0, "text": THOUGHT["text"],
-                "tokens": 6, "elapsed_s": 0.4, "done": True})  # fmt: skip
-    emit(page, delta(1, 0, "Red and blue."))
-    widget_change(page, "status", "complete")
-    widget_change(page, "_branches", [BRANCH])
-    widget_change(page, "branch_shown", 1)
-    switcher = view(page).get_by_role("group", name="Answers of this prompt")
-    thinking = view(page).locator(".nbstream-thinking")
-    expect(switcher).to_be_visible()
-    expect(thinking).to_be_visible()
-    assert above(switcher, thinking)
-
-    # The chat: the same in the last answer's bubble.
-    page = chat_page
-    state = {
-        "_messages": [user(0, "Name two colors."),
-                      answer(0, "Red and blue.", "complete", 1, thinking=THOUGHT)],
-        "status": "complete",
-        "run_id": 1,
-        "_branches": [BRANCH],
-        "branch_shown": 1,
-    }  # fmt: skip
-    page.evaluate("([s]) => window.mount(s, null)", [state])
-    bubble = page.locator(".nbstream-message[data-role='assistant']").last
-    switcher = bubble.get_by_role("group", name="Answers to the last message")
-    thinking = bubble.locator(".nbstream-thinking")
-    expect(switcher).to_be_visible()
-    expect(thinking).to_be_visible()
-    assert above(switcher, thinking)
-    # And it stays there when a new answer's bubble takes it (a regenerate: a new run).
-    regenerated = answer(0, "Green.", "complete", 2, thinking=THOUGHT)
-    page.evaluate(
-        "([s]) => window.views[0].model.changeMany(s)",
-        [{"_messages": [user(0, "Name two colors."), regenerated], "run_id": 2,
-          "_branches": [BRANCH], "branch_shown": 0}],
-    )  # fmt: skip
-    bubble = page.locator(".nbstream-message[data-role='assistant']").last
-    expect(bubble.locator(".nbstream-output")).to_have_text("Green.")
-    assert above(bubble.get_by_role("group", name="Answers to the last message"),
-                 bubble.locator(".nbstream-thinking"))  # fmt: skip
-
 
 # -- the thinking's counters, handled once for both views ------------------------------------
 
 
-def test_the_metrics_line_counts_the_thinking_in_both_widgets(
-    fe_page: Page, chat_page: Page
-) -> None:
-    think = {"type": "thinking", "run_id": 1, "offset": 0, "text": "Hmm.", "tokens": 4,
-             "elapsed_s": 0.5, "done": False}  # fmt: skip
-    page = fe_page
-    mount(page)
-    widget_change(page, "run_id", 1)
-    widget_change(page, "status", "running")
-    emit(page, think)
-    expect(view(page).locator(".nbstream-metrics")).to_contain_text("4 tokens")
+def announcer(page: Page, i: int = 0):
+    return view(page, i).locator(".nbstream-announcer")
 
-    page = chat_page
-    state = {
-        "_messages": [user(0, "Hi"), answer(0, "", "running", 1)],
-        "status": "running",
-        "run_id": 1,
-    }
-    page.evaluate("([s]) => window.mount(s, null)", [state])
-    page.evaluate("([m]) => window.views[0].model.msg(m)", [think])
-    expect(page.locator(".nbstream-metrics").first).to_contain_text("4 tokens")
-    expect(page.locator(".nbstream-thinking").first).to_contain_text("Thinking… 4 tokens")
+
+def test_a_collapsed_view_leaves_the_end_to_the_view_that_is_shown(fe_page: Page) -> None:
+    page = fe_page
+    mount(page, status="idle", run_id=0)
+    mount(page, share_with=0)
+    # The first view's output collapsed: JupyterLab takes it out of the document.
+    page.evaluate("() => window.views[0].el.remove()")
+    change_many(page, {"run_id": 1, "status": "running"})
+    emit(page, delta(1, 0, "Hi there."))
+    change_many(page, {"status": "complete", "metrics": {"tokens": 3}})
+    # The second view, the only one left in the document.
+    expect(page.locator(".host")).to_have_count(1)
+    expect(announcer(page, 0)).to_have_text("Answer complete, 3 tokens")
+
+
+RECORD = """(root) => {
+  window.__rec = [];
+  const box = root.querySelector('.nbstream-thinking');
+  const ann = root.querySelector('.nbstream-announcer');
+  new MutationObserver(() => window.__rec.push(['box', box.open, box.getAttribute('data-state')]))
+    .observe(box, {attributes: true, attributeFilter: ['open', 'data-state']});
+  new MutationObserver(() => window.__rec.push(['said', ann.textContent]))
+    .observe(ann, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+def test_switching_answers_neither_opens_the_thinking_nor_announces_an_end(fe_page: Page) -> None:
+    page = fe_page
+    mount(page, status="idle", run_id=0)
+    root = view(page)
+    # Run 1 thinks, answers and ends, seen by this view.
+    change_many(page, {"run_id": 1, "status": "running"})
+    emit(page, thinking(1, 0, "Two and two.", tokens=5, elapsed_s=0.2))
+    emit(page, thinking(1, 12, "", tokens=6, elapsed_s=0.3, done=True))
+    emit(page, delta(1, 0, "Four."))
+    change_many(
+        page,
+        {
+            "status": "complete",
+            "metrics": {"tokens": 8, "thinking_tokens": 6, "first_answer_s": 0.3},
+        },
+    )
+    expect(announcer(page)).to_have_text("Answer complete, 8 tokens")
+    expect(root.locator(".nbstream-thinking")).to_have_js_property("open", False)
+    page.wait_for_timeout(150)  # past the announcer's clearing pause
+    root.evaluate(RECORD)
+    # The kernel shows another (ended) answer, as the switcher or w.show do (_replay): its
+    # run_id, status and metrics in one state message, then its thinking, then its text.
+    metrics = {"tokens": 7, "thinking_tokens": 5, "first_answer_s": 0.2}
+    change_many(page, {"run_id": 2, "status": "cancelled", "metrics": metrics})
+    emit(page, thinking(2, 0, "Two and two.", tokens=5, elapsed_s=0.2, done=True))
+    frame(page)
+    emit(page, delta(2, 0, "Four, I"))
+    frame(page)
+    page.wait_for_timeout(150)
+    rec = page.evaluate("window.__rec")
+    assert [r for r in rec if r[0] == "box" and r[1]] == [], rec  # never open
+    assert [r for r in rec if r[0] == "box" and r[2] == "stopped"] == [], rec
+    assert [r for r in rec if r[0] == "said" and r[1]] == [], rec  # nothing announced
+    expect(root.locator(".nbstream-thinking")).to_have_attribute("data-state", "done")
+    # A run this view sees start is still announced.
+    change_many(page, {"run_id": 3, "status": "running", "metrics": {}})
+    change_many(page, {"status": "cancelled", "metrics": {"tokens": 2}})
+    expect(announcer(page)).to_have_text("Stopped after 2 tokens")
