@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from ._version import __version__
-from .backends.remote import Endpoint
+from .backends.remote import Endpoint, EndpointError
 from .doctor import doctor
 from .generation import (
     Generation,
@@ -41,6 +41,7 @@ __all__ = [
     "ChatWidget",
     "CompareWidget",
     "Endpoint",
+    "EndpointError",
     "Generation",
     "GenerationCancelled",
     "GenerationError",
@@ -50,6 +51,7 @@ __all__ = [
     "__version__",
     "default_model_dir",
     "doctor",
+    "load_ipython_extension",
     "load_model",
     "rerun",
     "stream",

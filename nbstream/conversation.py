@@ -30,6 +30,8 @@ from typing import Any
 from .backends.local import ContextLengthError, check_encodable
 from .generation import CANCELLED, COMPLETE, FAILED, Generation, stream
 
+__all__ = ["Conversation", "Turn", "check_system", "check_text"]
+
 HISTORY_ROLES = ("system", "user", "assistant")
 
 

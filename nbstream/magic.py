@@ -38,6 +38,8 @@ from .settings import validate_settings
 from .widgets import cells as cells
 from .widgets.display import show
 
+__all__ = ["NbstreamMagics", "load_ipython_extension"]
+
 logger = logging.getLogger(__name__)
 
 # How long `%nbstream stop` waits for each run to acknowledge: a stop lands within one decode

@@ -49,6 +49,8 @@ from typing import Any
 from .protocol import Metrics, RunRecord, Status
 from .settings import SETTINGS, validate_settings
 
+__all__ = ["RECORD_FORMAT", "build_record", "check_record", "replay_arguments", "warn_if_different"]
+
 logger = logging.getLogger(__name__)
 
 #: Names this kind of record, so a record read back from a file can be recognised.

@@ -10,6 +10,20 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "DEFAULT_THINKING_TAGS",
+    "EXPECT_VALUES",
+    "MAX_ALTERNATIVES",
+    "MAX_NEW_TOKENS_LIMIT",
+    "MAX_SEED",
+    "SETTINGS",
+    "check_stop",
+    "samples",
+    "settings_schema",
+    "validate_settings",
+]
+
 #: Settings accepted by :func:`nbstream.stream` and the widgets, with what each means.
 SETTINGS: dict[str, str] = {
     "max_new_tokens": "most tokens to generate (int > 0)",

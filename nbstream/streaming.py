@@ -15,6 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+__all__ = [
+    "DECODE_OPTIONS",
+    "Decoder",
+    "StopFilter",
+    "TextDecoder",
+    "ThinkingSplitter",
+    "TokenBuffer",
+    "TokenDecoder",
+]
+
 #: How every piece of nbstream turns generated ids into the answer's text, so that the
 #: stream, the final decode and the stop-string watch agree. ``DecodeStream`` never "cleans
 #: up" spaces before punctuation; a tokenizer whose default does (``clean_up_tokenization_

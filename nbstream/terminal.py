@@ -43,6 +43,8 @@ from ._console import (
 from .conversation import Conversation, Turn, check_system, check_text
 from .settings import SETTINGS, validate_settings
 
+__all__ = ["API_KEY_ENV", "ChatSession", "main", "parse_settings"]
+
 logger = logging.getLogger(__name__)
 
 #: The environment variable the API key of ``--endpoint`` is read from, unless

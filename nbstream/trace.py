@@ -67,6 +67,16 @@ from typing import Any, NamedTuple
 
 from ._tokens import TokenPieces
 
+__all__ = [
+    "Alternative",
+    "RemoteAlternative",
+    "RemoteTokenTrace",
+    "RemoteTrace",
+    "TokenTrace",
+    "TraceCapture",
+    "running_module",
+]
+
 
 class Alternative(NamedTuple):
     """One of the model's top-k candidates at a step, from the raw logits."""

@@ -43,6 +43,8 @@ from .base import Backend, Job, RunControl
 from .local import check_prompt
 from .servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 
+__all__ = ["Endpoint", "EndpointError", "RemoteJob"]
+
 # The server families whose chat API takes chat-template options (``enable_thinking``), as
 # ``chat_template_kwargs``: vLLM's and SGLang's OpenAI servers, llama.cpp's llama-server.
 _CHAT_TEMPLATE_KWARGS = ("vllm", "sglang", "llama.cpp")

@@ -18,6 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "EXTENSION_SETTINGS",
+    "FAMILIES",
+    "GENERATION_CONFIG",
+    "GENERIC",
+    "ServerFamily",
+    "ServerInfo",
+    "detect",
+    "family",
+    "listed_models",
+    "stated_context",
+]
+
 #: The settings beyond OpenAI's chat-completions API that nbstream can send.
 EXTENSION_SETTINGS = ("top_k", "repetition_penalty")
 #: A request field that carries a whole transformers ``GenerationConfig`` as JSON

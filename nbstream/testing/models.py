@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["forced_model", "tiny_model"]
+
 _cache: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+__all__ = ["LlamaCppServer", "LocalServer", "free_port", "main"]
+
 #: The prefix of the probe's log lines.
 PROBE = "nbstream-serve:"
 _PROBE_LINE = re.compile(

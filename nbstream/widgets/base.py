@@ -41,6 +41,8 @@ from .settings_panel import (
     setting_trait,
 )
 
+__all__ = ["VIEW_TOGGLES", "RunWidget", "error_summary"]
+
 logger = logging.getLogger(__name__)
 
 # In a kernel, a run shown as a cell's value (`w.generate(...)` on a cell's last line) shows

@@ -11,6 +11,8 @@ import threading
 import weakref
 from typing import Any
 
+__all__ = ["CLOSED", "CLOSED_BY_CLEARING", "CLOSED_BY_RERUN", "cell_context", "forget", "register"]
+
 logger = logging.getLogger(__name__)
 
 # Widgets by the cell that created them: cell id -> [(execution id, widget)].

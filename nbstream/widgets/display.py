@@ -17,6 +17,25 @@ from typing import Any
 
 from ..generation import COMPLETE, TERMINAL, Generation
 
+__all__ = [
+    "LIVE_TAIL",
+    "RUN_VIEW_THREAD",
+    "WIDGET_VIEW",
+    "Bundle",
+    "FallbackDisplay",
+    "chat_fallback_bundle",
+    "compare_fallback_bundle",
+    "fallback_bundle",
+    "in_kernel",
+    "register_run_display",
+    "run_html",
+    "show",
+    "show_run",
+    "show_with_fallback",
+    "shown_by_widget",
+    "states_summary",
+]
+
 logger = logging.getLogger(__name__)
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -38,6 +38,8 @@ from ..protocol import (
 from ..streaming import DECODE_OPTIONS
 from ..trace import RemoteTrace
 
+__all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "RunFeed", "thinking_state", "view_threads"]
+
 logger = logging.getLogger(__name__)
 
 #: Deltas per second, at most, per widget.

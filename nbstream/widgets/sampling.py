@@ -29,6 +29,8 @@ from ..distribution import Candidate, Distribution
 from ..protocol import DistributionFields, DistributionReply, SamplingSettings, TokenKind
 from ..settings import validate_settings
 
+__all__ = ["Explainer"]
+
 logger = logging.getLogger(__name__)
 
 #: How many tokens the panel draws as bars (the rest is one "everything else" bar).

@@ -15,6 +15,18 @@ import traitlets
 
 from ..settings import DEFAULT_MAX_NEW_TOKENS, samples, settings_schema, validate_settings
 
+__all__ = [
+    "PANEL_SETTINGS",
+    "TRAIT_OF_SETTING",
+    "VIEW_ALTERNATIVES",
+    "model_defaults",
+    "next_run_samples",
+    "panel_schema",
+    "run_settings",
+    "setting_error",
+    "setting_trait",
+]
+
 #: How many candidates a run captures when a view shows probabilities or alternatives and
 #: the widget's ``alternatives`` setting asks for none.
 VIEW_ALTERNATIVES = 5
