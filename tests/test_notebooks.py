@@ -1,39 +1,122 @@
-"""The notebooks run top to bottom on the embedded default model, headless."""
+"""The lessons in notebooks/: their saved outputs, and each one run again on today's code.
+
+The notebooks are committed with their outputs (``make notebooks``), so that GitHub and
+nbviewer show each answer without a kernel. The fast tests read those saved outputs: each
+cell that shows a widget has a saved text fallback in the end state the lesson intends
+(declared in the cell's metadata, ``{"nbstream": {"expect": "complete"}}``), and the
+lesson's claims are in them. The model test executes each notebook headless on the embedded
+default model and checks the same of the new outputs, so a lesson that no longer holds on
+the current code fails even before its saved outputs are refreshed.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = [
+    "quickstart.ipynb",
+    "robustness.ipynb",
+    "remote.ipynb",
+    "chat.ipynb",
+    "teaching-sampling.ipynb",
+    "reasoning.ipynb",
+]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+END_STATES = {"complete", "cancelled", "failed", "idle"}
 
 
-@pytest.mark.model
-@pytest.mark.parametrize(
-    "name",
-    [
-        "quickstart.ipynb",
-        "robustness.ipynb",
-        "remote.ipynb",
-        "chat.ipynb",
-        "teaching-sampling.ipynb",
-        "reasoning.ipynb",
-    ],
-)
-def test_notebook_runs_top_to_bottom(name, tmp_path):
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    resources = {"metadata": {"path": str(tmp_path)}}
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources=resources)
-    client.execute()  # raises CellExecutionError on any error
-    outputs = "\n".join(
+def test_every_notebook_is_a_listed_lesson() -> None:
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
+    index = (NOTEBOOKS / "README.md").read_text()
+    for name in NAMES:
+        assert f"]({name})" in index, f"notebooks/README.md does not link {name}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_says_what_it_teaches_and_has_answered_exercises(name: str) -> None:
+    cells = nbformat.read(NOTEBOOKS / name, as_version=4).cells
+    opening = cells[0]
+    assert opening.cell_type == "markdown"
+    for part in ("**What you will learn**", "**Time:**", "**Before this:**"):
+        assert part in opening.source, f"{name} does not open with {part}"
+    answers = [
+        cell
+        for cell in cells
+        if cell.cell_type == "markdown"
+        and cell.source.startswith("<details><summary>Answer</summary>")
+    ]
+    assert len(answers) >= 2, f"{name} has {len(answers)} exercises with an answer"
+
+
+def widget_state(output: dict[str, Any]) -> str | None:
+    """The end state a saved widget fallback says in its first line, e.g. ``complete``
+    (for a comparison: its columns' state when they all share one), or None if it has no
+    text fallback."""
+    plain = output.get("data", {}).get("text/plain", "")
+    if not plain:
+        return None
+    parts = plain.splitlines()[0].split(" · ")
+    if parts[0] == "nbstream compare":
+        # "nbstream compare · 4 columns · 4 complete" or "... · 3 complete, 1 cancelled"
+        counts = parts[-1].split(", ")
+        return counts[0].split(" ", 1)[1] if len(counts) == 1 else parts[-1]
+    if parts[0] not in ("nbstream", "nbstream chat") or len(parts) < 2:
+        return None
+    return parts[1].split(" ", 1)[0]  # "failed (TimeoutError: ...)": the state alone
+
+
+def check_widget_outputs(name: str, nb: Any) -> None:
+    """Each widget with an end state that a cell shows has a text fallback saved, and its
+    fallback and stored widget state both say the end state the cell expects."""
+    stored = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        where = f"{name} cell {index}"
+        assert not [o for o in cell.outputs if o.output_type == "error"], f"{where} raised"
+        widget = [o for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
+        views = [o.data[WIDGET_VIEW]["model_id"] for o in widget]
+        # A fallback is marked with an empty model id: live front ends hide it.
+        fallbacks = [o for o, model_id in zip(widget, views, strict=True) if not model_id]
+        views = [model_id for model_id in views if model_id]
+        missing = [model_id for model_id in views if model_id not in stored]
+        assert not missing, f"{where}: no stored widget state (make notebooks stores it)"
+        # Only a widget with a run's status has an end state to show (not doctor's probe).
+        states = [stored[m]["state"]["status"] for m in views if "status" in stored[m]["state"]]
+        expect = cell.metadata.get("nbstream", {}).get("expect")
+        if not states and not fallbacks:
+            assert expect is None, f"{where} expects a {expect!r} widget but shows none"
+            continue
+        assert expect in END_STATES, f"{where} shows a widget: say its end state in its metadata"
+        assert len(fallbacks) >= len(states), f"{where}: a widget without a saved fallback"
+        assert set(states) <= {expect}, f"{where}: widget state {states}, expected {expect!r}"
+        for fallback in fallbacks:
+            data = fallback.data
+            assert data.get("text/markdown") or data.get("text/html"), f"{where}: text only"
+            state = widget_state(fallback)
+            assert state == expect, f"{where} saved {state!r}, the lesson means {expect!r}"
+
+
+def printed(nb: Any) -> str:
+    """Everything the code cells printed or returned as text, in order."""
+    return "\n".join(
         str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
         for cell in nb.cells
         if cell.cell_type == "code"
         for o in cell.outputs
     )
+
+
+def check_claims(name: str, outputs: str) -> None:
+    """What each lesson says happens is what its outputs show."""
+    assert "not finished when this output was saved" not in outputs
     if name == "quickstart.ipynb":
         # The tour shows each end state honestly.
         assert "complete" in outputs
@@ -64,6 +147,8 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "history messages: 5" in outputs
         assert "kept | history messages: 7" in outputs
         assert "the last one is the partial answer: True" in outputs
+        # A seeded history keeps the system message it was given.
+        assert "system message kept: You are a helpful assistant. Answer briefly." in outputs
         assert "the model got the seeded turn: True" in outputs
     if name == "reasoning.ipynb":
         # The stand-in's thinking kept apart: the answer alone in result, chunks and history.
@@ -87,10 +172,33 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         assert "more picks off the favourite at 1.3 than at 0.3: True" in outputs
         assert outputs.count(": complete\n") == 4
         assert "same seed, same answers: True" in outputs
-        # What the sliders do (run.distribution) and what if (run.branch, cw.divergence).
+        # What the sliders do (run.distribution) and what if (w.branch, cw.divergence).
         assert "every stage sums to 1: True" in outputs
         assert "top-p kept no more than top-k: True" in outputs
         assert "a lower temperature gives the favourite more: True" in outputs
         assert "the branch starts with the kept tokens: True" in outputs
         assert "rerun repeats the branch: True" in outputs
         assert "before it they agree: True" in outputs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_saved_outputs_show_each_lesson(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), (
+        f"{name} is saved unexecuted: run `make notebooks` and commit the result"
+    )
+    check_widget_outputs(name, nb)
+    check_claims(name, printed(nb))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path) -> None:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources=resources, store_widget_state=True
+    )
+    client.execute()  # raises CellExecutionError on any error
+    check_widget_outputs(name, nb)
+    check_claims(name, printed(nb))
