@@ -31,6 +31,8 @@ logger = logging.getLogger("mkdocs.plugins.griffe_roles")
 
 #: ``:class:`x```, ``:py:meth:`x```, ...: the role's name, then its target.
 ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|mod|data|exc|obj):`([^`]+)`")
+#: A role's target with its own title: ``the title <target>``.
+TITLED = re.compile(r"(.+?)\s*<([^<>]+)>", re.DOTALL)
 
 
 def _api_roots(package: str) -> list[str]:
@@ -114,9 +116,12 @@ class RolesExtension(griffe.Extension):
 
     def _link(self, match: re.Match[str], where: griffe.Object) -> str:
         role, target = match.groups()
+        title = None
+        if titled := TITLED.fullmatch(target):  # :meth:`the title <target>`
+            title, target = titled.groups()
         short = target.startswith("~")
         target = target.lstrip("~!")
-        text = target.rsplit(".", 1)[-1] if short else target
+        text = title or (target.rsplit(".", 1)[-1] if short else target)
         if not match.group(2).startswith("!"):
             found = self._resolve(target, where)
             if found is not None and found.canonical_path in self.anchors:
