@@ -673,23 +673,37 @@ class Endpoint(Backend):
         prefix_steps: int = 0,
         prefix_trace: list[RemoteTokenTrace] | None = None,
     ) -> RemoteJob:
-        """Check the prompt and settings and build the request; nothing is sent yet (but the
-        first run asks the server what it is, unless ``server=`` said).
+        """Check a run's prompt and settings and build its request, sending nothing yet.
 
-        ``assistant_prefix`` (a branch, see :meth:`branch_job`): the answer so far, sent as a
-        final assistant message for the server to continue; it is ``prefix_steps`` tokens
-        (they count toward ``max_new_tokens``), and ``prefix_trace`` their records."""
+        The first run on a server asks it what it is, unless ``server=`` named it.
+
+        Args:
+            prompt: A string, or a list of chat messages (``role``, ``content``).
+            settings: The run's settings (``max_new_tokens``, ``temperature``, ...).
+            prefix_ids: Refused: a server's answer has no token ids to branch from.
+            assistant_prefix: A branch's answer so far (see :meth:`branch_job`), for the
+                server to continue. Defaults to None: a new answer.
+            prefix_steps: The prefix's length in tokens, counted toward
+                ``max_new_tokens``. Defaults to 0.
+            prefix_trace: The prefix's ``run.trace`` records. Defaults to None: not known.
+
+        Returns:
+            The :class:`RemoteJob` that sends the request and streams the answer.
+
+        Raises:
+            ValueError: A setting or a branch the server cannot honour, or settings that
+                contradict each other.
+
+        Example:
+            >>> server.prepare("Name two colors.", {"max_new_tokens": 30}).body["max_tokens"]
+            30
+        """
         if prefix_ids is not None:
             raise ValueError(
                 "a server's answer has no token ids: branch with run.branch (which sends "
                 "the answer so far as text), not prefix_ids"
             )
         check_prompt(prompt)
-        messages = (
-            [{"role": "user", "content": prompt}]
-            if isinstance(prompt, str)
-            else [{"role": m["role"], "content": m["content"]} for m in prompt]
-        )
         effective = dict(settings)
         effective.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         k = effective.get("alternatives") or 0
@@ -697,103 +711,89 @@ class Endpoint(Backend):
             self.check_alternatives(k)
         if assistant_prefix is not None:
             self._check_continuation()
-        temperature = effective.get("temperature")
-        do_sample = effective.get("do_sample")
-        samples(effective)  # the one check of contradicting settings, as for a local model
-        if do_sample is False:
-            temperature = 0.0
-        if temperature is not None:
-            do_sample = temperature > 0
+        sampling = _sampling(effective)
+        return self._job(prompt, effective, sampling, assistant_prefix, prefix_steps, prefix_trace)
+
+    def _job(
+        self,
+        prompt: Any,
+        settings: dict[str, Any],
+        sampling: tuple[float | None, bool | None],
+        prefix: str | None,
+        prefix_steps: int,
+        prefix_trace: list[RemoteTokenTrace] | None,
+    ) -> RemoteJob:
+        """The job of a checked run: its request in the server's dialect (``sampling``: its
+        temperature and do_sample), and what its record says."""
+        temperature, do_sample = sampling
         info = self._server_info()
-        family = info.family
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": effective["max_new_tokens"],
-        }
-        if k:
-            body["logprobs"] = True
-            body["top_logprobs"] = k
+        messages = _chat_messages(prompt)
+        k = settings.get("alternatives") or 0
+        body = _chat_body(self.model, messages, settings["max_new_tokens"], k)
         rendered = None
-        if assistant_prefix is not None:
-            messages.append({"role": "assistant", "content": assistant_prefix})
-            # The forced tokens count toward max_new_tokens, as for a local branch; the
-            # server is asked for at least one more.
-            body["max_tokens"] = max(1, effective["max_new_tokens"] - prefix_steps)
-            if family.continuation == "continue_final_message":
-                body["continue_final_message"] = True
-                body["add_generation_prompt"] = False
-            elif family.continuation == "completions":
-                # The chat API would close the answer: the text itself is continued.
-                rendered, rewritten = self._render(messages)
-                del body["messages"]
-                body["prompt"] = rendered
-                if k:
-                    del body["top_logprobs"]
-                    body["logprobs"] = k  # the completions API's form
-        if temperature is not None:
-            body["temperature"] = temperature
-        for name in ("top_p", "seed"):
-            if name in effective:
-                body[name] = effective[name]
-        in_config: dict[str, Any] = {}
-        unconfirmed: dict[str, Any] = {}
-        for name in EXTENSION_SETTINGS:
-            value = effective.get(name)
-            if value is None:
-                continue
-            field = family.fields.get(name)
-            if field is None:
-                raise ValueError(
-                    f"{name}={value!r}: {family.title} has no {name} in its chat API (it would "
-                    f"drop it without a word); drop {name}, or name the server with "
-                    "Endpoint(server=...) if it is not that one"
-                )
-            if field == GENERATION_CONFIG:
-                in_config[name] = value
-            else:
-                body[field] = value
-            if not family.confirmed:
-                unconfirmed[name] = value
-        thinking = effective.get("enable_thinking")
-        if thinking is not None:
-            if family.name not in _CHAT_TEMPLATE_KWARGS:
-                raise ValueError(
-                    f"enable_thinking: {family.title} takes no chat-template options in its "
-                    "API (vLLM, SGLang and llama-server take them as chat_template_kwargs); "
-                    "drop enable_thinking, or name the server with Endpoint(server=...)"
-                )
-            body["chat_template_kwargs"] = {"enable_thinking": thinking}
-        if GENERATION_CONFIG in family.fields.values() and (in_config or do_sample):
-            # transformers serve samples only when its GenerationConfig says so.
-            if do_sample is not None:
-                in_config["do_sample"] = do_sample
-            body[GENERATION_CONFIG] = json.dumps(in_config)
-        job = RemoteJob(self, body, effective, messages)
+        if prefix is not None:
+            # The forced tokens count toward max_new_tokens, as for a local branch.
+            left = settings["max_new_tokens"] - prefix_steps
+            rendered = self._ask_to_continue(body, prefix, left, info.family)
+        unconfirmed = _sampling_fields(body, settings, info.family, temperature, do_sample)
+        job = RemoteJob(self, body, settings, messages)
         if rendered is not None:
-            job.path = "/completions"
-            job.prompt_text = rendered
-            if rewritten:
-                warning = (
-                    "the tokenizer's chat template renders the answer so far otherwise than "
-                    "it was shown (it trims it, or adds to it): nbstream sent it as shown, "
-                    "after the template's start of an answer, so the model sees a prompt its "
-                    "template would not make; the record says confirmed: False"
-                )
-                job.warnings.append(warning)
-                job.prefix_as_rendered = False
-                logger.warning("%s", warning)
+            _use_completions(job, *rendered)
+        self._note_unconfirmed(job, info, unconfirmed)
+        job.prompt = prompt
+        job.server = info
+        job.concurrent = self.concurrent
+        if k:
+            job.trace_capture = RemoteTraceCapture(k, info.family, prefix_trace)
+            # The reasons it gives quote the server's data, which may echo the key.
+            job.trace_capture.quote = self._quote
+        if prefix is not None:
+            _continue_prefix(job, prefix, prefix_steps, prefix_trace is not None)
+        job.in_effect = _in_effect(settings, temperature, do_sample, unconfirmed)
+        return job
+
+    def _ask_to_continue(
+        self, body: dict[str, Any], prefix: str, left: int, family: _servers.ServerFamily
+    ) -> tuple[str, bool] | None:
+        """Ask in ``body`` for ``prefix`` (a final assistant message) to be continued, as
+        ``family`` does it, with at least one token and at most ``left``.
+
+        Returns:
+            Where the completions API continues a raw prompt: that prompt, and whether the
+            chat template would have rendered the prefix otherwise (see :meth:`_render`).
+            Else None.
+        """
+        messages = body["messages"]
+        messages.append({"role": "assistant", "content": prefix})
+        body["max_tokens"] = max(1, left)
+        if family.continuation == "continue_final_message":
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        elif family.continuation == "completions":
+            # The chat API would close the answer: the text itself is continued.
+            rendered, rewritten = self._render(messages)
+            del body["messages"]
+            body["prompt"] = rendered
+            if "top_logprobs" in body:
+                body["logprobs"] = body.pop("top_logprobs")  # the completions API's form
+            return rendered, rewritten
+        return None
+
+    def _note_unconfirmed(
+        self, job: RemoteJob, info: ServerInfo, unconfirmed: dict[str, Any]
+    ) -> None:
+        """Keep the settings sent that the server may drop (``unconfirmed``), and warn
+        (``job.warnings`` and the log) of what the server may not honour: those settings, a
+        model name it does not list."""
+        job.settings_unconfirmed = unconfirmed
         if unconfirmed:
             sent = ", ".join(f"{name}={value!r}" for name, value in unconfirmed.items())
-            warning = (
+            _warn(
+                job,
                 f"{sent} sent under vLLM's field names to a server nbstream could not identify "
                 f"({info.evidence}): it may have dropped them, so the record lists them as "
-                "unconfirmed; name the server with Endpoint(server=...)"
+                "unconfirmed; name the server with Endpoint(server=...)",
             )
-            job.warnings.append(warning)
-            logger.warning("%s", warning)
         # The list was scrubbed of the key: a name sharing a piece with the key is compared
         # as scrubbed the same way.
         if info.models and self._scrub(self.model) not in info.models:
@@ -804,47 +804,7 @@ class Endpoint(Backend):
                 f"{', '.join(map(repr, info.models[:5]))}: a server with one model may answer "
                 "any name with it, so the text is likely that model's"
             )
-            job.warnings.append(self._scrub(warning))
-            logger.warning("%s", job.warnings[-1])
-        job.prompt = prompt
-        job.server = info
-        job.concurrent = self.concurrent
-        job.settings_unconfirmed = unconfirmed
-        if k:
-            job.trace_capture = RemoteTraceCapture(k, family, prefix_trace)
-            # The reasons it gives quote the server's data, which may echo the key.
-            job.trace_capture.quote = self._quote
-        if assistant_prefix is not None:
-            job.assistant_prefix = assistant_prefix
-            if job.trace_capture is not None:
-                job.trace_capture.base = len(assistant_prefix)
-            job.prefix_steps = prefix_steps
-            if prefix_trace is None and job.trace_capture is not None:
-                # A note, not a stop: the tokens after the prefix are recorded.
-                job.trace_capture.trace.incomplete = (
-                    f"the branch's first {prefix_steps} tokens (its forced prefix) have no "
-                    "records: it was started again from its record, which keeps the prefix's "
-                    "text only; the records start after it"
-                )
-                job.trace_capture.trace.lead = assistant_prefix
-        job.in_effect = {
-            "max_new_tokens": effective["max_new_tokens"],
-            "do_sample": do_sample,  # None: the server's default
-            "temperature": temperature,
-            "top_p": effective.get("top_p"),
-            # A setting the server may have dropped is not recorded as in effect.
-            "top_k": None if "top_k" in unconfirmed else effective.get("top_k"),
-            "repetition_penalty": (
-                None if "repetition_penalty" in unconfirmed else effective.get("repetition_penalty")
-            ),
-            "seed": effective.get("seed"),
-            "stop": effective.get("stop"),
-            "expect": effective.get("expect"),
-            "budget_s": effective.get("budget_s"),
-        }
-        if k:
-            job.in_effect["alternatives"] = k
-        return job
+            _warn(job, self._scrub(warning))
 
     # -- what the server's answers can carry (run.trace, run.branch) ------------------------
     def check_alternatives(self, k: int) -> None:
@@ -919,67 +879,37 @@ class Endpoint(Backend):
     def branch_job(
         self, parent: Any, step: int, token: Any, settings: dict[str, Any]
     ) -> tuple[RemoteJob, dict[str, Any]]:
-        """The job of ``parent.branch(step, token, **settings)`` on this server, and what
-        the branch's ``branch_info`` says (see :meth:`nbstream.Generation.branch`).
+        """Build the job of ``parent.branch(step, token, **settings)`` on this server.
 
         The request is the parent's conversation with the answer so far (the texts of
-        ``parent.trace[:step]`` and ``token``'s) as a final assistant message, which the
-        server continues. ``token`` is one of ``parent.trace[step].alternatives`` or its
-        text. Raises before anything is sent."""
+        ``parent.trace[:step]`` and ``token``'s) as a final assistant message, for the
+        server to continue. Nothing is sent yet.
+
+        Args:
+            parent: The run to branch from, started on a server with ``alternatives=k``.
+            step: A position in ``parent.trace``.
+            token: One of ``parent.trace[step].alternatives``, or a text.
+            settings: The branch's settings.
+
+        Returns:
+            The job, and the branch's ``branch_info`` (``step``, ``token``,
+            ``parent_token``, ``prefix_text``; see :meth:`nbstream.Generation.branch`).
+
+        Raises:
+            TypeError: ``step`` is not an int, or ``token`` neither an alternative nor a text.
+            ValueError: The server cannot continue an answer, or ``parent`` has no such step
+                or token.
+
+        Example:
+            >>> job, info = server.branch_job(run, 2, " green", {"max_new_tokens": 30})
+            >>> info["token"]
+            ' green'
+        """
         self._check_continuation()
-        trace = parent.trace
-        if not isinstance(trace, RemoteTrace):
-            raise ValueError(
-                "branching on a server starts from the run's trace, which this run has not: "
-                "start it with alternatives=k (e.g. 5), then branch from one of "
-                "run.trace[step].alternatives"
-            )
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"step must be an int (a position in run.trace), got {step!r:.80}")
-        if trace.lead:
-            raise ValueError(
-                "this run's trace starts after its answer so far (a rerun of a branch has no "
-                "records for the prefix it was given), so its steps are not the answer's: "
-                "branch from the original run, or from the branch it reran"
-            )
-        if not 0 <= step < len(trace):
-            why = f"; {trace.incomplete}" if trace.incomplete else ""
-            raise ValueError(
-                f"step {step} is not in run.trace, which has {len(trace)} records "
-                f"(0 to {len(trace) - 1}){why}"
-            )
+        trace = _branch_trace(parent.trace, step)
         at = trace[step]
-        if isinstance(token, RemoteAlternative):
-            chosen = next((alt for alt in at.alternatives if alt == token), None)
-        elif isinstance(token, str):
-            chosen = next((alt for alt in at.alternatives if alt.text == token), None)
-            if chosen is None:
-                # A text the server did not list: forced all the same, with no probability.
-                chosen = RemoteAlternative(None, token, math.nan)
-        else:
-            raise TypeError(
-                "a run on a server has no token ids: token must be one of "
-                f"run.trace[{step}].alternatives or a text, got {token!r:.80}"
-            )
-        if chosen is None:
-            raise ValueError(
-                f"token {token!r:.80} is not one of run.trace[{step}].alternatives; pass one "
-                "of them, or a text"
-            )
-        if not chosen.text:
-            raise ValueError("token's text is empty: there is nothing to continue from")
-        rank = None
-        if not math.isnan(chosen.logprob):
-            rank = 1 + sum(alt.logprob > chosen.logprob for alt in at.alternatives)
-        forced = RemoteTokenTrace(
-            text=chosen.text,
-            logprob=chosen.logprob,
-            rank=rank,
-            alternatives=at.alternatives,
-            forced=True,
-            shown=chosen.text,
-        )
-        records = [*trace[:step], forced]
+        chosen = _chosen_token(at, step, token)
+        records = [*trace[:step], _forced(at, chosen)]
         # The parent's streamed text, as its records account for it: never the server's
         # bytes or token texts, which may not spell what was shown (U+FFFD for a split
         # character in vLLM's, anything at all in a hostile server's).
@@ -1158,6 +1088,235 @@ class Endpoint(Backend):
             self._scrub(words) + " (the original exception is not kept: it quoted the API key)"
         )
         return EndpointError(message, status)
+
+
+# -- building a request (Endpoint.prepare) ---------------------------------------------------
+def _chat_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A checked prompt as the chat API's messages."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def _sampling(settings: dict[str, Any]) -> tuple[float | None, bool | None]:
+    """The temperature and ``do_sample`` a request says (None: the server's default);
+    ``ValueError`` for settings that contradict each other."""
+    temperature = settings.get("temperature")
+    do_sample = settings.get("do_sample")
+    samples(settings)  # the one check of contradicting settings, as for a local model
+    if do_sample is False:
+        temperature = 0.0
+    if temperature is not None:
+        do_sample = temperature > 0
+    return temperature, do_sample
+
+
+def _chat_body(
+    model: str, messages: list[dict[str, Any]], max_tokens: int, k: int
+) -> dict[str, Any]:
+    """A streamed chat-completions request for ``model``, with its usage at the end and,
+    for ``k`` alternatives, the top ``k`` logprobs of each token."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": max_tokens,
+    }
+    if k:
+        body["logprobs"] = True
+        body["top_logprobs"] = k
+    return body
+
+
+def _sampling_fields(
+    body: dict[str, Any],
+    settings: dict[str, Any],
+    family: _servers.ServerFamily,
+    temperature: float | None,
+    do_sample: bool | None,
+) -> dict[str, Any]:
+    """Put the sampling settings into ``body``, each under the field ``family`` takes it in.
+
+    Returns:
+        The settings sent that the server may drop without a word (``family`` not
+        confirmed), for the record's ``settings_unconfirmed``.
+
+    Raises:
+        ValueError: A setting ``family`` has no field for.
+    """
+    if temperature is not None:
+        body["temperature"] = temperature
+    for name in ("top_p", "seed"):
+        if name in settings:
+            body[name] = settings[name]
+    in_config: dict[str, Any] = {}
+    unconfirmed: dict[str, Any] = {}
+    for name in EXTENSION_SETTINGS:
+        value = settings.get(name)
+        if value is None:
+            continue
+        field = family.fields.get(name)
+        if field is None:
+            raise ValueError(
+                f"{name}={value!r}: {family.title} has no {name} in its chat API (it would "
+                f"drop it without a word); drop {name}, or name the server with "
+                "Endpoint(server=...) if it is not that one"
+            )
+        if field == GENERATION_CONFIG:
+            in_config[name] = value
+        else:
+            body[field] = value
+        if not family.confirmed:
+            unconfirmed[name] = value
+    thinking = settings.get("enable_thinking")
+    if thinking is not None:
+        if family.name not in _CHAT_TEMPLATE_KWARGS:
+            raise ValueError(
+                f"enable_thinking: {family.title} takes no chat-template options in its "
+                "API (vLLM, SGLang and llama-server take them as chat_template_kwargs); "
+                "drop enable_thinking, or name the server with Endpoint(server=...)"
+            )
+        body["chat_template_kwargs"] = {"enable_thinking": thinking}
+    if GENERATION_CONFIG in family.fields.values() and (in_config or do_sample):
+        # transformers serve samples only when its GenerationConfig says so.
+        if do_sample is not None:
+            in_config["do_sample"] = do_sample
+        body[GENERATION_CONFIG] = json.dumps(in_config)
+    return unconfirmed
+
+
+def _warn(job: RemoteJob, warning: str) -> None:
+    """Add ``warning`` to the run's record and log it."""
+    job.warnings.append(warning)
+    logger.warning("%s", warning)
+
+
+def _use_completions(job: RemoteJob, rendered: str, rewritten: bool) -> None:
+    """Send ``job`` to the completions API with the prompt ``rendered`` by nbstream;
+    ``rewritten``: the chat template would have rendered the answer so far otherwise."""
+    job.path = "/completions"
+    job.prompt_text = rendered
+    if rewritten:
+        job.prefix_as_rendered = False
+        _warn(
+            job,
+            "the tokenizer's chat template renders the answer so far otherwise than it was "
+            "shown (it trims it, or adds to it): nbstream sent it as shown, after the "
+            "template's start of an answer, so the model sees a prompt its template would not "
+            "make; the record says confirmed: False",
+        )
+
+
+def _continue_prefix(job: RemoteJob, prefix: str, steps: int, records_known: bool) -> None:
+    """Make ``job`` a branch's, continuing ``prefix`` (``steps`` tokens); without
+    ``records_known`` its trace says that the prefix has no records."""
+    job.assistant_prefix = prefix
+    capture = job.trace_capture
+    if capture is not None:
+        capture.base = len(prefix)
+    job.prefix_steps = steps
+    if not records_known and capture is not None:
+        # A note, not a stop: the tokens after the prefix are recorded.
+        capture.trace.incomplete = (
+            f"the branch's first {steps} tokens (its forced prefix) have no records: it was "
+            "started again from its record, which keeps the prefix's text only; the records "
+            "start after it"
+        )
+        capture.trace.lead = prefix
+
+
+def _in_effect(
+    settings: dict[str, Any],
+    temperature: float | None,
+    do_sample: bool | None,
+    unconfirmed: dict[str, Any],
+) -> dict[str, Any]:
+    """The settings a run's record lists as in effect."""
+    in_effect = {
+        "max_new_tokens": settings["max_new_tokens"],
+        "do_sample": do_sample,  # None: the server's default
+        "temperature": temperature,
+        "top_p": settings.get("top_p"),
+        # A setting the server may have dropped is not recorded as in effect.
+        "top_k": None if "top_k" in unconfirmed else settings.get("top_k"),
+        "repetition_penalty": (
+            None if "repetition_penalty" in unconfirmed else settings.get("repetition_penalty")
+        ),
+        "seed": settings.get("seed"),
+        "stop": settings.get("stop"),
+        "expect": settings.get("expect"),
+        "budget_s": settings.get("budget_s"),
+    }
+    if settings.get("alternatives"):
+        in_effect["alternatives"] = settings["alternatives"]
+    return in_effect
+
+
+# -- branching (Endpoint.branch_job) ---------------------------------------------------------
+def _branch_trace(trace: Any, step: int) -> RemoteTrace:
+    """``trace`` (a run's), checked as one to branch from at ``step``."""
+    if not isinstance(trace, RemoteTrace):
+        raise ValueError(
+            "branching on a server starts from the run's trace, which this run has not: "
+            "start it with alternatives=k (e.g. 5), then branch from one of "
+            "run.trace[step].alternatives"
+        )
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"step must be an int (a position in run.trace), got {step!r:.80}")
+    if trace.lead:
+        raise ValueError(
+            "this run's trace starts after its answer so far (a rerun of a branch has no "
+            "records for the prefix it was given), so its steps are not the answer's: "
+            "branch from the original run, or from the branch it reran"
+        )
+    if not 0 <= step < len(trace):
+        why = f"; {trace.incomplete}" if trace.incomplete else ""
+        raise ValueError(
+            f"step {step} is not in run.trace, which has {len(trace)} records "
+            f"(0 to {len(trace) - 1}){why}"
+        )
+    return trace
+
+
+def _chosen_token(at: RemoteTokenTrace, step: int, token: Any) -> RemoteAlternative:
+    """The alternative ``token`` names at trace record ``at`` (number ``step``): one of its
+    alternatives, or a text (one the server did not list has no probability)."""
+    if isinstance(token, RemoteAlternative):
+        chosen = next((alt for alt in at.alternatives if alt == token), None)
+    elif isinstance(token, str):
+        chosen = next((alt for alt in at.alternatives if alt.text == token), None)
+        if chosen is None:
+            # A text the server did not list: forced all the same, with no probability.
+            chosen = RemoteAlternative(None, token, math.nan)
+    else:
+        raise TypeError(
+            "a run on a server has no token ids: token must be one of "
+            f"run.trace[{step}].alternatives or a text, got {token!r:.80}"
+        )
+    if chosen is None:
+        raise ValueError(
+            f"token {token!r:.80} is not one of run.trace[{step}].alternatives; pass one "
+            "of them, or a text"
+        )
+    if not chosen.text:
+        raise ValueError("token's text is empty: there is nothing to continue from")
+    return chosen
+
+
+def _forced(at: RemoteTokenTrace, chosen: RemoteAlternative) -> RemoteTokenTrace:
+    """The trace record of ``chosen``, forced in place of the token at record ``at``."""
+    rank = None
+    if not math.isnan(chosen.logprob):
+        rank = 1 + sum(alt.logprob > chosen.logprob for alt in at.alternatives)
+    return RemoteTokenTrace(
+        text=chosen.text,
+        logprob=chosen.logprob,
+        rank=rank,
+        alternatives=at.alternatives,
+        forced=True,
+        shown=chosen.text,
+    )
 
 
 class RemoteJob(Job):
