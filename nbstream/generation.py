@@ -359,24 +359,7 @@ class Generation:
         self._value: Any = None
         self._record: RunRecord | None = None
         self._created_at = time.time()
-        self._decode_lock = threading.Lock()
-        self._decoded = 0
-        # The text is kept as its chunks; joined on demand (see _text): appending to one
-        # growing string would copy the whole answer on every chunk.
-        self._chunks: list[str] = []
-        # (text, how many chunks it joins): one attribute, so readers replace it atomically.
-        self._joined: tuple[str, int] = ("", 0)
-        self._finalized = False
-        self._decode_error: Exception | None = None
-        self._first_chunk_at: float | None = None
-        # A reasoning model's thinking, split from the answer on the reader side: its
-        # chunks, how many tokens it took, and when the answer's first text came.
-        self._thinker = _thinking_splitter(job, self.settings)
-        self._thinking_chunks: list[str] = []
-        self._thinking_tokens: int | None = None
-        self._first_answer_at: float | None = None
-        # What the decoder emitted, before splitting and stop strings (for its finish()).
-        self._raw: list[str] = []
+        self._init_text(job)
         self._created = time.perf_counter()
         self._started: float | None = None
         self._ended: float | None = None
@@ -397,7 +380,33 @@ class Generation:
         #: A rerun branch's parent, as its record has it (the run itself is not at hand).
         self._parent_record: Any = None
         self._branch: dict[str, Any] | None = None
-        self._queue = _queue_for(backend.queue_key())
+        self._start(backend.queue_key())
+
+    def _init_text(self, job: Job) -> None:
+        """The reader side's state: the decoded text, its thinking, and their times."""
+        self._decode_lock = threading.Lock()
+        self._decoded = 0
+        # The text is kept as its chunks; joined on demand (see _text): appending to one
+        # growing string would copy the whole answer on every chunk.
+        self._chunks: list[str] = []
+        # (text, how many chunks it joins): one attribute, so readers replace it atomically.
+        self._joined: tuple[str, int] = ("", 0)
+        self._finalized = False
+        self._decode_error: Exception | None = None
+        self._first_chunk_at: float | None = None
+        # A reasoning model's thinking, split from the answer on the reader side: its
+        # chunks, how many tokens it took, and when the answer's first text came.
+        self._thinker = _thinking_splitter(job, self.settings)
+        self._thinking_chunks: list[str] = []
+        self._thinking_tokens: int | None = None
+        self._first_answer_at: float | None = None
+        # What the decoder emitted, before splitting and stop strings (for its finish()).
+        self._raw: list[str] = []
+
+    def _start(self, queue_key: Any) -> None:
+        """Take this run's place in its model's queue (the model, if free) and start the
+        worker; a run that cannot start leaves no trace."""
+        self._queue = _queue_for(queue_key)
         if self._queue.try_acquire(self):
             self._status = RUNNING
             self._started = self._created
@@ -423,14 +432,8 @@ class Generation:
             self._turn.wait()
             # Woken either with the model, or (stopped while queued) withdrawn from the line.
             holds_model = self._holder_is_self()
-            with self._lock:
-                if self._control.cancel_event.is_set():
-                    self._finish(CANCELLED, "cancelled", None)
-                    return
-                if self._started is None:
-                    self._started = time.perf_counter()
-                self._status = RUNNING
-                self._generating = True
+            if not self._begin():
+                return
             self._control.start_clock()
             self._arm_watchdog()
             try:
@@ -442,38 +445,7 @@ class Generation:
                     abandoned = self._abandoned
             if abandoned:
                 return  # the budget's watchdog already ended the run; only the model was busy
-            # Decode all of the text here, before the end state is decided: a decoder that
-            # fails (here or in a reader) fails the run, and a complete run's text is final.
-            self._pump(final=True)
-            if self._stops is not None and self._stops.found is not None:
-                reason = "stop"
-            # A stop string in the text means the answer was over, whatever came after it
-            # (a Stop click, the budget running out): the run is complete.
-            ended_by_stop = reason == "stop"
-            value, invalid = None, None
-            if self.settings.get("expect") == "json" and self._decode_error is None:
-                # Only ever the final text: a partial answer is not expected to parse.
-                try:
-                    value = _parse_json(self._text(), reason, self.settings)
-                except InvalidJSON as exc:
-                    invalid = exc
-            with self._lock:
-                cancelled = self._control.cancel_event.is_set()
-                if self._decode_error is not None:
-                    self._finish(FAILED, "error", self._decode_error)
-                elif ended_by_stop or not (cancelled or self._control.timed_out):
-                    if invalid is not None:
-                        self._finish(FAILED, "error", invalid)
-                    else:
-                        self._value = value
-                        self._finish(COMPLETE, reason, None)
-                elif cancelled:
-                    self._finish(CANCELLED, "cancelled", None)
-                else:
-                    budget = self._control.budget_s
-                    self._finish(
-                        FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
-                    )
+            self._decide_end(reason)
         except BaseException as exc:  # any failure of the worker is a failed run, kept
             logger.debug("run failed", exc_info=True)
             with self._lock:
@@ -486,6 +458,54 @@ class Generation:
                 self._queue.release(self)
             if not self._abandoned:
                 self._publish_end()
+
+    def _begin(self) -> bool:
+        """The run has its turn: running from now. False if it was stopped while queued
+        (it then ends cancelled, never having had the model)."""
+        with self._lock:
+            if self._control.cancel_event.is_set():
+                self._finish(CANCELLED, "cancelled", None)
+                return False
+            if self._started is None:
+                self._started = time.perf_counter()
+            self._status = RUNNING
+            self._generating = True
+        return True
+
+    def _decide_end(self, reason: FinishReason) -> None:
+        """Decide the end state once the job has returned ``reason``."""
+        # Decode all of the text here, before the end state is decided: a decoder that
+        # fails (here or in a reader) fails the run, and a complete run's text is final.
+        self._pump(final=True)
+        if self._stops is not None and self._stops.found is not None:
+            reason = "stop"
+        # A stop string in the text means the answer was over, whatever came after it
+        # (a Stop click, the budget running out): the run is complete.
+        ended_by_stop = reason == "stop"
+        value, invalid = None, None
+        if self.settings.get("expect") == "json" and self._decode_error is None:
+            # Only ever the final text: a partial answer is not expected to parse.
+            try:
+                value = _parse_json(self._text(), reason, self.settings)
+            except InvalidJSON as exc:
+                invalid = exc
+        with self._lock:
+            cancelled = self._control.cancel_event.is_set()
+            if self._decode_error is not None:
+                self._finish(FAILED, "error", self._decode_error)
+            elif ended_by_stop or not (cancelled or self._control.timed_out):
+                if invalid is not None:
+                    self._finish(FAILED, "error", invalid)
+                else:
+                    self._value = value
+                    self._finish(COMPLETE, reason, None)
+            elif cancelled:
+                self._finish(CANCELLED, "cancelled", None)
+            else:
+                budget = self._control.budget_s
+                self._finish(
+                    FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
+                )
 
     def _publish_end(self) -> None:
         """Make the decided end visible: text final, then ``done``, then wake every reader.

@@ -366,7 +366,44 @@ class LocalBackend(Backend):
             )
         check_prompt(prompt)
         prefix = self._check_prefix(prefix_ids)
-        text = self.render_prompt(prompt, settings.get("enable_thinking"))
+        text, encoded, prompt_tokens = self._encode(prompt, settings.get("enable_thinking"))
+        config = self.model.generation_config
+        effective = self._effective_settings(settings, config, prompt_tokens, len(prefix))
+        kwargs, seed = self._generate_kwargs(effective, config, len(prefix))
+        in_effect = self._in_effect(effective, kwargs, seed, config)
+        pad = self._pad_token_id(config)
+        if pad is not None:
+            kwargs["pad_token_id"] = pad
+        job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
+        # Built now: a processor nbstream cannot apply and show is refused before the run.
+        job.stages = generate_stages(self.model, _stage_options(kwargs), job.generate_ids(prefix))
+        job.asked = dict(settings)
+        job.prefix_ids = prefix
+        job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
+        # The tags looked for ([] when off): a rerun then splits the thinking the same way.
+        in_effect["thinking_tags"] = list(job.thinking_tags or ())
+        job.prompt = prompt
+        job.in_effect = in_effect
+        job.seed = seed
+        alternatives = effective.get("alternatives", 0)
+        if alternatives:
+            job.trace_capture = TraceCapture(alternatives, self.tokenizer)
+        return job
+
+    def _pad_token_id(self, config: Any) -> int | None:
+        """The pad token generate() is given when the model's config has none (without one,
+        it warns on every call and picks the EOS itself); None when the config has one."""
+        if getattr(config, "pad_token_id", None) is not None:
+            return None
+        pad: int | None = getattr(self.tokenizer, "pad_token_id", None)
+        eos = self._eos_ids()
+        if pad is None and eos:
+            pad = eos[0]
+        return pad
+
+    def _encode(self, prompt: Any, enable_thinking: bool | None) -> tuple[str, Any, int]:
+        """The prompt's text as the model sees it, its encoding, and its length in tokens."""
+        text = self.render_prompt(prompt, enable_thinking)
         # The chat template already wrote the special tokens; plain text gets the
         # tokenizer's usual ones (e.g. a BOS).
         add_special = not bool(getattr(self.tokenizer, "chat_template", None))
@@ -377,8 +414,13 @@ class LocalBackend(Backend):
             raise ValueError("the prompt encodes to no tokens; pass some text")
         if add_special:
             text = self._with_added_tokens(text, input_ids[0].tolist())
+        return text, encoded, prompt_tokens
 
-        config = self.model.generation_config
+    def _effective_settings(
+        self, settings: dict[str, Any], config: Any, prompt_tokens: int, forced: int
+    ) -> dict[str, Any]:
+        """The settings merged with the model's stop strings and ``max_new_tokens``, checked
+        against its context (``forced``: a branch's given tokens, part of the answer)."""
         effective = dict(settings)
         model_stops = getattr(config, "stop_strings", None)
         if model_stops and "stop" not in effective:
@@ -401,23 +443,28 @@ class LocalBackend(Backend):
                 effective["max_new_tokens"],
                 context,
             )
-
-        if len(prefix) > effective["max_new_tokens"]:
+        if forced > effective["max_new_tokens"]:
             raise ValueError(
-                f"the branch keeps {len(prefix)} tokens, which leaves no room under "
+                f"the branch keeps {forced} tokens, which leaves no room under "
                 f"max_new_tokens={effective['max_new_tokens']}; pass a larger max_new_tokens"
             )
+        effective["do_sample"] = bool(samples(effective, bool(getattr(config, "do_sample", False))))
+        return effective
 
-        do_sample = bool(samples(effective, bool(getattr(config, "do_sample", False))))
-        effective["do_sample"] = do_sample
-
+    @staticmethod
+    def _generate_kwargs(
+        effective: dict[str, Any], config: Any, forced: int
+    ) -> tuple[dict[str, Any], int | None]:
+        """generate()'s arguments for ``effective`` (``forced``: a branch's given tokens),
+        and the seed a sampled run uses (drawn when none was given)."""
+        do_sample = effective["do_sample"]
         kwargs: dict[str, Any] = {
             # The prefix is part of the answer: generate() makes only the rest.
-            "max_new_tokens": effective["max_new_tokens"] - len(prefix),
+            "max_new_tokens": effective["max_new_tokens"] - forced,
             "do_sample": do_sample,
             "num_beams": 1,
             "num_return_sequences": 1,
-            # Stop strings are nbstream's (see above), never transformers' as well.
+            # Stop strings are nbstream's (see _effective_settings), never transformers'.
             "stop_strings": None,
         }
         if do_sample:
@@ -434,12 +481,19 @@ class LocalBackend(Backend):
             # seeded sampler applies exactly these.
             for name in ("temperature", "top_p", "top_k"):
                 kwargs.setdefault(name, config_value(config, name))
-        in_effect = {
+        return kwargs, seed
+
+    @staticmethod
+    def _in_effect(
+        effective: dict[str, Any], kwargs: dict[str, Any], seed: int | None, config: Any
+    ) -> dict[str, Any]:
+        """Every setting in effect, as generate() gets it (for the run's record)."""
+        return {
             # Every setting given is in effect as given (enable_thinking, ...), unless
             # resolved below: one added later is recorded, and rerun passes it again.
             **{name: effective.get(name) for name in SETTINGS},
             "max_new_tokens": effective["max_new_tokens"],
-            "do_sample": do_sample,
+            "do_sample": effective["do_sample"],
             "temperature": kwargs.get("temperature"),
             "top_p": kwargs.get("top_p"),
             "top_k": kwargs.get("top_k"),
@@ -452,30 +506,6 @@ class LocalBackend(Backend):
             "budget_s": effective.get("budget_s"),
             "alternatives": effective.get("alternatives", 0),
         }
-        if getattr(config, "pad_token_id", None) is None:
-            # Without one, generate() warns on every call and picks the EOS itself.
-            pad = getattr(self.tokenizer, "pad_token_id", None)
-            eos = self._eos_ids()
-            if pad is None and eos:
-                pad = eos[0]
-            if pad is not None:
-                kwargs["pad_token_id"] = pad
-        job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
-        # What generate() will apply, built now: a processor nbstream cannot apply and
-        # show is refused before anything starts.
-        job.stages = generate_stages(self.model, _stage_options(kwargs), job.generate_ids(prefix))
-        job.asked = dict(settings)
-        job.prefix_ids = prefix
-        job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
-        # The tags looked for ([] when off): a rerun then splits the thinking the same way.
-        in_effect["thinking_tags"] = list(job.thinking_tags or ())
-        job.prompt = prompt
-        job.in_effect = in_effect
-        job.seed = seed
-        alternatives = effective.get("alternatives", 0)
-        if alternatives:
-            job.trace_capture = TraceCapture(alternatives, self.tokenizer)
-        return job
 
     def _thinking_tags(self, asked: list[str] | None) -> tuple[str, str] | None:
         """The tags around the thinking: those asked for, else the usual pair (which the
