@@ -531,14 +531,7 @@ def load_model(
     # A folder is what transformers takes for a local one; anything else is a hub id (or a
     # missing folder: transformers says so).
     source = str(Path(name_or_path).resolve()) if os.path.isdir(name_or_path) else name_or_path
-    key = (
-        source,
-        repr(device_map),
-        repr(dtype),
-        str(adapter) if adapter is not None else None,
-        trust_remote_code,
-        tuple(sorted((k, repr(v)) for k, v in kwargs.items())),
-    )
+    key = _cache_key(source, device_map, dtype, adapter, trust_remote_code, kwargs)
     with _lock:
         if key in _loaded:
             entry = _loaded[key]
@@ -546,6 +539,25 @@ def load_model(
         model, tokenizer = _load(source, device_map, dtype, adapter, trust_remote_code, kwargs)
         _loaded[key] = _describe(source, adapter, kwargs, model, tokenizer)
         return model, tokenizer
+
+
+def _cache_key(
+    source: str,
+    device_map: Any,
+    dtype: Any,
+    adapter: Any,
+    trust_remote_code: bool,
+    kwargs: dict[str, Any],
+) -> tuple[Any, ...]:
+    """What makes two :func:`load_model` calls load the same model."""
+    return (
+        source,
+        repr(device_map),
+        repr(dtype),
+        str(adapter) if adapter is not None else None,
+        trust_remote_code,
+        tuple(sorted((k, repr(v)) for k, v in kwargs.items())),
+    )
 
 
 def model_and_tokenizer(model: Any, tokenizer: Any) -> tuple[Any, Any]:

@@ -637,19 +637,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             if prompt is not None:
                 self.prompt = prompt
             text = self.prompt
-            if not text.strip():
-                raise ValueError(
-                    "the prompt is empty; type one in the box or pass it to generate()"
-                )
-            busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]
-            if busy:
-                raise RuntimeError(
-                    f"column {busy[0] + 1} still has a run in progress; call stop() or wait() first"
-                )
-            for i, column in enumerate(self._columns):
-                if column.settings_errors:
-                    problems = "; ".join(map(str, column.settings_errors.values()))
-                    raise ValueError(f"column {i + 1}: fix its settings first: {problems}")
+            self._check_ready(text)
             if self.same_seed:
                 self._shared_seed = self._seed if self._seed is not None else _draw_seed()
             # Every column first, then the runs: the header counts them all from the start.
@@ -674,6 +662,21 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 # The columns are shown inside this widget, never on their own.
                 shown_by_widget(run, self._output)
             return Runs(runs)
+
+    def _check_ready(self, text: str) -> None:
+        """Refuse Run all before anything starts: an empty prompt, a column still busy, or
+        a column whose settings panel holds an invalid value."""
+        if not text.strip():
+            raise ValueError("the prompt is empty; type one in the box or pass it to generate()")
+        busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]
+        if busy:
+            raise RuntimeError(
+                f"column {busy[0] + 1} still has a run in progress; call stop() or wait() first"
+            )
+        for i, column in enumerate(self._columns):
+            if column.settings_errors:
+                problems = "; ".join(map(str, column.settings_errors.values()))
+                raise ValueError(f"column {i + 1}: fix its settings first: {problems}")
 
     def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
         """Deprecated: :meth:`generate` (warns ``DeprecationWarning``).
