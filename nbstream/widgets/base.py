@@ -128,8 +128,8 @@ class RunWidget(anywidget.AnyWidget):
     show_probabilities = traitlets.Bool(False).tag(sync=True)
     #: A click on (or focus of) a token shows the model's top candidates at that step.
     show_alternatives = traitlets.Bool(False).tag(sync=True)
-    #: Whether this widget's model can show tokens and probabilities (a local model; a
-    #: remote endpoint streams text only).
+    #: Whether this widget's run can show tokens and probabilities: a local model, or a
+    #: server's run that asked for its logprobs (``alternatives=k``).
     can_trace = traitlets.Bool(False).tag(sync=True)
     #: Whether this widget's model gives its logits for the sampling panel ("How was this
     #: picked?"): a local model. A server's run shows its tokens (can_trace, given
@@ -148,6 +148,35 @@ class RunWidget(anywidget.AnyWidget):
         from ..models import model_and_tokenizer
 
         model, tokenizer = model_and_tokenizer(model, tokenizer)
+        self._init_state(model, tokenizer)
+        from ..backends import resolve_backend
+
+        backend = resolve_backend(model, tokenizer)
+        # A server (nbstream.Endpoint) has tokens to show only for a run that asked for its
+        # logprobs (alternatives=k): can_trace follows the shown run (_on_start).
+        self._server_tokens = backend.is_server
+        can_trace = backend.supports_alternatives and (
+            not backend.is_server or bool(clean.get("alternatives"))
+        )
+        super().__init__(
+            **panel,
+            **views,
+            settings_defaults=model_defaults(model),
+            can_trace=can_trace,
+            can_explain=backend.supports_step_logits,
+        )
+        # The sampling panel's `distribution` requests (widgets/sampling.py). Made here, not
+        # at the first request: two first requests at once (main shell and subshell) would
+        # make two, and close() would close one. It starts no thread until a request.
+        self._explainer = self._make_explainer()
+        self.on_msg(self._handle_message)
+        # A Stop is handled on the page's subshell even while the cell that drives this
+        # widget blocks (see widgets/route.py).
+        answer_on_sending_subshell(self.comm)
+        cells.register(self)
+
+    def _init_state(self, model: Any, tokenizer: Any) -> None:
+        """The widget's own state, before its traits exist."""
         self._model = model
         self._tokenizer = tokenizer
         self._run: Generation | None = None
@@ -173,31 +202,6 @@ class RunWidget(anywidget.AnyWidget):
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._output = FallbackDisplay(self._lock, "nbstream")
-        from ..backends import resolve_backend
-
-        backend = resolve_backend(model, tokenizer)
-        # A server (nbstream.Endpoint) has tokens to show only for a run that asked for its
-        # logprobs (alternatives=k): can_trace follows the shown run (_on_start).
-        self._server_tokens = backend.is_server
-        can_trace = backend.supports_alternatives and (
-            not backend.is_server or bool(clean.get("alternatives"))
-        )
-        super().__init__(
-            **panel,
-            **views,
-            settings_defaults=model_defaults(model),
-            can_trace=can_trace,
-            can_explain=backend.supports_step_logits,
-        )
-        # The sampling panel's `distribution` requests (widgets/sampling.py). Made here, not
-        # at the first request: two first requests at once (main shell and subshell) would
-        # make two, and close() would close one. It starts no thread until a request.
-        self._explainer = self._make_explainer()
-        self.on_msg(self._handle_message)
-        # A Stop is handled on the page's subshell even while the cell that drives this
-        # widget blocks (see _route.py).
-        answer_on_sending_subshell(self.comm)
-        cells.register(self)
 
     def _make_explainer(self) -> Explainer:
         def runs() -> dict[int, Generation]:
