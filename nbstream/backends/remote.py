@@ -365,6 +365,30 @@ class _EventTooLong(Exception):
     """A line (or an event's data) past ``_LINE_LIMIT``; its start, for a message."""
 
 
+class _StopWatch:
+    """A run's stop strings, looked for in the answer's part of the streamed text (a
+    reasoning model's thinking, kept apart by ``split``, is not looked at)."""
+
+    def __init__(self, stops: list[str], split: ThinkingSplitter | None) -> None:
+        self._filter = StopFilter(stops)
+        self._split = split
+        # The answer's characters fed to the check, and those it released (shown).
+        self._fed = 0
+        self._released = 0
+
+    def feed(self, text: str) -> bool:
+        """Look at the next streamed ``text``; True once a stop string is found."""
+        answer = self._split.feed(text)[1] if self._split is not None else text
+        self._fed += len(answer)
+        self._released += len(self._filter.feed(answer))
+        return self._filter.found is not None
+
+    @property
+    def unshown(self) -> int:
+        """How many of the answer's characters fed are not shown (held back, or cut)."""
+        return self._fed - self._released
+
+
 class EndpointError(RuntimeError):
     """A request to a server failed. ``status`` is the HTTP status code, if there was one."""
 
@@ -1362,6 +1386,9 @@ class RemoteJob(Job):
         self.warnings: list[str] = []
         self._usage_seen = False
         self._request_number = 0
+        # The server's finish reason once its chunk is in (``server_finish_reason`` once the
+        # stream has ended with it).
+        self._finish: str | None = None
         # A reasoning parser's separate field (vLLM, SGLang, DeepSeek-style servers) goes
         # into the text between the run's thinking tags, so that the reader side keeps it
         # apart as it does a local model's: None (none yet), "open", then "closed".
@@ -1566,28 +1593,20 @@ class RemoteJob(Job):
         return _body_text(body, response)
 
     async def _stream(self, buffer: TokenBuffer, control: RunControl) -> str:
+        """Send the request and put the answer's text into ``buffer`` as it streams.
+
+        Returns:
+            How the answer ended, as the engine names it (``"eos"``, ``"length"``, or
+            ``"stop"`` for a stop string).
+
+        Raises:
+            EndpointError: The request failed, or the stream did not end as an answer does.
+        """
         import httpx
 
         endpoint = self.endpoint
         url = endpoint._url(self.path)
-        stops = self.settings.get("stop")
-        watch = StopFilter(stops) if stops else None
-        # The answer's characters fed to the stop check, and those it released (shown).
-        fed = released = 0
-        if self.assistant_prefix:
-            # The answer so far starts the text: its thinking (a branch in or after it) goes
-            # through the split first, so that the stop check reads the answer part only,
-            # and the split knows where the branch's own text is.
-            split = self._answer_split
-            prefix = self.assistant_prefix
-            answer = split.feed(prefix)[1] if split is not None else prefix
-            if watch is not None:
-                fed, released = len(answer), len(watch.feed(answer))
-        finish: str | None = None
-        # The first half of a surrogate pair whose second half is in the next event.
-        half = ""
-        # Once the finish reason is in, a read waits at most this long (within the timeout).
-        grace = min(_FINISH_GRACE_S, endpoint.timeout)
+        watch = self._stop_watch()
         # Numbered among this process's requests to the server, to tell later whether another
         # one started while this one streamed.
         self._request_number = _traffic.begin(endpoint.base_url)
@@ -1602,88 +1621,138 @@ class RemoteJob(Job):
                     raise self._status_error(
                         response.status_code, response, await self._error_body(response)
                     )
-                events = self._events(response)
-                try:
-                    while True:
-                        try:
-                            if finish is None:
-                                event = await anext(events)
-                            else:
-                                event = await asyncio.wait_for(anext(events), grace)
-                        except StopAsyncIteration:
-                            break
-                        except asyncio.TimeoutError:
-                            # Only reachable after the finish reason: the answer is over.
-                            logger.debug(
-                                "no end of stream %g s after the finish reason; closing it", grace
-                            )
-                            break
-                        kind, data = event
-                        if data.strip() == "[DONE]":
-                            break
-                        if kind == "error":
-                            raise self._error(
-                                "the server reported an error mid-stream: "
-                                f"{endpoint._quote(data, _ERROR_TEXT_LIMIT)}"
-                            )
-                        if kind != "message":
-                            continue  # a kind of event this protocol does not define
-                        if not data.strip():
-                            continue  # an event with no data ("data:" alone) is no chunk
-                        self.chunks += 1
-                        text, reason = self._parse(data)
-                        if half or _SURROGATE.search(text):
-                            text, half = _join_surrogates(half + text)
-                        if text:
-                            self.text_chunks += 1
-                            buffer.put(text)
-                            if watch is not None:
-                                split = self._answer_split
-                                answer = split.feed(text)[1] if split is not None else text
-                                fed += len(answer)
-                                released += len(watch.feed(answer))
-                                if watch.found:
-                                    # The chunk may carry tokens past the stop string: the
-                                    # trace keeps those of the text shown only.
-                                    capture = self.trace_capture
-                                    if capture is not None:
-                                        capture.cut(capture.seen - (fed - released))
-                                    # The answer is over: leaving closes the connection, so
-                                    # the server stops; the reader side cuts the text itself.
-                                    control.stop_found.set()
-                                    return "stop"
-                        if reason is not None:
-                            finish = reason
-                    if half:  # its pair never came
-                        buffer.put("\ufffd")
-                    if self.trace_capture is not None:
-                        self.trace_capture.finish()
-                finally:
-                    await events.aclose()
+                if await self._read_answer(response, buffer, control, watch):
+                    return "stop"
         except EndpointError:
             raise
-        except httpx.ConnectTimeout as exc:
+        except httpx.HTTPError as exc:
+            failure = self._request_error(exc, url)
+            if failure is not None:
+                raise failure from exc
+        return self._answer_end()
+
+    def _stop_watch(self) -> _StopWatch | None:
+        """The watch for the run's stop strings (None: it has none), fed a branch's answer
+        so far."""
+        stops = self.settings.get("stop")
+        if not stops:
+            return None
+        watch = _StopWatch(stops, self._answer_split)
+        if self.assistant_prefix:
+            # The answer so far starts the text: its thinking (a branch in or after it) goes
+            # through the split first, so that the stop check reads the answer part only,
+            # and the split knows where the branch's own text is.
+            watch.feed(self.assistant_prefix)
+        return watch
+
+    async def _read_answer(
+        self, response: Any, buffer: TokenBuffer, control: RunControl, watch: _StopWatch | None
+    ) -> bool:
+        """Put the text of ``response``'s events into ``buffer`` until the stream ends,
+        keeping the server's finish reason; True when a stop string ended the answer."""
+        events = self._events(response)
+        # The first half of a surrogate pair whose second half is in the next event.
+        half = ""
+        try:
+            while True:
+                event = await self._next_event(events)
+                if event is None or event[1].strip() == "[DONE]":
+                    break
+                chunk = self._chunk(*event)
+                if chunk is None:
+                    continue
+                text, reason = chunk
+                if half or _SURROGATE.search(text):
+                    text, half = _join_surrogates(half + text)
+                if text:
+                    self.text_chunks += 1
+                    buffer.put(text)
+                    if watch is not None and watch.feed(text):
+                        # The chunk may carry tokens past the stop string: the trace keeps
+                        # those of the text shown only.
+                        capture = self.trace_capture
+                        if capture is not None:
+                            capture.cut(capture.seen - watch.unshown)
+                        # The answer is over: leaving closes the connection, so the server
+                        # stops; the reader side cuts the text itself.
+                        control.stop_found.set()
+                        return True
+                if reason is not None:
+                    self._finish = reason
+            if half:  # its pair never came
+                buffer.put("\ufffd")
+            if self.trace_capture is not None:
+                self.trace_capture.finish()
+        finally:
+            await events.aclose()
+        return False
+
+    async def _next_event(
+        self, events: AsyncGenerator[tuple[str, str], None]
+    ) -> tuple[str, str] | None:
+        """The next of ``events``; None at the end of the stream, or once the finish reason
+        is in and the rest does not come within a short grace (the answer is over)."""
+        # Once the finish reason is in, a read waits at most this long (within the timeout).
+        grace = min(_FINISH_GRACE_S, self.endpoint.timeout)
+        try:
+            if self._finish is None:
+                return await anext(events)
+            return await asyncio.wait_for(anext(events), grace)
+        except StopAsyncIteration:
+            return None
+        except asyncio.TimeoutError:
+            # Only reachable after the finish reason: the answer is over.
+            logger.debug("no end of stream %g s after the finish reason; closing it", grace)
+            return None
+
+    def _chunk(self, kind: str, data: str) -> tuple[str, str | None] | None:
+        """The text and finish reason of one event (``kind``, ``data``); None for an event
+        that is no chunk of the answer."""
+        if kind == "error":
             raise self._error(
-                f"connecting to {_safe_url(url)} timed out after {endpoint.timeout:g} s; check "
+                "the server reported an error mid-stream: "
+                f"{self.endpoint._quote(data, _ERROR_TEXT_LIMIT)}"
+            )
+        if kind != "message":
+            return None  # a kind of event this protocol does not define
+        if not data.strip():
+            return None  # an event with no data ("data:" alone) is no chunk
+        self.chunks += 1
+        return self._parse(data)
+
+    def _request_error(self, exc: Exception, url: str) -> EndpointError | None:
+        """The error of a request that ``exc`` (httpx's) ended; None when the answer was
+        over (its finish reason in) and only the end of the stream was lost."""
+        import httpx
+
+        timeout = self.endpoint.timeout
+        if isinstance(exc, httpx.ConnectTimeout):
+            return self._error(
+                f"connecting to {_safe_url(url)} timed out after {timeout:g} s; check "
                 "that the server is reachable, or raise Endpoint(timeout=...)"
-            ) from exc
-        except httpx.ConnectError as exc:
-            raise self._error(
+            )
+        if isinstance(exc, httpx.ConnectError):
+            return self._error(
                 f"cannot connect to {_safe_url(url)} ({exc}); is the server running, and is "
                 "base_url right (it ends in /v1)?"
-            ) from exc
-        except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            if finish is None:
-                raise self._broken(exc, self._why_cut()) from exc
-            # The answer was over; only the closing formalities were lost.
+            )
+        if isinstance(exc, (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ReadError)):
+            if self._finish is None:
+                return self._broken(exc, self._why_cut())
             logger.debug(
                 "the stream broke after the finish reason: %s",
-                endpoint._scrub(f"{type(exc).__name__}: {exc}"),
+                self.endpoint._scrub(f"{type(exc).__name__}: {exc}"),
             )
-        except httpx.TimeoutException as exc:
-            raise self._error(f"the request timed out ({type(exc).__name__}: {exc})") from exc
-        except httpx.HTTPError as exc:
-            raise self._error(f"the request failed: {type(exc).__name__}: {exc}") from exc
+            return None
+        if isinstance(exc, httpx.TimeoutException):
+            return self._error(f"the request timed out ({type(exc).__name__}: {exc})")
+        return self._error(f"the request failed: {type(exc).__name__}: {exc}")
+
+    def _answer_end(self) -> str:
+        """How the answer ended, as the engine names the server's finish reason; an
+        :class:`EndpointError` for a stream without one, or with one that ends no text
+        answer."""
+        finish = self._finish
         if finish is None:
             raise self._error(
                 f"the stream ended after {self.chunks} chunks without a finish_reason: the "
@@ -1760,7 +1829,29 @@ class RemoteJob(Job):
         return ", ".join(said)
 
     def _parse(self, data: str) -> tuple[str, str | None]:
-        """The text and finish reason of one ``chat.completion.chunk`` event."""
+        """The text and finish reason of one ``chat.completion.chunk`` event's ``data``."""
+        chunk = self._chunk_object(data)
+        self._note_chunk(chunk)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise self._malformed("no 'choices' list", data)
+        text, reason = "", None
+        for choice in choices:
+            # A choice of the wrong shape fails the run rather than being skipped: skipping
+            # it could drop text, and the run would end complete with a hole in its answer.
+            if not isinstance(choice, dict):
+                raise self._malformed("a choice that is not an object", data)
+            if choice.get("index", 0) != 0:
+                continue  # another candidate; nbstream asks for one (n=1)
+            piece, finished = self._choice(choice, data)
+            text += piece
+            if finished:
+                reason = finished
+        return text, reason
+
+    def _chunk_object(self, data: str) -> dict[str, Any]:
+        """An event's ``data`` as the chunk object it must be; an :class:`EndpointError` for
+        anything else, or for an error object in its place."""
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
@@ -1774,6 +1865,10 @@ class RemoteJob(Job):
                 "the server reported an error mid-stream: "
                 f"{self.endpoint._quote(str(message), _ERROR_TEXT_LIMIT)}"
             )
+        return chunk
+
+    def _note_chunk(self, chunk: dict[str, Any]) -> None:
+        """Keep what a chunk says besides its text: the model that answered, the usage."""
         model = chunk.get("model")
         if isinstance(model, str) and model:
             model = self.endpoint._scrub(model)  # kept in the record: never a piece of the key
@@ -1788,48 +1883,38 @@ class RemoteJob(Job):
                 self.completion_tokens = completion
             if _is_count(prompt):
                 self.prompt_tokens = prompt
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            raise self._malformed("no 'choices' list", data)
-        text, reason = "", None
-        for choice in choices:
-            # A choice of the wrong shape fails the run rather than being skipped: skipping
-            # it could drop text, and the run would end complete with a hole in its answer.
-            if not isinstance(choice, dict):
-                raise self._malformed("a choice that is not an object", data)
-            if choice.get("index", 0) != 0:
-                continue  # another candidate; nbstream asks for one (n=1)
-            delta = choice.get("delta")
-            if self.path == "/completions":
-                # The completions API's chunk: the text itself, no delta.
-                delta = {"content": choice.get("text")}
-            if delta is not None and not isinstance(delta, dict):
-                raise self._malformed("a 'delta' that is not an object", data)
-            content = delta.get("content") if delta is not None else None
-            if content is not None and not isinstance(content, str):
-                raise self._malformed("a 'content' that is not a string", data)
-            reasoning = ""
-            for key in ("reasoning_content", "reasoning"):
-                piece = delta.get(key) if delta is not None else None
-                if piece is not None and not isinstance(piece, str):
-                    raise self._malformed(f"a '{key}' that is not a string", data)
-                reasoning += piece or ""
-            if reasoning:
-                text += self._thinking_opens() + reasoning
-            finished = choice.get("finish_reason")
-            if finished is not None and not isinstance(finished, str):
-                raise self._malformed("a 'finish_reason' that is not a string", data)
-            if content:
-                text += self._thinking_closes() + content
-            # A chunk with logprobs and no text yet (vLLM's first part of a split
-            # character) is recorded all the same: its tokens come before the next text.
-            if self.trace_capture is not None and (
-                content or reasoning or choice.get("logprobs") is not None
-            ):
-                self.trace_capture.add(choice.get("logprobs"), content or "", bool(reasoning))
-            if finished:
-                reason = finished
-        return text, reason
+
+    def _choice(self, choice: dict[str, Any], data: str) -> tuple[str, str | None]:
+        """The text (a reasoning field's between the thinking tags) and the finish reason of
+        one choice of the chunk in ``data``; its logprobs go to the trace."""
+        delta = choice.get("delta")
+        if self.path == "/completions":
+            # The completions API's chunk: the text itself, no delta.
+            delta = {"content": choice.get("text")}
+        if delta is not None and not isinstance(delta, dict):
+            raise self._malformed("a 'delta' that is not an object", data)
+        content = delta.get("content") if delta is not None else None
+        if content is not None and not isinstance(content, str):
+            raise self._malformed("a 'content' that is not a string", data)
+        reasoning = ""
+        for key in ("reasoning_content", "reasoning"):
+            piece = delta.get(key) if delta is not None else None
+            if piece is not None and not isinstance(piece, str):
+                raise self._malformed(f"a '{key}' that is not a string", data)
+            reasoning += piece or ""
+        text = self._thinking_opens() + reasoning if reasoning else ""
+        finished = choice.get("finish_reason")
+        if finished is not None and not isinstance(finished, str):
+            raise self._malformed("a 'finish_reason' that is not a string", data)
+        if content:
+            text += self._thinking_closes() + content
+        # A chunk with logprobs and no text yet (vLLM's first part of a split
+        # character) is recorded all the same: its tokens come before the next text.
+        if self.trace_capture is not None and (
+            content or reasoning or choice.get("logprobs") is not None
+        ):
+            self.trace_capture.add(choice.get("logprobs"), content or "", bool(reasoning))
+        return text, finished
 
     def _thinking_opens(self) -> str:
         if self._reasoning is None:
