@@ -201,9 +201,21 @@ def test_budget_ends_the_run_while_a_step_hangs(tiny_line, probe, where):
     p = probe(model)
     if where == "prefill":
         p.hold()
+        run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=0.3)
     else:
-        p.on_call = lambda calls: p.hold() if calls == 4 else None
-    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=0.3)
+        # Held at the first decode step. The budget must outlast the prefill, which on a
+        # loaded machine can take longer than any fixed figure: a run whose budget ran out
+        # before the hold is tried again with a budget twice as long.
+        p.on_call = lambda calls: p.hold() if calls == 2 else None
+        for budget in (0.3, 0.6, 1.2, 2.4, 4.8, 9.6):
+            run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=LONG, budget_s=budget)
+            while not (p.held.is_set() or run.done):
+                p.held.wait(0.05)
+            if p.held.is_set():
+                break
+            assert run.join(30)  # out of budget before the hold: again, from a clean count
+            p.release()
+            p.threads.clear()
     assert p.held.wait(30)
     # wait() without a timeout returns at the deadline although the model is still held.
     with pytest.raises(nbstream.GenerationFailed) as info:
