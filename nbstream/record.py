@@ -81,9 +81,9 @@ def build_record(
 ) -> RunRecord:
     """The record of a finished run (called by :attr:`nbstream.Generation.record`)."""
     given_seed = job.settings.get("seed")
-    seed = getattr(job, "seed", given_seed)
+    seed = job.seed
     seed_source = None if seed is None else "given" if given_seed is not None else "drawn"
-    settings = dict(getattr(job, "in_effect", job.settings))
+    settings = dict(job.in_effect)
     # Every setting is named, None where the backend does not state it.
     for name in SETTINGS:
         settings.setdefault(name, None)
@@ -91,7 +91,7 @@ def build_record(
     record = {
         "format": RECORD_FORMAT,
         "model": model_info(backend),
-        "prompt": getattr(job, "prompt", None),
+        "prompt": job.prompt,
         "prompt_tokens": job.prompt_tokens,
         "settings": settings,
         "generation_config": _generation_config(backend),
@@ -108,23 +108,21 @@ def build_record(
     }
     # A backend's own facts (a server: what it is, which model answered, what it may have
     # ignored): model details join the model's, the rest are keys of their own.
-    notes = getattr(job, "record_notes", None)
-    if callable(notes):
-        for key, value in notes().items():
-            if key == "model":
-                record["model"].update(value)
-            else:
-                record[key] = value
+    for key, value in job.record_notes().items():
+        if key == "model":
+            record["model"].update(value)
+        else:
+            record[key] = value
     result: RunRecord = _jsonable(record)
     return result
 
 
 def model_info(backend: Any) -> dict[str, Any]:
     """Who produced the text: name or path, revision or file hash where known, dtype, device."""
-    describe = getattr(backend, "describe", None)
-    if callable(describe):  # a backend that says what it is (a server: its model's name)
-        return dict(describe())
-    model = getattr(backend, "model", None)
+    described = backend.describe()
+    if described is not None:  # a backend that says what it is (a server: its model's name)
+        return dict(described)
+    model = backend.model
     if model is None:
         return {"name": type(backend).__name__}
     config = getattr(model, "config", None)
@@ -138,7 +136,7 @@ def model_info(backend: Any) -> dict[str, Any]:
         "sha256": None,
         "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
         "device": str(getattr(model, "device", "")) or None,
-        "tokenizer": getattr(getattr(backend, "tokenizer", None), "name_or_path", None) or None,
+        "tokenizer": getattr(backend.tokenizer, "name_or_path", None) or None,
     }
     if path:
         info.update(_default_model_identity(str(path)))
@@ -170,7 +168,7 @@ def _default_model_identity(path: str) -> dict[str, Any]:
 
 
 def _generation_config(backend: Any) -> dict[str, Any] | None:
-    config = getattr(getattr(backend, "model", None), "generation_config", None)
+    config = getattr(backend.model, "generation_config", None)
     if config is None:
         return None
     try:

@@ -224,6 +224,15 @@ class Backend(abc.ABC):
     #: trace (``alternatives=k``), and ``run.branch`` goes through :meth:`branch_job`, which
     #: sends the answer so far as text (:meth:`prepare` takes ``assistant_prefix``).
     is_server: bool = False
+    #: The loaded model a local backend runs (its record names it); None for a server.
+    model: Any = None
+    #: The model's tokenizer, where the backend has one.
+    tokenizer: Any = None
+
+    def describe(self) -> dict[str, Any] | None:
+        """What produced the text, for ``record["model"]``; ``None`` (the default): read it
+        from :attr:`model`, or name the backend's class when there is none."""
+        return None
 
     @abc.abstractmethod
     def prepare(
