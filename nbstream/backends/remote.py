@@ -45,10 +45,6 @@ from .servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 
 __all__ = ["Endpoint", "EndpointError", "RemoteJob"]
 
-# The server families whose chat API takes chat-template options (``enable_thinking``), as
-# ``chat_template_kwargs``: vLLM's and SGLang's OpenAI servers, llama.cpp's llama-server.
-_CHAT_TEMPLATE_KWARGS = ("vllm", "sglang", "llama.cpp")
-
 logger = logging.getLogger(__name__)
 
 #: How often the run's event loop looks at Stop, the budget and stop strings.
@@ -191,8 +187,8 @@ def _run_loop(main: Coroutine[Any, Any, _T]) -> _T:
     """``asyncio.run(main)``, except that the end does not wait for the loop's threads.
 
     An event loop hands one thing to a thread: a name lookup (``getaddrinfo``), which
-    nothing can interrupt. ``asyncio.run`` waits for it before it returns, so a slow
-    resolver held a Stop, or a probe past its bound, for as long as it took. Here a lookup
+    nothing can interrupt. ``asyncio.run`` waits for it before it returns, which would hold
+    a Stop, or a probe past its bound, for as long as a slow resolver takes. Here a lookup
     still going when ``main`` is over is left to end on its own thread, its answer unused.
     """
     loop = asyncio.new_event_loop()
@@ -390,7 +386,18 @@ class _StopWatch:
 
 
 class EndpointError(RuntimeError):
-    """A request to a server failed. ``status`` is the HTTP status code, if there was one."""
+    """A request to a server failed: the run's ``error``, with the server's words scrubbed.
+
+    Args:
+        message (str): What failed, and what to check.
+        status (int | None): The HTTP status code, if there was one. Defaults to None.
+
+    Example:
+        >>> run = nbstream.stream(server, None, "Hi")
+        >>> run.wait_done()
+        >>> isinstance(run.error, nbstream.EndpointError) and run.error.status
+        401
+    """
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -495,85 +502,37 @@ def _require_client() -> None:
 class Endpoint(Backend):
     """A model served by an OpenAI-compatible server, usable wherever a model is.
 
-    ``base_url`` is the server's API root, ending in ``/v1`` as OpenAI clients expect
-    (``http://127.0.0.1:8000/v1``); ``model`` the model name the server knows (for
-    ``transformers serve <folder>``, that folder's path); ``api_key`` is sent as a bearer
-    token and never shown (``repr``, records, error messages, tracebacks, logs: any piece of
-    6 or more of its characters, in any escaped form, is blotted out as ``***``). Whitespace
-    around it (the newline of a key read from a file) is dropped; a key with a control or
-    non-ASCII character inside is refused at once. ``timeout`` bounds, in seconds,
-    connecting and each read: a server that sends nothing for that long fails the run. The
-    setting ``budget_s`` bounds a whole run, as for a local model.
+    A run on an Endpoint streams ``POST {base_url}/chat/completions`` and has a local run's
+    lifecycle, end states, Stop, budget, metrics and record. The first run asks the server
+    what it is (``GET {base_url}/models``) and follows its family's ways, listed with their
+    sources in ``nbstream/backends/servers.py`` (``FAMILIES``). Needs httpx:
+    ``pip install 'nbstream[remote]'``.
 
-    Needs ``pip install 'nbstream[remote]'`` (httpx).
+    Args:
+        base_url (str): The server's API root, ending in ``/v1``
+            (``"http://127.0.0.1:8000/v1"``). A query string is kept after each path; a
+            redirect fails the run, naming where it pointed.
+        model (str): The model name the server knows (``GET {base_url}/models`` lists them).
+        api_key (str | None): Sent as a bearer token and never shown: every piece of 6 or
+            more of its characters is blotted out (``***``) of reprs, records, errors and
+            logs. Whitespace around it is dropped. Defaults to None (no key).
+        timeout (float): Seconds allowed to connect and for each read. Defaults to 60.
+            The ``budget_s`` setting bounds a whole run.
+        server (str | None): The server's family, one of ``FAMILIES``: ``"vllm"``,
+            ``"sglang"``, ``"tgi"``, ``"llama.cpp"``, ``"llama-cpp-python"``,
+            ``"transformers"`` or ``"generic"``. Defaults to None (asked of the server).
+        concurrent (bool | None): True sends runs at once; False runs one at a time, the
+            others ``queued``. Defaults to None (the family's way).
+        tokenizer (Any): The model's transformers tokenizer, used to branch where the
+            server's chat API cannot continue an answer and to count a prompt's tokens in
+            messages. Defaults to None.
 
-    **Which server.** Servers differ beyond the shared protocol, so nbstream asks the server
-    what it is (``GET {base_url}/models``, once per server, at the first run; at most 5 s,
-    name lookup included; a server that gave no answer, not up yet, is asked again at the
-    next run) or takes ``server=``: ``"vllm"``, ``"sglang"``, ``"tgi"``, ``"llama.cpp"``
-    (llama-server), ``"llama-cpp-python"``, ``"transformers"`` (``transformers serve``) or
-    ``"generic"`` (any other; nothing is asked). :attr:`family` says which it is, and each
-    run's record says so under ``server``. A ``base_url`` may carry a query string (an
-    ``api-version``), kept after each path. nbstream follows no redirect (the
-    ``Authorization`` header would not be sent on): a 3xx fails the run, naming where it
-    pointed.
+    Raises:
+        ValueError: An argument nbstream cannot use (the message says what to pass).
+        TypeError: An argument of the wrong type.
+        ImportError: httpx is not installed.
 
-    **One request at a time.** ``concurrent=False`` runs one request at a time on this server
-    (from this process): a second run waits ``queued``, first in first out, as runs on a
-    local model do, and a ``CompareWidget``'s columns run one after the other.
-    ``concurrent=True`` sends every run at once and lets the server schedule them. The
-    default (``None``) follows the server: at once on vLLM, SGLang, TGI and llama-server,
-    which batch requests or hold them for a free slot; one at a time on llama-cpp-python's
-    server, which ends the stream in progress when another request arrives, on
-    ``transformers serve``, which generates one request at a time and leaves a second one
-    silent until then (long enough for its read timeout to run out), and on a server
-    nbstream cannot identify. A stream that ends early while another request to the same
-    server started says that this is the likely cause.
-
-    **Settings** map onto the request: ``max_new_tokens`` to ``max_tokens`` (nbstream's
-    default of 256 when unset, as for a local model without one), ``temperature`` (0 is
-    greedy), ``do_sample=False`` to ``temperature=0``, ``top_p`` and ``seed`` as they are.
-    ``top_k`` and ``repetition_penalty`` are not in the OpenAI protocol; each server family
-    has its own field for them: vLLM and SGLang ``top_k`` / ``repetition_penalty``,
-    llama-server and llama-cpp-python ``top_k`` / ``repeat_penalty``, ``transformers serve``
-    a ``generation_config`` (which also carries ``do_sample``, without which that server
-    decodes greedily at any temperature). TGI's chat API has neither: nbstream refuses them
-    there before sending anything. On a server it could not identify, nbstream sends them
-    under vLLM's names, and since such a server may drop a field it does not know without a
-    word, the record lists them under ``settings_unconfirmed``, never under ``settings``.
-    ``stop`` strings are matched by nbstream on the streamed text, exactly as for a local
-    model (the run ends complete with ``finish_reason="stop"`` and the connection is closed,
-    so the server stops); they are not sent, since a server's own ``finish_reason="stop"``
-    cannot tell a stop string from the end of the answer. ``expect`` and ``budget_s`` are
-    nbstream's own and work as for a local model.
-
-    **Token probabilities and branches.** ``alternatives=k`` asks the server for its
-    logprobs (``top_logprobs=k``) and fills ``run.trace`` with what it sent (no token ids:
-    see :mod:`nbstream.trace`); refused before sending on ``transformers serve``, which
-    sends none. ``run.branch(step, token)`` sends the answer so far for the server to
-    continue: on vLLM and SGLang (``continue_final_message``), llama-server (prefill,
-    which its ``--no-prefill-assistant`` turns off, so the record says "not confirmed") and
-    llama-cpp-python, whose chat API starts a new answer instead: given ``tokenizer=`` (the
-    model's), nbstream renders the conversation with its chat template and has
-    ``/v1/completions`` continue that text. Refused, saying why, on the others.
-
-    **What the server did.** The server's ``finish_reason`` ``"stop"`` (TGI:
-    ``"eos_token"``) becomes ``"eos"``, ``"length"`` stays ``"length"``, TGI's
-    ``"stop_sequence"`` becomes ``"stop"``; any other (``"tool_calls"``,
-    ``"content_filter"``, ``"abort"``…) fails the run, naming it, and so does a stream that
-    ends without one (one that brought no text at all says the prompt may be longer than
-    the server's context, giving its length). A stream that stalls after its finish reason
-    ends complete after a short grace, its connection closed. ``metrics["tokens"]`` is the
-    server's ``usage.completion_tokens`` when it sends usage (it is asked to), else ``None``
-    and ``metrics["tokens_note"]`` says why; ``metrics["chunks"]`` counts the events
-    received and ``metrics["text_chunks"]`` those that carried text (chunks are not
-    tokens). The record keeps the model name the server's chunks carried
-    (``record["model"]["answered_by"]``) and warns (``record["warnings"]``, and the log)
-    when it is not the one asked for. ``tokenizer`` (optional, the model's transformers
-    tokenizer) lets such messages give the prompt's length in tokens too.
-
-    Example::
-
+    Example:
         >>> import nbstream
         >>> server = nbstream.Endpoint("http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-7B-Instruct")
         >>> run = nbstream.stream(server, None, "Name two colors.", max_new_tokens=30)
@@ -651,19 +610,29 @@ class Endpoint(Backend):
     # -- what the server is ----------------------------------------------------------------
     @property
     def family(self) -> str:
-        """The server's family (``"vllm"``, ``"llama-cpp-python"``, ... or ``"generic"``): as
-        named by ``server=``, else asked of the server (once)."""
+        """The server's family, as named by ``server=`` or asked of the server (once).
+
+        Example:
+            >>> nbstream.Endpoint("http://127.0.0.1:8000/v1", "m", server="vllm").family
+            'vllm'
+        """
         return self._server_info().family.name
 
     @property
     def concurrent(self) -> bool:
-        """Whether runs on this endpoint are sent at once (True) or one at a time (False)."""
+        """Whether runs on this endpoint are sent at once (True) or one at a time (False).
+
+        Example:
+            >>> nbstream.Endpoint("http://127.0.0.1:8000/v1", "m", server="vllm").concurrent
+            True
+        """
         if self._concurrent is not None:
             return self._concurrent
         return self._server_info().family.concurrent
 
     # -- the Backend interface --------------------------------------------------------------
     def queue_key(self) -> Any:
+        """The queue a run waits in: its own when runs go at once, else the server's."""
         if self.concurrent:
             # A key of the run's own: the server schedules concurrent requests. Weakly
             # referenced by the engine's queue table, which lets it go with the run (a plain
@@ -674,7 +643,12 @@ class Endpoint(Backend):
         return ("nbstream.Endpoint", self.base_url)
 
     def describe(self) -> dict[str, Any]:
-        """What a run's record says about the model (:func:`nbstream.record.model_info`)."""
+        """What a run's record says about the model (:func:`nbstream.record.model_info`).
+
+        Returns:
+            The model's name and the server's URL (no credentials or query string); the
+            keys a local model fills (``path``, ``dtype``, ...) are None.
+        """
         return {
             "name": self.model,
             "path": None,
@@ -832,8 +806,19 @@ class Endpoint(Backend):
 
     # -- what the server's answers can carry (run.trace, run.branch) ------------------------
     def check_alternatives(self, k: int) -> None:
-        """Refuse ``alternatives=k`` (``ValueError``, nothing sent) on a server known not
-        to send logprobs in its streamed chat completions."""
+        """Refuse ``alternatives=k`` on a server known to send no logprobs; nothing is sent.
+
+        Args:
+            k (int): The number of alternatives asked for each token.
+
+        Raises:
+            ValueError: The server's family sends no logprobs in its chat API.
+
+        Example:
+            >>> nbstream.Endpoint(url, "m", server="transformers").check_alternatives(5)
+            Traceback (most recent call last):
+            ValueError: alternatives=5: transformers serve sends no token probabilities ...
+        """
         family = self._server_info().family
         if family.logprobs is False:
             raise ValueError(
@@ -844,12 +829,19 @@ class Endpoint(Backend):
 
     @property
     def can_continue(self) -> bool:
-        """Whether ``run.branch`` works on this server: it continues a given assistant
-        prefix (vLLM, SGLang with ``continue_final_message``; llama-server by prefill)."""
+        """Whether the server's family can continue a given answer (``run.branch``)."""
         return self._server_info(ask_again=False).family.continuation is not None
 
     def why_no_branch(self) -> str | None:
-        """Why ``run.branch`` is refused on this server (None: it is not)."""
+        """Why ``run.branch`` is refused on this server.
+
+        Returns:
+            The reason, naming what would work, or None when branching works.
+
+        Example:
+            >>> print(nbstream.Endpoint(url, "m", server="vllm").why_no_branch())
+            None
+        """
         # Asked by a view under its lock: never a new request when a run already asked.
         family = self._server_info(ask_again=False).family
         if family.continuation == "completions" and self.tokenizer is None:
@@ -1072,7 +1064,7 @@ class Endpoint(Backend):
 
     def _quote(self, text: str, limit: int) -> str:
         """At most ``limit`` characters of a server's ``text`` for a message: scrubbed first,
-        so that the cut cannot leave a piece of the key the scrub no longer recognizes.
+        so that the cut cannot leave a piece of the key too short for the scrub to see.
 
         Only the start is scrubbed (``_QUOTE_WINDOW`` times the limit: a body or an event
         may be a megabyte, and the scrub is Python). A key the window's end cuts may leave
@@ -1195,7 +1187,7 @@ def _sampling_fields(
             unconfirmed[name] = value
     thinking = settings.get("enable_thinking")
     if thinking is not None:
-        if family.name not in _CHAT_TEMPLATE_KWARGS:
+        if not family.chat_template_kwargs:
             raise ValueError(
                 f"enable_thinking: {family.title} takes no chat-template options in its "
                 "API (vLLM, SGLang and llama-server take them as chat_template_kwargs); "
@@ -1344,7 +1336,22 @@ def _forced(at: RemoteTokenTrace, chosen: RemoteAlternative) -> RemoteTokenTrace
 
 
 class RemoteJob(Job):
-    """One prepared request; :meth:`run` streams it on the worker thread."""
+    """One prepared request to a server; :meth:`run` streams its answer on the worker thread.
+
+    Built by :meth:`Endpoint.prepare`, which fills in what the record says (``server``,
+    ``in_effect``, ``warnings``, ``trace_capture``, a branch's ``assistant_prefix``).
+
+    Args:
+        endpoint (Endpoint): The server.
+        body (dict): The request's JSON body.
+        settings (dict): The run's settings.
+        messages (list | None): The conversation sent. Defaults to None: the body's.
+
+    Example:
+        >>> job = server.prepare("Name two colors.", {"max_new_tokens": 30})
+        >>> job.path, job.body["stream"]
+        ('/chat/completions', True)
+    """
 
     def __init__(
         self,
@@ -1405,13 +1412,24 @@ class RemoteJob(Job):
         self.prefix_steps = 0
 
     def decoder(self) -> TextDecoder:
+        """A decoder of text pieces: a server sends text, not token ids."""
         return TextDecoder()
 
     def count_tokens(self, buffer: TokenBuffer) -> int | None:
-        # Text pieces are not tokens: only the server's own count is one.
+        """The server's count of the answer's tokens (its usage), None until it sends one.
+
+        Args:
+            buffer (TokenBuffer): The run's buffer (unused: text pieces are not tokens).
+        """
         return self.completion_tokens
 
     def extra_metrics(self) -> dict[str, Any]:
+        """The metrics only a server run has.
+
+        Returns:
+            ``chunks`` (events received), ``text_chunks`` (those that carried text) and
+            ``tokens_note`` (why ``tokens`` is None, or None).
+        """
         return {
             "chunks": self.chunks,
             "text_chunks": self.text_chunks,
@@ -1436,7 +1454,13 @@ class RemoteJob(Job):
         )
 
     def record_notes(self) -> dict[str, Any]:
-        """What the record of a run on a server adds (:func:`nbstream.record.build_record`)."""
+        """What the record of a run on a server adds (:func:`nbstream.record.build_record`).
+
+        Returns:
+            ``model.answered_by``, ``server`` (family, how it was known, concurrency,
+            reproducibility, context), ``settings_unconfirmed``, ``warnings`` and, where
+            they apply, ``trace`` and ``continuation``.
+        """
         family = self.server.family
         reproducible = family.reproducible
         notes = list(self.warnings)
@@ -1521,6 +1545,18 @@ class RemoteJob(Job):
         return extra
 
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        """Send the request and stream the answer into ``buffer`` (the worker thread).
+
+        Args:
+            buffer (TokenBuffer): Where the prompt, then the text, is put.
+            control (RunControl): Stop, the budget and stop strings, looked at throughout.
+
+        Returns:
+            The end: ``"eos"``, ``"length"``, ``"stop"`` or ``"cancelled"``.
+
+        Raises:
+            EndpointError: The request failed; no piece of the API key is in it.
+        """
         # The buffer follows transformers' streamer protocol, whose first put is the prompt.
         buffer.put(self.messages)
         if self.assistant_prefix:
@@ -2036,6 +2072,16 @@ class RemoteTraceCapture:
     first chunk of text without them (none sent, or malformed), recording stops and
     ``trace.incomplete`` says why: the records kept are those of the text's start, in order,
     and no number is made up. The run itself goes on: its text does not depend on them.
+
+    Args:
+        k (int): The alternatives asked for each token.
+        family (ServerFamily): The server's family (what its logprobs mean).
+        prefix (list | None): A branch's records of its answer so far, which start the trace.
+
+    Example:
+        >>> capture = RemoteTraceCapture(5, servers.FAMILIES["vllm"], None)
+        >>> capture.records([])
+        []
     """
 
     def __init__(
@@ -2064,7 +2110,11 @@ class RemoteTraceCapture:
         self._stopped = False
 
     def records(self, ids: list[int]) -> RemoteTrace:
-        """A snapshot of the records so far (``ids`` is unused: a server sends none)."""
+        """A snapshot of the records so far.
+
+        Args:
+            ids (list[int]): Unused: a server sends no token ids.
+        """
         with self._lock:
             snapshot = RemoteTrace(self.trace)
             snapshot.incomplete = self.trace.incomplete
@@ -2072,7 +2122,13 @@ class RemoteTraceCapture:
             return snapshot
 
     def add(self, logprobs: Any, content: str, reasoning: bool) -> None:
-        """Record one chunk's tokens (worker thread)."""
+        """Record one chunk's tokens (worker thread).
+
+        Args:
+            logprobs (Any): The chunk's ``logprobs``, as the server sent them.
+            content (str): The chunk's answer text.
+            reasoning (bool): Whether the chunk carried a reasoning field too.
+        """
         self._text_chunks += 1
         self.seen += len(content)
         if self._stopped:
@@ -2148,8 +2204,12 @@ class RemoteTraceCapture:
             )
 
     def cut(self, visible: int) -> None:
-        """A stop string ended the answer ``visible`` characters in (after ``base``): keep
-        only the records of the text shown, so that no branch starts past it."""
+        """Keep only the records of the text shown, so that no branch starts past it.
+
+        Args:
+            visible (int): Where a stop string ended the answer, in characters after
+                ``base``.
+        """
         with self._lock:
             self._pending, self._pending_text = [], ""
             end = self.base

@@ -85,6 +85,9 @@ class ServerFamily:
     continuation: str | None = None
     #: Why it cannot (continuation None), or what is not confirmed about how it does.
     continuation_note: str = ""
+    #: Whether its chat API takes chat-template options (``enable_thinking``) as
+    #: ``chat_template_kwargs``; False: nbstream refuses ``enable_thinking`` before sending.
+    chat_template_kwargs: bool = False
 
 
 _VLLM_NAMES = {"top_k": "top_k", "repetition_penalty": "repetition_penalty"}
@@ -113,6 +116,7 @@ FAMILIES: dict[str, ServerFamily] = {
             "(V1 engine; V0, vLLM < 0.10, sent them after temperature and penalties); "
             "a server started with another --logprobs-mode sends processed ones",
             continuation="continue_final_message",
+            chat_template_kwargs=True,
         ),
         ServerFamily(
             name="sglang",
@@ -125,6 +129,7 @@ FAMILIES: dict[str, ServerFamily] = {
             "/v1/models owned_by 'sglang'",
             logprobs=True,
             continuation="continue_final_message",
+            chat_template_kwargs=True,
         ),
         ServerFamily(
             name="tgi",
@@ -158,6 +163,7 @@ FAMILIES: dict[str, ServerFamily] = {
             continuation_note="llama-server continues a final assistant message unless it was "
             "started with --no-prefill-assistant (then it answers anew): nbstream cannot tell "
             "from the answer which it did",
+            chat_template_kwargs=True,
         ),
         ServerFamily(
             name="llama-cpp-python",
@@ -187,6 +193,7 @@ FAMILIES: dict[str, ServerFamily] = {
         ServerFamily(
             name="transformers",
             title="transformers serve",
+            # The model name is the folder ``transformers serve <folder>`` was given.
             # Both travel inside a GenerationConfig sent as JSON; so does do_sample, without
             # which this server decodes greedily whatever the temperature.
             fields={"top_k": GENERATION_CONFIG, "repetition_penalty": GENERATION_CONFIG},
