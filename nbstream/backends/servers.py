@@ -229,7 +229,21 @@ GENERIC = FAMILIES["generic"]
 
 
 def family(name: str) -> ServerFamily:
-    """The family called ``name``; ``ValueError`` listing the names for any other."""
+    """The family called ``name`` (``Endpoint(server=name)``).
+
+    Args:
+        name (str): A key of :data:`FAMILIES`.
+
+    Returns:
+        The :class:`ServerFamily`.
+
+    Raises:
+        ValueError: ``name`` is no family's; the message lists them.
+
+    Example:
+        >>> family("vllm").title
+        'vLLM'
+    """
     try:
         return FAMILIES[name]
     except (KeyError, TypeError):
@@ -257,7 +271,18 @@ class ServerInfo:
 
 
 def detect(listing: Any) -> tuple[ServerFamily, str]:
-    """The family a ``GET /models`` answer names, and the evidence (``GENERIC`` if none)."""
+    """The family a ``GET /models`` answer names.
+
+    Args:
+        listing (Any): The answer's JSON.
+
+    Returns:
+        The family (:data:`GENERIC` when none is named) and the evidence, in words.
+
+    Example:
+        >>> detect({"data": [{"id": "m", "owned_by": "vllm"}]})[1]
+        "owned_by='vllm'"
+    """
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
         return GENERIC, "GET /models gave no model list"
@@ -281,6 +306,12 @@ def detect(listing: Any) -> tuple[ServerFamily, str]:
 
 
 def listed_models(listing: Any) -> tuple[str, ...]:
+    """The model ids a ``GET /models`` answer (``listing``, its JSON) lists, in order.
+
+    Example:
+        >>> listed_models({"data": [{"id": "m"}]})
+        ('m',)
+    """
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
         return ()
@@ -288,8 +319,18 @@ def listed_models(listing: Any) -> tuple[str, ...]:
 
 
 def stated_context(listing: Any) -> int | None:
-    """The context length a ``GET /models`` answer states (vLLM's and SGLang's
-    ``max_model_len``), if any."""
+    """The context length a ``GET /models`` answer states, if any.
+
+    Args:
+        listing (Any): The answer's JSON.
+
+    Returns:
+        vLLM's and SGLang's ``max_model_len`` of the first model with one, else None.
+
+    Example:
+        >>> stated_context({"data": [{"id": "m", "max_model_len": 4096}]})
+        4096
+    """
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
         return None
