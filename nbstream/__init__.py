@@ -30,7 +30,11 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext nbstream``: register the ``%%nbstream`` and ``%nbstream`` magics."""
+    """``%load_ext nbstream``: register the ``%%nbstream`` and ``%nbstream`` magics.
+
+    Args:
+        ipython: The running IPython shell (IPython passes it).
+    """
     # Imported here, so `import nbstream` does not pull in IPython's magics machinery.
     from .magic import load_ipython_extension as load
 

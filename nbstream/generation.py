@@ -91,7 +91,18 @@ INTERRUPTED = "interrupted (Ctrl-C, or the kernel's interrupt button)"
 
 
 class GenerationError(Exception):
-    """A run did not complete. ``partial_text`` holds what it produced before it ended."""
+    """A run did not complete. ``partial_text`` holds what it produced before it ended.
+
+    Args:
+        message: What happened, in one sentence.
+        generation: The run that ended, kept as ``generation``.
+
+    Example:
+        >>> try:
+        ...     run.wait()
+        ... except nbstream.GenerationError as error:
+        ...     print(error.partial_text)
+    """
 
     def __init__(self, message: str, generation: Generation | None = None) -> None:
         super().__init__(message)
@@ -108,11 +119,21 @@ class GenerationError(Exception):
 
 
 class GenerationCancelled(GenerationError):
-    """The run was stopped (``stop()``, a Stop click, or a kernel interrupt)."""
+    """The run was stopped (``stop()``, a Stop click, or a kernel interrupt).
+
+    Args:
+        message: What happened, with the stop's reason when one was given.
+        generation: The run that was stopped.
+    """
 
 
 class GenerationFailed(GenerationError):
-    """The run raised, or overran its budget. The original exception is ``__cause__``."""
+    """The run raised, or overran its budget. The original exception is ``__cause__``.
+
+    Args:
+        message: What happened.
+        generation: The run that failed.
+    """
 
 
 class InvalidJSON(ValueError):
@@ -320,7 +341,14 @@ else:  # pragma: no cover (an interpreter without it: runs are still stopped, la
 class Generation:
     """A streamed run, started by :func:`stream`. Never blocks unless you ask it to.
 
-    Example::
+    Made by :func:`stream`, :func:`rerun`, :meth:`branch` and the widgets, not directly.
+
+    Args:
+        backend: What produces the tokens (:mod:`nbstream.backends`).
+        job: The prepared, checked run (``backend.prepare``).
+        settings: The validated settings.
+
+    Example:
 
         >>> import nbstream
         >>> model, tokenizer = nbstream.load_model()
@@ -600,11 +628,14 @@ class Generation:
             self._callbacks.remove(callback)
 
     def add_done_callback(self, callback: Callable[[Generation], Any]) -> None:
-        """Call ``callback(run)`` once the run has ended (on the worker thread, or the
-        budget's timer thread for a run ended at its deadline).
+        """Call ``callback(run)`` once the run has ended.
 
-        Called at once if the run has already ended. Exceptions are logged, never change
-        the run's state.
+        It runs on the worker thread (or the budget's timer thread for a run ended at its
+        deadline), or at once if the run has already ended. Its exceptions are logged and
+        never change the run's state.
+
+        Args:
+            callback: Called with the run.
         """
         with self._lock:
             if not self._done.is_set():
@@ -628,10 +659,16 @@ class Generation:
         return self._status in TERMINAL
 
     def wait_done(self, timeout: float | None = None) -> bool:
-        """Block until the run has ended, at most ``timeout`` seconds; never raises.
+        """Block until the run has ended; never raises.
 
-        Returns :attr:`done`. Unlike :meth:`wait`, it neither returns the text nor raises
-        the run's error: for code that only needs to know when the run is over.
+        Unlike :meth:`wait`, it neither returns the text nor raises the run's error: for
+        code that only needs to know when the run is over.
+
+        Args:
+            timeout: At most this many seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            :attr:`done`.
         """
         self._done.wait(timeout)
         return self.done
@@ -750,8 +787,15 @@ class Generation:
     def wait_for_progress(self, seen: int, timeout: float | None = None) -> bool:
         """Block until :attr:`progress` exceeds ``seen`` or the run has ended.
 
-        Returns True if there is something new to read. Read ``progress`` *before* reading
-        the text, then pass it here: nothing produced in between is missed.
+        Read ``progress`` *before* reading the text, then pass it here: nothing produced
+        in between is missed.
+
+        Args:
+            seen: The :attr:`progress` read before the text.
+            timeout: At most this many seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            True if there is something new to read.
         """
         return self._buffer.wait_for_more(seen, timeout)
 
@@ -783,27 +827,26 @@ class Generation:
     # -- what if: branches and the sampling explainer ---------------------------------------
     @input_checked
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """A new run that keeps this run's first ``step`` tokens, takes ``token`` at
-        ``step``, and generates on from there; returned at once, like :func:`stream`.
+        """A new run that keeps this run's first ``step`` tokens, takes ``token``, goes on.
 
-        ``token`` is a token id, or one of ``run.trace[step].alternatives``. The new run
-        has this run's settings (its seed too, for a sampled run) unless ``settings``
-        override them; its ``token_ids`` start with exactly those ``step + 1`` tokens
-        (shown at once: the model generates only the rest, and they count toward
-        ``max_new_tokens``). Its record names this run's record as its parent and the
-        forced prefix, so :func:`rerun` reproduces it. Needs a local model, and a run that
-        has ended (wait for it, or stop it, first).
+        Returned at once, like :func:`stream`, with this run's settings (its seed too)
+        unless overridden. Its ``token_ids`` start with those ``step + 1`` tokens (they
+        count toward ``max_new_tokens``); its record names this run's as its parent, so
+        :func:`rerun` repeats it. On a server that continues an answer (see
+        :mod:`nbstream.backends.servers`), the answer so far goes as text
+        (``record["branch"]["prefix_text"]``).
 
-        On a server (:class:`~nbstream.Endpoint`) that continues a given answer (vLLM and
-        SGLang with ``continue_final_message``, llama-server by prefill, llama-cpp-python
-        through ``/v1/completions`` given ``Endpoint(tokenizer=...)``), ``token`` is one
-        of ``run.trace[step].alternatives`` (the run needs ``alternatives=k``) or a text:
-        the conversation is sent again with the texts of ``trace[:step]`` and the token's
-        as a final assistant message, which the server continues; the branch's text
-        starts with it, and its record keeps it (``record["branch"]["prefix_text"]``). Any
-        other server is refused with a ``ValueError`` saying why, before anything is sent.
+        Args:
+            step: Where the answer takes another token (0-based, into ``token_ids``).
+            token: A token id, or one of ``run.trace[step].alternatives`` (a text too, on
+                a server).
+            **settings: Override this run's settings for the branch.
 
-        Example::
+        Raises:
+            RuntimeError: This run has not ended (wait for it, or stop it, first).
+            ValueError: A backend that cannot branch says why, before anything is sent.
+
+        Example:
 
             >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
             >>> text = run.wait()
@@ -897,12 +940,21 @@ class Generation:
 
         A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
         ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
-        forward pass of the prompt and the tokens before ``step``, on the calling thread,
-        which waits its turn in the model's queue (while another run holds the model, this
-        returns after it); pass ``logits=run.step_logits(step)`` to ask about one step
-        several times with one forward pass. Needs a local model.
+        forward pass on the calling thread, which waits its turn in the model's queue.
+        Needs a local model.
 
-        Example::
+        Args:
+            step: The step (0-based, into ``token_ids``).
+            temperature: The temperature to try; ``None`` for the run's.
+            top_k: The top-k to try; ``None`` for the run's, 0 for off.
+            top_p: The top-p to try; ``None`` for the run's, 1.0 for off.
+            logits: ``run.step_logits(step)``, to ask about one step several times with
+                one forward pass.
+
+        Returns:
+            A :class:`~nbstream.distribution.Distribution`.
+
+        Example:
 
             >>> d = run.distribution(3, temperature=0.7, top_p=0.9)
             >>> d.kept("top_p"), float(d.probs["top_p"].sum())
@@ -932,11 +984,18 @@ class Generation:
 
     @input_checked
     def step_logits(self, step: int) -> Any:
-        """The model's raw next-token logits at ``step`` (a 1-D float tensor over the
-        vocabulary, on the CPU), recomputed exactly with one forward pass of the prompt and
-        the tokens before ``step``. Give it to :meth:`distribution` (``logits=``) to try
-        many settings on one step without another forward pass. Needs a local model. The
-        pass waits its turn in the model's queue, as a run does: never beside a run."""
+        """The model's raw next-token logits at ``step``, recomputed exactly.
+
+        One forward pass of the prompt and the tokens before ``step``, waiting its turn in
+        the model's queue as a run does. Give it to :meth:`distribution` (``logits=``) to
+        try many settings on one step. Needs a local model.
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            A 1-D float tensor over the vocabulary, on the CPU.
+        """
         self._require_logits()
         step = self._check_step(step, len(self.token_ids))
         ids = self.token_ids[:step]
@@ -1236,10 +1295,19 @@ class Generation:
     def wait(self, timeout: float | None = None) -> str:
         """Block until the run ends; return the final text if it completed.
 
-        Raises ``GenerationCancelled`` or ``GenerationFailed`` (subclasses of
-        ``GenerationError``) otherwise. An expired ``timeout`` raises ``TimeoutError`` and
-        the run goes on. A ``KeyboardInterrupt`` (the kernel's interrupt button) stops the
-        run, then propagates.
+        A ``KeyboardInterrupt`` (the kernel's interrupt button) stops the run, then
+        propagates.
+
+        Args:
+            timeout: At most this many seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            The run's text.
+
+        Raises:
+            GenerationCancelled: The run was stopped.
+            GenerationFailed: The run raised or overran its budget.
+            TimeoutError: ``timeout`` expired; the run goes on.
         """
         try:
             finished = self._done.wait(timeout) or self.done
@@ -1262,6 +1330,12 @@ class Generation:
 
         No thread waits on the run's behalf (the worker wakes the loop when the run ends),
         so any number of runs can be awaited at once. A cancelled await stops the run.
+
+        Args:
+            timeout: At most this many seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            The run's text, or raises as :meth:`wait` does.
         """
         if not self._done.is_set():
             loop = asyncio.get_running_loop()
@@ -1289,11 +1363,13 @@ class Generation:
     def stop(self, reason: str | None = None) -> bool:
         """Stop the run cooperatively; generation halts within one decode step.
 
-        Returns True if the run was queued or running (it will end ``cancelled``), False
-        if it had already ended or was already stopped. ``reason`` says why, in words that
-        follow "cancelled because" (e.g. ``"the widget was closed"``): it becomes
-        :attr:`cancel_reason` and the message of the ``GenerationCancelled`` that
-        :meth:`wait` raises. The first stop's reason stays.
+        Args:
+            reason: Why, in words that follow "cancelled because" (e.g. ``"the widget was
+                closed"``): it becomes :attr:`cancel_reason`. The first stop's reason stays.
+
+        Returns:
+            True if the run was queued or running (it will end ``cancelled``); False if it
+            had already ended or was already stopped.
         """
         with self._lock:
             if self._end is not None or self._control.cancel_event.is_set():
@@ -1307,7 +1383,14 @@ class Generation:
         return True
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the worker thread itself to exit; True if it has."""
+        """Wait for the worker thread itself to exit.
+
+        Args:
+            timeout: At most this many seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            True if the thread has exited.
+        """
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -1348,23 +1431,29 @@ def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitte
 def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
     """Start generating ``prompt`` on a background thread and return the run at once.
 
-    ``prompt`` is a string (for a chat model: one user message, through the chat template)
-    or a list of ``{"role": ..., "content": ...}`` messages. ``settings`` are
-    ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``repetition_penalty``,
-    ``do_sample``, ``seed``, ``budget_s``, ``stop``, ``expect`` and ``alternatives``;
-    unset ones fall back to the model's generation config. Every check happens before the
-    thread starts.
+    Every check happens before the thread starts. ``stop=["\n\n", "END"]`` ends the run
+    ``complete`` as soon as the text holds one of them (never shown); ``expect="json"``
+    completes it only if its text parses (``run.value``); ``alternatives=k`` captures
+    ``run.trace``, each token's probability and its top k candidates (on an
+    :class:`~nbstream.Endpoint`, the server's logprobs).
 
-    ``stop=["\n\n", "END"]`` ends the run ``complete`` (``finish_reason="stop"``) as soon
-    as the text contains one of them; the stop string and what follows are never shown.
-    ``expect="json"`` completes the run only if its final text parses as JSON (then
-    ``run.value`` holds it); otherwise it fails with the parse error, the text kept.
-    ``alternatives=k`` (1 to 100; local models) captures ``run.trace``: per token, the
-    model's probability for it and its top k candidates (see :mod:`nbstream.trace`). On an
-    :class:`~nbstream.Endpoint` it asks the server for its logprobs (``top_logprobs=k``;
-    OpenAI and vLLM allow at most 20) and ``run.trace`` holds what the server sent.
+    Args:
+        model: A loaded causal LM, or an :class:`~nbstream.Endpoint`.
+        tokenizer: The model's tokenizer (``None`` with an Endpoint).
+        prompt: A string (for a chat model: one user message, through the chat
+            template), or a list of ``{"role": ..., "content": ...}`` messages.
+        **settings: ``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``,
+            ``repetition_penalty``, ``do_sample``, ``seed``, ``budget_s``, ``stop``,
+            ``expect``, ``alternatives``, ``thinking_tags``, ``enable_thinking`` (the
+            settings reference); unset ones fall back to the model's generation config.
 
-    Example::
+    Returns:
+        The run, a :class:`Generation`.
+
+    Raises:
+        ValueError: Bad input, before anything starts (``TypeError`` for a wrong type).
+
+    Example:
 
         >>> import nbstream
         >>> model, tokenizer = nbstream.load_model()
@@ -1388,6 +1477,34 @@ def _rerun_branch(run: Generation, branch: Mapping[str, Any], keys: tuple[str, .
     run._parent_record = branch.get("parent")
 
 
+def _rerun_of_branch(
+    backend: Backend, branch: Any, prompt: Any, settings: dict[str, Any]
+) -> Generation:
+    """A rerun of a branch's record: the same answer so far, then generated on."""
+    if isinstance(branch, Mapping) and isinstance(branch.get("prefix_text"), str):
+        # A branch on a server: the same answer so far, sent for it to continue again.
+        if not backend.is_server:
+            raise ValueError("record is of a branch made on a server: rerun it on an Endpoint")
+        step = branch.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError("record['branch'] must hold the branch's 'step' (an int >= 0)")
+        job = backend.prepare(
+            prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
+        )
+        run = Generation(backend, job, settings)
+        _rerun_branch(run, branch, ("step", "token", "parent_token", "prefix_text"))
+        return run
+    # A branch of a local model: the same forced prefix again.
+    if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
+        raise ValueError("record['branch'] must hold the branch's 'prefix_ids' (a list)")
+    if not backend.supports_branching:
+        raise ValueError("record is of a branch, which needs a local transformers model")
+    job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])
+    run = Generation(backend, job, settings)
+    _rerun_branch(run, branch, ("step", "token", "parent_token"))
+    return run
+
+
 def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
     """Start the run described by ``record`` again: same prompt, same settings, same seed.
 
@@ -1395,9 +1512,20 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
     On the same machine (same model, versions and device) it reproduces the text of a
     greedy run, of a seeded run, and of a sampled run that was given no seed. A model,
     generation config or version different from the record's is logged as a warning (the
-    text may differ). A ``record`` that is not one raises before anything starts.
+    text may differ).
 
-    Example::
+    Args:
+        record: A run's ``record`` (or that record after a JSON round trip).
+        model: The model to run it on, as for :func:`stream`.
+        tokenizer: The model's tokenizer.
+
+    Returns:
+        The new run.
+
+    Raises:
+        ValueError: ``record`` is not a run's record; nothing starts.
+
+    Example:
 
         >>> import json, nbstream
         >>> model, tokenizer = nbstream.load_model()
@@ -1413,27 +1541,8 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
     branch = record.get("branch")
     if branch is None:
         run = stream(model, tokenizer, prompt, **settings)
-    elif isinstance(branch, Mapping) and isinstance(branch.get("prefix_text"), str):
-        # A branch on a server: the same answer so far, sent for it to continue again.
-        if not backend.is_server:
-            raise ValueError("record is of a branch made on a server: rerun it on an Endpoint")
-        step = branch.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError("record['branch'] must hold the branch's 'step' (an int >= 0)")
-        job = backend.prepare(
-            prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
-        )
-        run = Generation(backend, job, settings)
-        _rerun_branch(run, branch, ("step", "token", "parent_token", "prefix_text"))
     else:
-        # A branch: the same forced prefix again, then generated on as before.
-        if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
-            raise ValueError("record['branch'] must hold the branch's 'prefix_ids' (a list)")
-        if not backend.supports_branching:
-            raise ValueError("record is of a branch, which needs a local transformers model")
-        job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])
-        run = Generation(backend, job, settings)
-        _rerun_branch(run, branch, ("step", "token", "parent_token"))
+        run = _rerun_of_branch(backend, branch, prompt, settings)
     # Either count may be unknown: a record from a server that sent no usage has None, and
     # a run on a server has None until the server counts the prompt (after it has started).
     then, now = record["prompt_tokens"], run.prompt_tokens
