@@ -115,3 +115,24 @@ def test_review_benchmark_quick(tmp_path):
     assert scripts["hung_lookup"]["said"] == ["True cancelled"]
     assert scripts["compare"]["said"] == ["True ['complete', 'complete']"]
     assert "browser" in report["markdown"] and "| item | measure | now |" in report["markdown"]
+
+
+def test_shape_prints_each_figure_of_the_code():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.shape"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for heading in (
+        "modules per package: nbstream ",
+        "Python functions over 60 lines: ",
+        "JavaScript functions over 60 lines: ",
+        "getattr/hasattr probes of a backend or job: ",
+        "modules under no contract: ",
+        "test-module cross-imports: ",
+        "longest docstring: ",
+    ):
+        assert heading in proc.stdout
