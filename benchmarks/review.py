@@ -1,4 +1,4 @@
-"""Review figures: the engine's promises of its second review, measured as they are now.
+"""Review figures: the engine's promises under faults and races, measured as they are now.
 
 Each figure is measured on the tiny random model (:mod:`nbstream.testing`) or on a small
 ``http.server`` on a loopback port; nothing is downloaded and the default model's weights

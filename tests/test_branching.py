@@ -1,5 +1,5 @@
 """What if it had picked another token (``run.branch``), what the sampling sliders do
-(``run.distribution``), and where compare columns part (``cw.divergence``): issue 16.
+(``run.distribution``), and where compare columns part (``cw.divergence``).
 
 The numbers are checked on the embedded default model; the tiny model only where they do
 not matter.

@@ -302,8 +302,8 @@ def test_bad_messages_start_nothing(chat):
 
 
 def test_bad_input_from_code_points_at_the_callers_line(chat):
-    """As on StreamWidget (issue 19, item 10): the one line that says what to do comes
-    straight after the caller's own frame, not after the chat's and the engine's."""
+    """As on StreamWidget: the one line that says what to do comes straight after the
+    caller's own frame, not after the chat's and the engine's."""
     import traceback
 
     chat.generate("Hello")
@@ -420,8 +420,8 @@ def test_answer_in_progress_is_never_in_the_transcript_trait(tiny_line, no_lefto
 
 
 def test_an_answer_being_generated_is_not_marked_out_of_the_conversation(chat):
-    """Issue 19, item 13: both bubbles of a first message were labelled "not in the
-    conversation" while it streamed. Only a turn that ended out of it is (stopped, failed)."""
+    """A first message and its answer are in the conversation while it streams: only a turn
+    that ended out of it (stopped, failed) is labelled "not in the conversation"."""
     run = chat.generate("Tell me a long story", max_new_tokens=8000)
     while not run.partial_text:
         time.sleep(0.01)

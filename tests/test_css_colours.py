@@ -1,4 +1,4 @@
-"""Nothing nbstream draws is hard-coded white or black (issue 18, part 3).
+"""Nothing nbstream draws is hard-coded white or black.
 
 A white or black in a stylesheet is right in one theme and wrong in the other (white text on
 JupyterLab Dark's lighter blue reads 3.1:1), so colours come from JupyterLab's --jp-*

@@ -162,8 +162,11 @@ def test_the_readme_states_requirements_and_classifiers_agree() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     low = project["requires-python"].removeprefix(">=")
     assert f"Python {low}" in text
-    versions = [c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
-                if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    versions = [
+        c.rsplit(" :: ", 1)[1]
+        for c in project["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    ]
     assert versions[0] == low and f"to {versions[-1]}" in text
     assert any(c.startswith("Operating System ::") for c in project["classifiers"])
 

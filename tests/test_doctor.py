@@ -1,4 +1,4 @@
-"""nbstream.doctor(): the self-check a teacher runs before class (issue 18, part 4)."""
+"""nbstream.doctor(): the self-check a teacher runs before class."""
 
 from __future__ import annotations
 

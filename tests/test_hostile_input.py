@@ -1,4 +1,4 @@
-"""Hostile input (issue 6): odd prompts, wrong settings, bad messages, code in a model folder.
+"""Hostile input: odd prompts, wrong settings, bad messages, code in a model folder.
 
 Each bad input gets an error that says what is wrong, raised (or, from the view, shown as
 the widget's ``input_error``) before any thread starts, and the widget stays usable: the

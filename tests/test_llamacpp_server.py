@@ -2,7 +2,7 @@
 
 The server (``python -m llama_cpp.server``, started once for the module through
 nbstream.testing.servers.LlamaCppServer) serves the embedded default model's own GGUF. It differs
-from ``transformers serve`` in the ways issue 21 found: a second request ends the stream in
+from ``transformers serve`` in the ways measured here: a second request ends the stream in
 progress, its sampling fields have llama.cpp's names and unknown ones are dropped without a
 word, any model name is answered by its one model, it sends no usage, a prompt over its
 context ends the stream with nothing, and the same greedy request can give another text

@@ -1,4 +1,4 @@
-"""Reliability under faults, random cancels, contention and long use (issue 6), no browser.
+"""Reliability under faults, random cancels, contention and long use, no browser.
 
 Every case checks what a user would notice: the end state and its error, that ``result``
 is set only for a complete run, that no thread outlives its run, and that the model is free

@@ -1,4 +1,4 @@
-"""Reasoning models: the thinking kept apart from the answer (issue 17).
+"""Reasoning models: the thinking kept apart from the answer.
 
 A forced-output model that "thinks" (nbstream.testing.forced_model answers exactly the text
 it is given) stands in for a reasoning model: no such model is on this machine, and what is

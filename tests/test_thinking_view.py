@@ -1,4 +1,4 @@
-"""What the views get of a reasoning model's thinking (issue 17), without a browser.
+"""What the views get of a reasoning model's thinking, without a browser.
 
 The widget is driven as its front end drives it, and what it sends to its views is
 captured: the thinking streams as ``thinking`` messages apart from the answer's deltas, a

@@ -327,8 +327,8 @@ def test_setting_history_shows_the_new_messages(lab):
 
 def test_an_answer_cut_at_max_new_tokens_is_marked(lab):
     """An answer that reached max_new_tokens is complete but marked "stopped at
-    max_new_tokens" (the badge and a mark under the answer); one that ended on its own is not
-   ."""
+     max_new_tokens" (the badge and a mark under the answer); one that ended on its own is not
+    ."""
     nb = lab.open_notebook(
         [
             SETUP,
