@@ -1,3 +1,5 @@
+"""``python -m nbstream``: the terminal front end (see :mod:`nbstream.cli`)."""
+
 import sys
 
 from .cli import main

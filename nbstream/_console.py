@@ -1,5 +1,8 @@
-"""What the terminal front ends (``nbstream "prompt"`` and ``nbstream chat``) share: their
-setting options, exit statuses and the metrics line after an answer."""
+"""What the terminal front ends share: setting options, exit statuses, the metrics line.
+
+Shared by ``nbstream "prompt"`` and ``nbstream chat``: their setting options, exit statuses and the
+metrics line after an answer.
+"""
 
 from __future__ import annotations
 

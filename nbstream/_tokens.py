@@ -152,10 +152,12 @@ def token_entries(
 def server_token_entries(
     trace: list[Any], start: int, stop: int, alternatives: bool
 ) -> list[list[Any]]:
-    """The message entries of records ``start:stop`` of a server run's trace
-    (:class:`nbstream.trace.RemoteTrace`): the server's texts and numbers, no ids (a server
-    sends none), and each alternative's ``cut`` null (a server does not say which of them
-    its settings ruled out): ``[null, text, kind, logprob, rank, alternatives]``."""
+    """The message entries of records ``start:stop`` of a server run's trace.
+
+    For :class:`nbstream.trace.RemoteTrace`: the server's texts and numbers, no ids (a server sends
+    none), and each alternative's ``cut`` null (a server does not say which of them its settings
+    ruled out): ``[null, text, kind, logprob, rank, alternatives]``.
+    """
     entries: list[list[Any]] = []
     for record in trace[start:stop]:
         alts: list[list[Any]] | None = None
@@ -170,9 +172,12 @@ def server_token_entries(
 
 
 def _server_piece(text: str, raw: tuple[int, ...] | None) -> tuple[str, str]:
-    """``(shown, kind)`` of a server's token: its text, or, for a token that holds part of a
-    character (its bytes, when the server sent them, are no UTF-8 of their own), the bytes
-    in hex, as a local token's byte piece is shown."""
+    """``(shown, kind)`` of a server's token.
+
+    ``shown`` is its text, or, for a token that holds part of a character (its bytes, when the
+    server sent them, are no UTF-8 of their own), the bytes in hex, as a local token's byte piece is
+    shown.
+    """
     if raw is not None:
         try:
             bytes(raw).decode("utf-8")

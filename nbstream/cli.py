@@ -1,5 +1,6 @@
-"""The terminal front end: ``python -m nbstream "prompt"``, ``chat``, ``prepare`` and
-``doctor``.
+"""The terminal front end.
+
+``python -m nbstream "prompt"``, ``chat``, ``prepare`` and ``doctor``.
 
 Streams with the same engine as the widgets, ends with the state and a metrics line, and
 exits non-zero when the run failed (1) or was cancelled (130, as for Ctrl-C).
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def prepare() -> int:
+    """Print the default model's folder, converting it if needed; exit 1 if it is missing."""
     from .models import DefaultModelMissing, default_model_dir
 
     try:
@@ -64,6 +66,7 @@ def doctor() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: the command line); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["prepare"]:
         return prepare()

@@ -66,14 +66,17 @@ class Turn:
 
     @property
     def status(self) -> str:
+        """The answer's state: its run's, or complete for an answer given as text."""
         return self.run.status if self.run is not None else COMPLETE
 
     @property
     def ended(self) -> bool:
+        """Whether the answer is over: it has no run, or its run is done."""
         return self.run is None or self.run.done
 
     @property
     def text(self) -> str:
+        """The answer's text so far: its run's partial text, or the answer given as text."""
         return self.run.partial_text if self.run is not None else self.answer
 
     @property
@@ -279,9 +282,11 @@ class Conversation:
         return run
 
     def keep_partial(self, turn: int = -1) -> Turn:
-        """Keep a cancelled or failed answer (the newest by default; of a branched answer,
-        the variant shown) in the history. The keep stays with that variant: showing it
-        again (:meth:`show_variant`) puts it back in the history."""
+        """Keep a cancelled or failed answer in the history.
+
+        The newest by default; of a branched answer, the variant shown. The keep stays with that
+        variant: showing it again (:meth:`show_variant`) puts it back in the history.
+        """
         if not isinstance(turn, int) or isinstance(turn, bool):
             raise TypeError(f"turn must be an int, got {type(turn).__name__}")
         try:
@@ -299,8 +304,9 @@ class Conversation:
         return t
 
     def branch_last(self, step: int, token: Any, settings: dict[str, Any]) -> Generation:
-        """Branch the last answer at ``step`` with ``token`` (:meth:`Generation.branch`,
-        ``settings`` overriding the answer's own); the branch becomes the answer shown.
+        """Branch the last answer at ``step`` with ``token``; the branch becomes the answer shown.
+
+        See :meth:`Generation.branch`; ``settings`` override the answer's own.
 
         Raises before anything changes: ``ValueError`` without an answer made by a run (none
         yet, or seeded from a history), and whatever :meth:`Generation.branch` raises (a
@@ -322,10 +328,12 @@ class Conversation:
         return run
 
     def show_variant(self, index: int, turn: int = -1) -> Generation:
-        """Show variant ``index`` of a turn's answer: 0 is the original answer, k is the
-        k-th branch (``Turn.variants[k]``; a ChatWidget's ``branches[k - 1]``). The history
-        and the transcript then hold that one, kept if its partial answer was kept.
-        Returns its run."""
+        """Show variant ``index`` of a turn's answer; returns its run.
+
+        0 is the original answer, k is the k-th branch (``Turn.variants[k]``; a ChatWidget's
+        ``branches[k - 1]``). The history and the transcript then hold that one, kept if its partial
+        answer was kept.
+        """
         try:
             t = self.turns[turn]
         except IndexError:

@@ -85,8 +85,10 @@ class Distribution:
         return int((self.probs[self._stage(stage)] > 0).sum())
 
     def prob(self, token: int, stage: str | None = None) -> float:
-        """``token``'s probability after ``stage`` (by default the last: what a run with
-        these settings samples from)."""
+        """``token``'s probability after ``stage``.
+
+        By default the last stage: what a run with these settings samples from.
+        """
         return float(self.probs[self._stage(stage)][int(token)])
 
     def removed_by(self, token: int) -> str | None:
@@ -104,8 +106,10 @@ class Distribution:
         return stage
 
     def top(self, n: int = 10, stage: str = "model") -> list[Candidate]:
-        """The ``n`` most likely tokens at ``stage``, best first, each with every stage's
-        probability and the filter that removed it."""
+        """The ``n`` most likely tokens at ``stage``, best first.
+
+        Each comes with every stage's probability and the filter that removed it.
+        """
         import torch
 
         ids = torch.topk(self.probs[self._stage(stage)], min(int(n), self.size)).indices
@@ -136,8 +140,11 @@ class Distribution:
         return int(self.probs["model"].shape[-1])
 
     def phrases(self) -> dict[str, str]:
-        """What each stage does here, in words, by stage (the sliders' three always), then
-        ``"token"``: the chosen token's odds; :meth:`describe` joins them."""
+        """What each stage does here, in words, by stage, then ``"token"``.
+
+        The sliders' three are always there; ``"token"`` is the chosen token's odds.
+        :meth:`describe` joins them.
+        """
         parts: dict[str, str] = {}
         temperature = self.settings["temperature"]
         greedy = temperature == 0
@@ -183,8 +190,11 @@ class Distribution:
         return self.stages[self.stages.index("temperature") :]
 
     def describe(self) -> str:
-        """In words, what the stages do here, e.g. ``"temperature 0.7 sharpens it;
-        top-k 50 keeps 50 of 49,152 tokens; top-p 0.9 keeps 4 tokens; ' red' now 31%"``."""
+        """In words, what the stages do here.
+
+        For example ``"temperature 0.7 sharpens it; top-k 50 keeps 50 of 49,152 tokens; top-p 0.9
+        keeps 4 tokens; ' red' now 31%"``.
+        """
         return "; ".join(self.phrases().values())
 
     def __repr__(self) -> str:
@@ -275,8 +285,10 @@ def distribution_from_logits(
 
 
 def slider_stages(settings: Mapping[str, Any]) -> list[StageSpec]:
-    """The sliders' stages, as ``generate()`` builds them for a sampled step with these
-    values: transformers' warpers, None where one is off."""
+    """The sliders' stages, as ``generate()`` builds them for a sampled step with these values.
+
+    Transformers' warpers, None where one is off.
+    """
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     temperature, top_k, top_p = settings["temperature"], settings["top_k"], settings["top_p"]

@@ -53,13 +53,17 @@ class Finding:
     advice: str = ""
 
     def line(self) -> str:
+        """The finding as one line: its mark, name, detail and any advice."""
         advice = f" — {self.advice}" if self.advice else ""
         return f"{_MARK[self.status]} {self.name}: {self.detail}{advice}"
 
 
 class Checkup:
-    """What :func:`doctor` found: ``findings`` (a list of :class:`Finding`), ``ok`` (no
-    problem), and a report shown as text in a terminal and as a table in a notebook."""
+    """What :func:`doctor` found.
+
+    ``findings`` (a list of :class:`Finding`), ``ok`` (no problem), and a report shown as text in a
+    terminal and as a table in a notebook.
+    """
 
     def __init__(self, findings: list[Finding]) -> None:
         self.findings = findings
@@ -72,6 +76,7 @@ class Checkup:
         return all(finding.status != FAIL for finding in self.findings)
 
     def finding(self, name: str) -> Finding | None:
+        """The finding called ``name``, or None when there is none."""
         return next((f for f in self.findings if f.name == name), None)
 
     def __str__(self) -> str:
@@ -91,8 +96,10 @@ class Checkup:
         return {"text/markdown": self._repr_markdown_(), "text/plain": str(self)}
 
     def _ipython_display_(self) -> None:
-        """Shown in a notebook: the table, then (the first time) the probe widget whose
-        page completes the table."""
+        """Shown in a notebook: the table, then (the first time) the probe widget.
+
+        The probe widget's page completes the table.
+        """
         handle = show(self._bundle(), raw=True, display_id=True)
         with self._lock:
             first, self._display = self._display is None, handle
@@ -158,7 +165,6 @@ def doctor() -> Checkup:
         terminal.
 
     Example:
-
         >>> import nbstream
         >>> nbstream.doctor()          # in a notebook: a table, completed by the page
     """

@@ -115,6 +115,7 @@ class GenerationError(Exception):
 
     @property
     def partial_text(self) -> str:
+        """The text the run had produced before it ended (empty without a run)."""
         return self.generation.partial_text if self.generation is not None else ""
 
 
@@ -212,8 +213,11 @@ def _parse_json(text: str, finish_reason: str | None, settings: dict[str, Any]) 
 
 
 class _Ticket:
-    """A place in a model's queue for work that is not a run (a forward pass that explains
-    a step): it waits its turn as a run does, so it never runs beside one."""
+    """A place in a model's queue for work that is not a run.
+
+    Such work is, for example, a forward pass that explains a step: it waits its turn as a run does,
+    so it never runs beside one.
+    """
 
     def __init__(self) -> None:
         self._turn = threading.Event()
@@ -349,7 +353,6 @@ class Generation:
         settings: The validated settings.
 
     Example:
-
         >>> import nbstream
         >>> model, tokenizer = nbstream.load_model()
         >>> run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=20)
@@ -432,8 +435,10 @@ class Generation:
         self._raw: list[str] = []
 
     def _start(self, queue_key: Any) -> None:
-        """Take this run's place in its model's queue (the model, if free) and start the
-        worker; a run that cannot start leaves no trace."""
+        """Take this run's place in its model's queue and start the worker.
+
+        The run takes the model at once if it is free; a run that cannot start leaves no trace.
+        """
         self._queue = _queue_for(queue_key)
         if self._queue.try_acquire(self):
             self._status = RUNNING
@@ -488,8 +493,10 @@ class Generation:
                 self._publish_end()
 
     def _begin(self) -> bool:
-        """The run has its turn: running from now. False if it was stopped while queued
-        (it then ends cancelled, never having had the model)."""
+        """The run has its turn: running from now.
+
+        False if it was stopped while queued (it then ends cancelled, never having had the model).
+        """
         with self._lock:
             if self._control.cancel_event.is_set():
                 self._finish(CANCELLED, "cancelled", None)
@@ -680,8 +687,11 @@ class Generation:
 
     @property
     def cancel_reason(self) -> str | None:
-        """Why the run was stopped, as given to :meth:`stop` (``None`` if no reason was
-        given, or the run was not stopped). Also in :attr:`record` (``cancel_reason``)."""
+        """Why the run was stopped, as given to :meth:`stop`.
+
+        ``None`` if no reason was given, or the run was not stopped. Also in :attr:`record`
+        (``cancel_reason``).
+        """
         return self._cancel_reason if self._status == CANCELLED else None
 
     @property
@@ -740,10 +750,12 @@ class Generation:
 
     @property
     def thinking(self) -> str | None:
-        """A reasoning model's thinking: ``None`` for a run that did not think; while it
-        streams, the thinking so far; after any end, all of it (a cancelled or failed run
-        keeps its partial thinking here, never in ``result``). The answer alone is in
-        ``result``, ``partial_text`` and the chunks the run yields."""
+        """A reasoning model's thinking (``None`` for a run that did not think).
+
+        While it streams, the thinking so far; after any end, all of it (a cancelled or failed run
+        keeps its partial thinking here, never in ``result``). The answer alone is in ``result``,
+        ``partial_text`` and the chunks the run yields.
+        """
         self._pump()
         thinker = self._thinker
         if thinker is None or not thinker.opened:
@@ -771,8 +783,10 @@ class Generation:
 
     @property
     def seed(self) -> int | None:
-        """The seed sampling uses: the one given, or one drawn for a sampled run given none
-        (``None`` for a greedy run). Known from the start; the record keeps it after."""
+        """The seed sampling uses: the one given, or one drawn for a sampled run given none.
+
+        ``None`` for a greedy run. Known from the start; the record keeps it after.
+        """
         return self._job.seed
 
     @property
@@ -847,7 +861,6 @@ class Generation:
             ValueError: A backend that cannot branch says why, before anything is sent.
 
         Example:
-
             >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
             >>> text = run.wait()
             >>> other = run.trace[0].alternatives[1]       # the model's second choice
@@ -899,16 +912,21 @@ class Generation:
         return run
 
     def _asked_settings(self) -> dict[str, Any]:
-        """What this run was given, not what it resolved from them and the model's
-        defaults (``do_sample``, ``max_new_tokens``): a branch inherits these, so that its
-        own settings mean what they mean on a fresh run."""
+        """What this run was given, not what it resolved from them and the model's defaults.
+
+        Resolved values such as ``do_sample`` and ``max_new_tokens`` are not here: a branch inherits
+        these, so that its own settings mean what they mean on a fresh run.
+        """
         asked = self._job.asked
         return dict(asked if asked is not None else self.settings)
 
     @property
     def branch_info(self) -> dict[str, Any] | None:
-        """For a run made by :meth:`branch`: ``{"parent": the run, "step", "token",
-        "parent_token", "prefix_ids"}``; ``None`` for any other run."""
+        """Where a branch left its parent; ``None`` for a run not made by :meth:`branch`.
+
+        For a run made by :meth:`branch`: ``{"parent": the run, "step", "token", "parent_token",
+        "prefix_ids"}``.
+        """
         if self._branch is None:
             return None
         if "prefix_text" in self._branch:  # a branch on a server: text, no token ids
@@ -933,10 +951,12 @@ class Generation:
         *,
         logits: Any = None,
     ) -> Distribution:
-        """What the sampling sliders do at ``step``: the model's next-token distribution
-        there, then after each logits processor the run applied, in transformers' order
-        (penalties, bans, then temperature, top-k, top-p and any other filter of the model's
-        generation config; ``d.stages`` names them; see :mod:`nbstream.distribution`).
+        """What the sampling sliders do at ``step``.
+
+        The model's next-token distribution there, then after each logits processor the run applied,
+        in transformers' order (penalties, bans, then temperature, top-k, top-p and any other filter
+        of the model's generation config; ``d.stages`` names them; see
+        :mod:`nbstream.distribution`).
 
         A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
         ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
@@ -955,7 +975,6 @@ class Generation:
             A :class:`~nbstream.distribution.Distribution`.
 
         Example:
-
             >>> d = run.distribution(3, temperature=0.7, top_p=0.9)
             >>> d.kept("top_p"), float(d.probs["top_p"].sum())
             (4, 1.0)
@@ -1003,8 +1022,10 @@ class Generation:
             return self._job.step_logits(ids, step)[0].detach().float().cpu()
 
     def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
-        """:meth:`distribution` from ``logits`` already computed for ``step`` (the widget's
-        sampling panel keeps them, so a slider move needs no forward pass)."""
+        """:meth:`distribution` from ``logits`` already computed for ``step``.
+
+        The widget's sampling panel keeps them, so a slider move needs no forward pass.
+        """
         # The job knows what the run applied (the model's processors, as generate() builds
         # them), so the stages are those, in its order.
         self._require_logits()
@@ -1077,9 +1098,12 @@ class Generation:
         return metrics
 
     def _forced(self) -> tuple[int, int | None, int]:
-        """A branch's forced start: how many of the buffer's first items it is, how many
-        tokens (None: a server's, not counted), and how many of them ``count_tokens``
-        counts (a local model counts its ids; a server counts what it generated)."""
+        """A branch's forced start: how many buffer items, tokens and counted tokens it is.
+
+        How many of the buffer's first items it is, how many tokens (None: a server's, not counted),
+        and how many of them ``count_tokens`` counts (a local model counts its ids; a server counts
+        what it generated).
+        """
         ids = self._job.prefix_ids
         if ids:
             return len(ids), len(ids), len(ids)
@@ -1123,8 +1147,11 @@ class Generation:
                 self._finalized = True
 
     def _needs_item_timing(self) -> bool:
-        """Whether a time is still to be taken per token: the first visible text's, or
-        (a reasoning model's) the end of its thinking and its answer's first text."""
+        """Whether a time is still to be taken per token.
+
+        The first visible text's, or (a reasoning model's) the end of its thinking and its answer's
+        first text.
+        """
         if self._first_chunk_at is None:
             return True
         thinker = self._thinker
@@ -1174,8 +1201,10 @@ class Generation:
             self._first_chunk_at = self._buffer.times[-1]
 
     def _append(self, text: str) -> bool:
-        """Add decoded text: its thinking part, then its answer through the stop strings if
-        any. True if any became visible."""
+        """Add decoded text: its thinking part, then its answer through the stop strings if any.
+
+        True if any became visible.
+        """
         if not text:
             return False
         self._raw.append(text)
@@ -1232,9 +1261,11 @@ class Generation:
 
     # -- reading -----------------------------------------------------------------------------
     def _ready(self, index: int) -> tuple[list[str], int, bool]:
-        """For an iterator at chunk ``index``: the chunks ready from there, how many items
-        they cover (wait for more than that), and whether the run had ended before they were
-        read (then they are the last)."""
+        """For an iterator at chunk ``index``: the chunks ready from there, their items, the end.
+
+        The chunks ready from there, how many items they cover (wait for more than that), and
+        whether the run had ended before they were read (then they are the last).
+        """
         # Seen before the read: once done is set, the text is final and the state, result
         # and record are published (see _publish_end).
         ended = self._status in TERMINAL
@@ -1414,8 +1445,11 @@ class Generation:
 
 
 def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
-    """The splitter for a run's thinking: its tags (the setting, else the job's, else the
-    usual ``<think>``/``</think>``), starting inside when the prompt opened the thinking."""
+    """The splitter for a run's thinking.
+
+    Its tags are the setting's, else the job's, else the usual ``<think>``/``</think>``; it starts
+    inside when the prompt opened the thinking.
+    """
     tags = settings.get("thinking_tags")
     if tags is None:
         tags = job.thinking_tags or DEFAULT_THINKING_TAGS
@@ -1429,7 +1463,7 @@ def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitte
 
 @input_checked
 def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generation:
-    """Start generating ``prompt`` on a background thread and return the run at once.
+    r"""Start generating ``prompt`` on a background thread and return the run at once.
 
     Every check happens before the thread starts. ``stop=["\n\n", "END"]`` ends the run
     ``complete`` as soon as the text holds one of them (never shown); ``expect="json"``
@@ -1454,7 +1488,6 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
         ValueError: Bad input, before anything starts (``TypeError`` for a wrong type).
 
     Example:
-
         >>> import nbstream
         >>> model, tokenizer = nbstream.load_model()
         >>> run = nbstream.stream(model, tokenizer, "Name two colors.", max_new_tokens=30)
@@ -1471,8 +1504,11 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
 
 
 def _rerun_branch(run: Generation, branch: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    """A rerun of a branch is that branch again: its record says so (``branch``, with the
-    parent's record), so that a rerun of the rerun starts from the same answer so far."""
+    """A rerun of a branch is that branch again.
+
+    Its record says so (``branch``, with the parent's record), so that a rerun of the rerun starts
+    from the same answer so far.
+    """
     run._branch = {key: branch.get(key) for key in keys}
     run._parent_record = branch.get("parent")
 
@@ -1526,7 +1562,6 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
         ValueError: ``record`` is not a run's record; nothing starts.
 
     Example:
-
         >>> import json, nbstream
         >>> model, tokenizer = nbstream.load_model()
         >>> run = nbstream.stream(model, tokenizer, "Name a color.", temperature=0.9)

@@ -273,6 +273,7 @@ class NbstreamMagics(Magics):
 
     @line_cell_magic
     def nbstream(self, line: str, cell: str | None = None) -> Any:
+        """``%nbstream status|stop`` (a report) or ``%%nbstream`` (the cell is the prompt)."""
         if cell is None:
             return self._line(line)
         self._cell(line, cell)

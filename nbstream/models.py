@@ -203,7 +203,6 @@ def default_model_dir(*, convert: bool = True) -> Path:
         FileNotFoundError: ``convert=False`` and the model is not converted yet.
 
     Example:
-
         >>> import nbstream
         >>> folder = nbstream.default_model_dir()
         >>> (folder / "config.json").exists()
@@ -302,9 +301,12 @@ def _check(folder: Path, source: Path) -> tuple[bool, bool]:
 
 
 def _tidy(folder: Path, source: Path) -> None:
-    """Best effort, on a current folder: note the source's new mtime in its stamp (so the
-    next load does not hash again) and remove what a killed conversion left. Done only if
-    the lock is free at once: a holder is converting, and its temporary folder is live."""
+    """Best effort, on a current folder: note the source's new mtime and remove leftovers.
+
+    The new mtime goes in the stamp (so the next load does not hash again); the leftovers are what a
+    killed conversion left. Done only if the lock is free at once: a holder is converting, and its
+    temporary folder is live.
+    """
     from filelock import Timeout
 
     try:
@@ -659,8 +661,11 @@ def _looks_like_a_path(source: str) -> bool:
 
 
 def _not_found_message(source: str, error: OSError, hub: dict[str, Any]) -> str | None:
-    """One line for "there is no such model here", or None for any other failure (a folder
-    without a tokenizer, a broken file: transformers' own words are then the right ones)."""
+    """One line for "there is no such model here", or None for any other failure.
+
+    Other failures are a folder without a tokenizer, a broken file: transformers' own words are then
+    the right ones.
+    """
     from huggingface_hub import constants
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -716,8 +721,11 @@ def _not_found_message(source: str, error: OSError, hub: dict[str, Any]) -> str 
 
 @contextlib.contextmanager
 def _quiet_progress() -> Iterator[None]:
-    """Hide transformers' per-load "Loading weights" bar: a cached load takes a second, and
-    the bar would land in every notebook's output. The user's own setting is restored."""
+    """Hide transformers' per-load "Loading weights" bar.
+
+    A cached load takes a second, and the bar would land in every notebook's output. The user's own
+    setting is restored.
+    """
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()

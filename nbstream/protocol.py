@@ -227,8 +227,10 @@ class _RecordExtras(TypedDict, total=False):
 
 
 class RunRecord(_RecordExtras):
-    """What reproduces a run (``run.record``; the keys are a contract: more may be added,
-    none removed)."""
+    """What reproduces a run (``run.record``).
+
+    The keys are a contract: more may be added, none removed.
+    """
 
     #: ``nbstream.run/1``.
     format: str
@@ -298,8 +300,10 @@ class SettingSchema(_SettingSchemaExtras):
 
 
 class RunWidgetTraits(TypedDict):
-    """The synced traits of every ``StreamWidget`` and ``ChatWidget``
-    (``RunWidget``, nbstream/widgets/base.py)."""
+    """The synced traits of every ``StreamWidget`` and ``ChatWidget``.
+
+    Declared by ``RunWidget``, nbstream/widgets/base.py.
+    """
 
     #: The current run's state (kernel → page).
     status: WidgetStatus
@@ -363,8 +367,10 @@ class BranchEntry(TypedDict):
 
 
 class BranchTraits(TypedDict):
-    """The branch traits of every ``StreamWidget`` and ``ChatWidget`` (``BranchingWidget``,
-    nbstream/widgets/branches.py)."""
+    """The branch traits of every ``StreamWidget`` and ``ChatWidget``.
+
+    Declared by ``BranchingWidget``, nbstream/widgets/branches.py.
+    """
 
     _branches: list[BranchEntry]
     #: The answer shown: 0 the original, k the k-th branch.
@@ -496,8 +502,10 @@ class ResetMessage(_ResetThinking):
 
 
 class ThinkingMessage(ThinkingCounters):
-    """A reasoning model's new thinking, apart from the answer (``offset`` in code points
-    of the thinking)."""
+    """A reasoning model's new thinking, apart from the answer.
+
+    ``offset`` is in code points of the thinking.
+    """
 
     type: Literal["thinking"]
     run_id: int
@@ -520,8 +528,10 @@ class TokensMessage(_TokensThinking):
 
 
 class SamplingSettings(TypedDict):
-    """The sampling panel's settings (greedy is temperature 0; ``top_k`` 0 and ``top_p`` 1
-    are off)."""
+    """The sampling panel's settings.
+
+    Greedy is temperature 0; ``top_k`` 0 and ``top_p`` 1 are off.
+    """
 
     temperature: float
     top_k: int
@@ -849,8 +859,10 @@ def _ts_doc(text: str, indent: str) -> str:
 
 
 class _Source:
-    """What the TypeScript takes from this module's source: each class's bases, and the
-    ``#:`` comment above each key and alias."""
+    """What the TypeScript takes from this module's source.
+
+    Each class's bases, and the ``#:`` comment above each key and alias.
+    """
 
     def __init__(self) -> None:
         self.lines = Path(__file__).read_text("utf-8").splitlines()

@@ -265,8 +265,10 @@ def replay_arguments(record: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 
 def warn_if_different(record: Mapping[str, Any], backend: Any) -> None:
-    """Log a warning for each way ``backend`` differs from the model ``record`` was made on
-    (identity, generation config, library versions): the text may then differ."""
+    """Log a warning for each way ``backend`` differs from the model ``record`` was made on.
+
+    The ways are identity, generation config and library versions: the text may then differ.
+    """
     then, now = record["model"], model_info(backend)
     server = record.get("server")
     if isinstance(server, Mapping) and server.get("reproducible") is False:

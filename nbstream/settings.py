@@ -111,8 +111,11 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check(name: str, value: Any) -> Any:
-    """Check one setting's value; returns it cleaned (a list for a tuple, a float for a
-    number). Raises TypeError or ValueError that say what is allowed."""
+    """Check one setting's value; returns it cleaned.
+
+    A list for a tuple, a float for a number. Raises TypeError or ValueError that say what is
+    allowed.
+    """
     return _CHECKERS.get(name, _check_number)(name, value)
 
 
@@ -237,8 +240,10 @@ _PROBE = 987_654_321
 
 
 def settings_schema() -> dict[str, dict[str, Any]]:
-    """Every setting's type and allowed range, as JSON: what the settings panel checks as a
-    value is typed (the widgets' ``settings_schema`` trait; see PROTOCOL.md).
+    """Every setting's type and allowed range, as JSON.
+
+    This is what the settings panel checks as a value is typed (the widgets' ``settings_schema``
+    trait; see PROTOCOL.md).
 
     ``{name: {"type", "nullable", "help", "min", "max", "min_exclusive", "max_exclusive",
     "messages"}}`` (and ``"min_items"`` / ``"values"`` where they apply). ``type`` is

@@ -66,6 +66,7 @@ class TokenBuffer:
 
     # -- writer side (the generation thread) -------------------------------------------
     def put(self, value: Any) -> None:
+        """Add what ``generate`` put, with its time; the first put (the prompt) is skipped."""
         if self._skip_first:
             # transformers hands the prompt ids to the streamer first.
             self._skip_first = False
@@ -80,11 +81,14 @@ class TokenBuffer:
             self._wake()
 
     def end(self) -> None:
-        """transformers calls this when ``generate`` returns; the run's end is signalled by
-        :meth:`close`, after the worker has decided the final state."""
+        """Transformers calls this when ``generate`` returns.
+
+        The run's end is signalled by :meth:`close`, after the worker has decided the final state.
+        """
 
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
+        """Mark the buffer closed and wake every reader."""
         self.closed = True
         self._wake()
 
@@ -168,6 +172,7 @@ class TokenDecoder:
         self._printed = 0  # offset-window fallback: characters already emitted
 
     def feed(self, items: list[Any]) -> str:
+        """Decode new token ids; return the text they complete (may be empty)."""
         ids = _to_ids(items)
         self._ids.extend(ids)
         if self._backend is not None:
@@ -198,6 +203,7 @@ class TokenDecoder:
 
     @property
     def ids(self) -> list[int]:
+        """A copy of every token id fed so far."""
         return list(self._ids)
 
 
@@ -276,8 +282,9 @@ class StopFilter:
 
 
 class ThinkingSplitter:
-    """Splits decoded text into a reasoning model's thinking and its answer, on the reader's
-    side (as :class:`StopFilter` cuts stop strings).
+    """Splits decoded text into a reasoning model's thinking and its answer.
+
+    On the reader's side, as :class:`StopFilter` cuts stop strings.
 
     A thinking section is recognised only where an answer starts: ``open_tag`` first (after
     whitespace), or from the start when the prompt already opened it (``inside``: a chat
@@ -364,7 +371,9 @@ class TextDecoder:
     """For backends that already produce text pieces (a remote server's deltas)."""
 
     def feed(self, items: list[Any]) -> str:
+        """The text pieces joined: they are text already."""
         return "".join(items)
 
     def finish(self, emitted: str) -> str:
+        """Nothing: no text is held back."""
         return ""

@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_settings(words: Iterable[str]) -> dict[str, Any]:
-    """``["temperature=0.7", "stop=[\\"END\\"]", "seed="]`` as settings (``None``: unset).
+    r"""``["temperature=0.7", "stop=[\"END\"]", "seed="]`` as settings (``None``: unset).
 
     A value is read as JSON (numbers, ``true``/``false``, ``null``, lists, quoted
     strings), Python's ``True``/``False``/``None`` too, else kept as the text it is, so
@@ -375,6 +375,7 @@ class ChatSession:
         self.info = info or self.out
 
     def say(self, line: str) -> None:
+        """Write ``line`` to the error stream at once."""
         self.err.write(line + "\n")
         self.err.flush()
 
@@ -455,8 +456,11 @@ class ChatSession:
         return True
 
     def change_system(self, text: str) -> None:
-        """``/system``: show the system message; ``/system TEXT`` sets it for the next
-        answers (checked as ChatWidget checks it); ``/system -`` removes it."""
+        """``/system``: show the system message.
+
+        ``/system TEXT`` sets it for the next answers (checked as ChatWidget checks it); ``/system
+        -`` removes it.
+        """
         if not text:
             current = self.conversation.system
             self.info.write(f"system: {current}\n" if current else "(no system message)\n")
@@ -469,6 +473,7 @@ class ChatSession:
         self.info.write("(the system message is removed)\n" if system is None else "(set)\n")
 
     def show_history(self) -> None:
+        """``/history``: print what the next answer gets, and how many turns are left out."""
         history = self.conversation.history
         left_out = sum(1 for t in self.conversation.turns if t.left_out)
         if not history:
@@ -479,6 +484,7 @@ class ChatSession:
             self.info.write(f"({left_out} stopped or failed turn(s) left out; /keep keeps one)\n")
 
     def change_settings(self, words: list[str]) -> None:
+        """``/set``: show the settings, or merge ``words`` into them once they check."""
         if not words:
             shown = " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(self.settings.items()))
             self.info.write(f"settings: {shown or '(the model defaults)'}\n")
@@ -492,8 +498,11 @@ class ChatSession:
         self.info.write(f"settings: {shown or '(the model defaults)'}\n")
 
     def transcript(self) -> dict[str, Any]:
-        """The conversation as ``/save`` writes it: every message, each answer's state and
-        run record (``nbstream.rerun`` starts it again), and the history."""
+        """The conversation as ``/save`` writes it.
+
+        Every message, each answer's state and run record (``nbstream.rerun`` starts it again), and
+        the history.
+        """
         messages: list[dict[str, Any]] = []
         for t in list(self.conversation.turns):
             run = t.run
@@ -520,6 +529,7 @@ class ChatSession:
         }
 
     def save(self, path: str) -> None:
+        """``/save PATH``: write the conversation as JSON (raises _Refused if it cannot)."""
         text = json.dumps(self.transcript(), indent=2, ensure_ascii=False, allow_nan=False)
         try:
             with open(os.path.expanduser(path), "w", encoding="utf-8") as f:

@@ -151,8 +151,10 @@ class TokenTrace:
 
 
 def running_module(model: Any) -> Any:
-    """The module whose forward ``model.generate`` runs, inside the wrappers that hand
-    ``generate`` on to the model they wrap, which never call their own forward there.
+    """The module whose forward ``model.generate`` runs.
+
+    Found inside the wrappers that hand ``generate`` on to the model they wrap, which never call
+    their own forward there.
 
     - PEFT's ``PeftModel`` (and ``PeftMixedModel``): ``generate`` calls its base model's
       (``get_base_model()``: the transformers model, with the adapter's layers inside).
@@ -194,12 +196,14 @@ class TraceCapture:
         self._offset = 0
 
     def keep_prefix(self, logits: Any, ids: list[int]) -> None:
-        """A branch's trace starts with its forced tokens ``ids``; ``logits`` are the raw
-        logits the model gave at each of their steps (one row per id, from one forward
-        pass). Each is recorded as a greedy step is: every alternative but the token taken
-        is cut, since nothing was drawn there. Call on the generating thread before
-        generation starts; until then readers get a shorter trace, still aligned with the
-        tokens (``trace[i].id == token_ids[i]``)."""
+        """Start a branch's trace with its forced tokens ``ids``.
+
+        ``logits`` are the raw logits the model gave at each of their steps (one row per id, from
+        one forward pass). Each is recorded as a greedy step is: every alternative but the token
+        taken is cut, since nothing was drawn there. Call on the generating thread before generation
+        starts; until then readers get a shorter trace, still aligned with the tokens (``trace[i].id
+        == token_ids[i]``).
+        """
         import torch
 
         logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -337,8 +341,11 @@ _Bytes = bytes
 
 
 class RemoteAlternative(NamedTuple):
-    """One of a server's top-k candidates at a step: its text and log-probability as the
-    server sent them. ``id`` is always None: a server's ``logprobs`` carry no token ids."""
+    """One of a server's top-k candidates at a step.
+
+    Its text and log-probability as the server sent them. ``id`` is always None: a server's
+    ``logprobs`` carry no token ids.
+    """
 
     id: None
     text: str
@@ -347,8 +354,9 @@ class RemoteAlternative(NamedTuple):
 
 @dataclass(frozen=True, repr=False)
 class RemoteTokenTrace:
-    """One token of a run on a server (:class:`nbstream.Endpoint` with ``alternatives=k``),
-    from the server's OpenAI-style ``logprobs`` (``choices[0].logprobs.content[i]``).
+    """One token of a run on a server (:class:`nbstream.Endpoint` with ``alternatives=k``).
+
+    Read from the server's OpenAI-style ``logprobs`` (``choices[0].logprobs.content[i]``).
 
     The same names as :class:`TokenTrace`, with what a server can say:
 
@@ -389,10 +397,12 @@ class RemoteTokenTrace:
 
     @property
     def alternative_ids(self) -> tuple[None, ...]:
+        """None for every alternative: a server sends no token ids."""
         return tuple(None for _ in self.alternatives)
 
     @property
     def alternative_logprobs(self) -> tuple[float, ...]:
+        """Each alternative's log-probability, as the server sent it."""
         return tuple(alt.logprob for alt in self.alternatives)
 
     @property
@@ -413,10 +423,12 @@ class RemoteTokenTrace:
 
 
 class RemoteTrace(list[RemoteTokenTrace]):
-    """``run.trace`` of a run on a server: a list of :class:`RemoteTokenTrace`, and
-    ``incomplete``: None when every token the server sent came with its logprobs, else
-    why the trace stops short of the text (the server sent none, or malformed ones, for a
-    chunk of text; the records before that point are kept, and nothing is made up)."""
+    """``run.trace`` of a run on a server: a list of :class:`RemoteTokenTrace`.
+
+    ``incomplete``: None when every token the server sent came with its logprobs, else why the trace
+    stops short of the text (the server sent none, or malformed ones, for a chunk of text; the
+    records before that point are kept, and nothing is made up).
+    """
 
     incomplete: str | None = None
     #: The answer's text before the first record, which has none (a rerun of a branch on a

@@ -37,7 +37,7 @@ export interface BranchToToken {
   token: number;
 }
 
-/** The branch traits of every `StreamWidget` and `ChatWidget` (`BranchingWidget`, nbstream/widgets/branches.py). */
+/** The branch traits of every `StreamWidget` and `ChatWidget`. Declared by `BranchingWidget`, nbstream/widgets/branches.py. */
 export interface BranchTraits {
   _branches: BranchEntry[];
   /** The answer shown: 0 the original, k the k-th branch. */
@@ -280,7 +280,7 @@ export interface ResetMessage {
   thinking?: ThinkingState;
 }
 
-/** What reproduces a run (`run.record`; the keys are a contract: more may be added, none removed). */
+/** What reproduces a run (`run.record`). The keys are a contract: more may be added, none removed. */
 export interface RunRecord {
   /** `nbstream.run/1`. */
   format: string;
@@ -332,7 +332,7 @@ export interface RunRequest {
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
 export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply;
 
-/** The synced traits of every `StreamWidget` and `ChatWidget` (`RunWidget`, nbstream/widgets/base.py). */
+/** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py. */
 export interface RunWidgetTraits {
   /** The current run's state (kernel → page). */
   status: WidgetStatus;
@@ -379,7 +379,7 @@ export interface RunWidgetTraits {
   can_explain: boolean;
 }
 
-/** The sampling panel's settings (greedy is temperature 0; `top_k` 0 and `top_p` 1 are off). */
+/** The sampling panel's settings. Greedy is temperature 0; `top_k` 0 and `top_p` 1 are off. */
 export interface SamplingSettings {
   temperature: number;
   top_k: number;
@@ -493,7 +493,7 @@ export interface ThinkingCounters {
   done: boolean;
 }
 
-/** A reasoning model's new thinking, apart from the answer (`offset` in code points of the thinking). */
+/** A reasoning model's new thinking, apart from the answer. `offset` is in code points of the thinking. */
 export interface ThinkingMessage extends ThinkingCounters {
   type: "thinking";
   run_id: number;
