@@ -219,10 +219,12 @@ class RunWidget(anywidget.AnyWidget):
     # serialized on the widget's lock.
     @contextlib.contextmanager
     def hold_sync(self) -> Iterator[None]:
+        """Batch trait changes into one message, holding the widget's lock meanwhile."""
         with self._lock, super().hold_sync():
             yield
 
     def notify_change(self, change: Any) -> None:
+        """Notify observers under the widget's lock, so threads see changes in one order."""
         lock = self.__dict__.get("_lock")
         if lock is None:  # traits set while the object is being built: one thread only
             super().notify_change(change)
@@ -231,11 +233,13 @@ class RunWidget(anywidget.AnyWidget):
             super().notify_change(change)
 
     def set_state(self, sync_data: Any) -> None:
+        """Apply state from the page under the widget's lock."""
         with self._lock:
             super().set_state(sync_data)
 
     # -- comm messages go out under the page's subshell (see _route.py) ----------------------
     def send_state(self, key: Any = None) -> None:
+        """Send state to the page under the subshell the page is using."""
         route = self.__dict__.get("_route")
         if route is None:  # while the object is being built
             super().send_state(key)
@@ -244,6 +248,7 @@ class RunWidget(anywidget.AnyWidget):
             super().send_state(key)
 
     def send(self, content: Any, buffers: Any = None) -> None:
+        """Send a custom message under the subshell the page is using."""
         with self._route.publishing(self.comm):
             super().send(content, buffers)
 
@@ -270,8 +275,10 @@ class RunWidget(anywidget.AnyWidget):
                 self._publish_fallback()
 
     def stop(self, reason: str | None = None) -> bool:
-        """Stop the current run; True if there was one to stop (``reason``: as
-        :meth:`Generation.stop`)."""
+        """Stop the current run; True if there was one to stop.
+
+        ``reason``: as :meth:`Generation.stop`.
+        """
         # getattr: close() runs from __del__ even when __init__ failed part-way.
         run = getattr(self, "_run", None)
         return run.stop(reason) if run is not None else False
@@ -363,8 +370,10 @@ class RunWidget(anywidget.AnyWidget):
             self.settings_errors = errors
 
     def _over_context(self, value: Any) -> str | None:
-        """A max_new_tokens no run could use: more than the model's whole context (the page
-        refuses it at the field in the same words, js/src/settings_panel.js limitOf)."""
+        """A max_new_tokens no run could use: more than the model's whole context.
+
+        The page refuses it at the field in the same words (js/src/settings_panel.js limitOf).
+        """
         context = (self.settings_defaults or {}).get("context_length")
         if not isinstance(value, int) or not isinstance(context, int) or value <= context:
             return None
@@ -391,8 +400,11 @@ class RunWidget(anywidget.AnyWidget):
 
     # -- for subclasses -----------------------------------------------------------------------
     def _forget_run(self) -> None:
-        """Back to no run (a cleared chat): idle traits, and a new run id, so the views drop
-        the text they were showing (lock held, inside ``hold_sync``)."""
+        """Back to no run (a cleared chat): idle traits, and a new run id.
+
+        The new run id makes the views drop the text they were showing. Lock held, inside
+        ``hold_sync``.
+        """
         self._run = None
         self.status = "idle"
         self.metrics = {}
@@ -507,8 +519,10 @@ class RunWidget(anywidget.AnyWidget):
         return self.show_tokens or self.show_probabilities or self.show_alternatives
 
     def _token_options(self) -> bool | None:
-        """None while no token view is on (or the model has no tokens to show); else
-        whether the views show each token's candidates."""
+        """Whether the views show each token's candidates; None while no token view is on.
+
+        None also when the model has no tokens to show.
+        """
         if not (self.can_trace and self._token_views_on()):
             return None
         return self.show_alternatives
@@ -532,8 +546,11 @@ class RunWidget(anywidget.AnyWidget):
             logger.exception("nbstream: sending the tokens to the views failed")
 
     def _send_msg(self, content: RunWidgetMessage) -> None:
-        """A custom message to every view (ipywidgets' ``send``): the one place the feed and
-        the widgets send through, so a test or a wrapper can watch every message."""
+        """A custom message to every view (ipywidgets' ``send``).
+
+        The one place the feed and the widgets send through, so a test or a wrapper can watch every
+        message.
+        """
         self.send(content)
 
     def _set_if_current(self, run_id: int, **traits: Any) -> None:
@@ -586,11 +603,13 @@ class RunWidget(anywidget.AnyWidget):
             self._on_view_message(kind, content)
 
     def _view_removed(self, page: Any, view: Any) -> None:
-        """A view left a notebook that stays open (its output was cleared, its cell
-        deleted). With no view of this widget left in that page, close the widget: its
-        run stops rather than streaming on where nobody can see it or press Stop. Views
-        of other pages (another browser window) are not counted: the front end only
-        knows its own page, and a page that was reloaded never says its views are gone."""
+        """A view left a notebook that stays open (its output was cleared, its cell deleted).
+
+        With no view of this widget left in that page, close the widget: its run stops rather than
+        streaming on where nobody can see it or press Stop. Views of other pages (another browser
+        window) are not counted: the front end only knows its own page, and a page that was reloaded
+        never says its views are gone.
+        """
         views = self._views.get(page) if isinstance(page, str) else None
         if views is None or not isinstance(view, str) or view not in views:
             return  # not a view this widget knows: never close on a stray message

@@ -93,8 +93,10 @@ class BranchingWidget(RunWidget):
 
     # -- for subclasses -----------------------------------------------------------------------
     def _variant_runs(self) -> list[Generation]:
-        """The current prompt's answers (lock held): the original, then its branches, so
-        item 0 is the original answer and item k is ``branches[k - 1]``."""
+        """The current prompt's answers (lock held): the original, then its branches.
+
+        Item 0 is the original answer and item k is ``branches[k - 1]``.
+        """
         raise NotImplementedError
 
     def _select(self, run: Generation) -> None:
@@ -103,14 +105,17 @@ class BranchingWidget(RunWidget):
     # -- Python API ---------------------------------------------------------------------------
     @property
     def shown(self) -> int:
-        """The answer the widget shows: 0 is the original answer, k is ``branches[k - 1]``
-        (so ``w.show(len(w.branches))`` shows the newest branch)."""
+        """The answer the widget shows: 0 is the original answer, k is ``branches[k - 1]``.
+
+        So ``w.show(len(w.branches))`` shows the newest branch.
+        """
         with self._lock:
             return self._shown_index(self._variant_runs())
 
     def show(self, which: Any) -> Generation:
-        """Show another answer of the current prompt; returns it. ``which``: 0 is the
-        original answer, k is ``branches[k - 1]``, or one of those runs itself.
+        """Show another answer of the current prompt; returns it.
+
+        ``which``: 0 is the original answer, k is ``branches[k - 1]``, or one of those runs itself.
 
         What is shown is the widget's current run: ``run``, ``result``, ``record``, the
         saved output (and a chat's ``history``) follow it, and :meth:`branch` continues it.
@@ -188,8 +193,10 @@ class BranchingWidget(RunWidget):
         return ""
 
     def _why_no_server_branch(self, endpoint: Backend) -> str:
-        """``branch_unavailable`` on a server: "" once the shown answer has a trace and the
-        server can continue an answer (lock held)."""
+        """``branch_unavailable`` on a server (lock held).
+
+        "" once the shown answer has a trace and the server can continue an answer.
+        """
         from ..trace import RemoteTrace
 
         run = self._run
@@ -204,8 +211,10 @@ class BranchingWidget(RunWidget):
         return ""
 
     def _server_alternative(self, step: Any, index: Any) -> Any:
-        """The alternative ``index`` of the shown server answer's token ``step`` (a view's
-        Continue: a server's tokens have no ids), checked (lock held)."""
+        """The alternative ``index`` of the shown server answer's token ``step``, checked.
+
+        A view's Continue (a server's tokens have no ids). Lock held.
+        """
         from ..trace import RemoteTrace
 
         trace = self._run.trace if self._run is not None else None
@@ -283,9 +292,11 @@ class BranchingWidget(RunWidget):
 
     # -- from the views ---------------------------------------------------------------------
     def _branch_message(self, kind: str, content: dict[str, Any]) -> None:
-        """A ``branch`` or ``show_branch`` message: ignored while a run is queued or running
-        (PROTOCOL rule 7), else checked, then done; a problem becomes ``input_error`` in
-        the page's words (nothing raises into the comm handler)."""
+        """A ``branch`` or ``show_branch`` message: checked, then done.
+
+        Ignored while a run is queued or running (PROTOCOL rule 7). A problem becomes
+        ``input_error`` in the page's words (nothing raises into the comm handler).
+        """
         try:
             if kind == "branch":
                 self._report_input_error(lambda: self._branch_from_view(content))
@@ -350,10 +361,11 @@ class BranchingWidget(RunWidget):
         )
 
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """Continue the answer shown as if it had taken ``token`` at ``step`` (see
-        :meth:`nbstream.Generation.branch`), with ``settings`` overriding its own; the
-        branch streams into the widget, becomes the answer shown, and is added to
-        ``branches`` (so ``show(len(branches))`` shows it again later). Returns its run.
+        """Continue the answer shown as if it had taken ``token`` at ``step``; returns its run.
+
+        See :meth:`nbstream.Generation.branch`; ``settings`` override its own. The branch streams
+        into the widget, becomes the answer shown, and is added to ``branches`` (so
+        ``show(len(branches))`` shows it again later).
 
         Raises ``RuntimeError`` while a run is queued or running, ``ValueError`` /
         ``TypeError`` for a bad step or token (nothing starts). Subclasses say which answer

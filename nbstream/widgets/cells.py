@@ -1,5 +1,7 @@
-"""Which notebook cell made which widget: re-running a cell closes (and stops) the widgets
-its previous execution made, as ipywidgets' own outputs would be replaced.
+"""Which notebook cell made which widget.
+
+Re-running a cell closes (and stops) the widgets its previous execution made, as ipywidgets' own
+outputs would be replaced.
 
 Also which cell (and which execution of it) the kernel is running now.
 """

@@ -60,7 +60,6 @@ class ChatWidget(BranchingWidget):
             teaching views' toggles.
 
     Example:
-
         >>> import nbstream
         >>> chat = nbstream.ChatWidget(system="Answer briefly.", max_new_tokens=64)
         >>> chat                                # display it
@@ -105,9 +104,11 @@ class ChatWidget(BranchingWidget):
 
     @property
     def keep_thinking(self) -> bool:
-        """Whether a reasoning model's earlier thinking goes back to it in ``history`` (in
-        its tags, before each answer). Off by default: the model gets its answers only;
-        ``transcript`` keeps the thinking either way, under ``"thinking"``."""
+        """Whether a reasoning model's earlier thinking goes back to it in ``history``.
+
+        The thinking goes in its tags, before each answer. Off by default: the model gets its
+        answers only; ``transcript`` keeps the thinking either way, under ``"thinking"``.
+        """
         return bool(self._conversation.keep_thinking)
 
     @keep_thinking.setter
@@ -145,7 +146,7 @@ class ChatWidget(BranchingWidget):
     @overload
     def send(self, content: Any, buffers: Any = None) -> None: ...
     def send(self, content: Any, buffers: Any = None, **settings: Any) -> Generation | None:
-        """ipywidgets' ``Widget.send(content, buffers)``: a custom message to the views.
+        """Ipywidgets' ``Widget.send(content, buffers)``: a custom message to the views.
 
         Deprecated as a chat turn: ``send(text)`` with a string still starts one, with a
         ``DeprecationWarning``; use :meth:`generate`.
@@ -233,9 +234,11 @@ class ChatWidget(BranchingWidget):
 
     @property
     def branches(self) -> list[Generation]:
-        """Every branch of the last answer, in the order made. The original is not one:
-        :meth:`show` and :attr:`shown` count from it, so 0 is the original answer and k is
-        ``branches[k - 1]``."""
+        """Every branch of the last answer, in the order made.
+
+        The original is not one: :meth:`show` and :attr:`shown` count from it, so 0 is the original
+        answer and k is ``branches[k - 1]``.
+        """
         with self._lock:
             return list(self._variant_runs()[1:])
 
@@ -255,6 +258,7 @@ class ChatWidget(BranchingWidget):
         The turn's user message and partial answer then reach the model with the next
         message, as if the answer had completed. Of a branched answer, the variant shown
         is kept, and stays kept: :meth:`show` it again and it is back in ``history``.
+
         Args:
             turn: Which turn (an index into the transcript's turns; -1 the newest).
 
@@ -263,7 +267,6 @@ class ChatWidget(BranchingWidget):
                 one, and ``history`` must not say otherwise).
 
         Example:
-
             >>> chat.generate("Tell me a long story")
             >>> chat.stop()
             >>> chat.keep_partial()                 # the next answer sees the story so far

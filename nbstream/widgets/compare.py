@@ -141,11 +141,13 @@ def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> s
 def divergence_words(
     runs: Sequence[Any], tokenizer: Any, step: int, tokens: Sequence[int | None]
 ) -> list[str]:
-    """Each column's line for where the columns part (``cw.divergence``'s ``step`` and
-    ``tokens``), e.g. ``"Columns part at token 12: this column took ' red' (41%); the
-    others took ' blue' (22%)"``. The probabilities are the model's own at that step (the
-    same for every column: same prompt, same tokens before it), from one forward pass;
-    without a local model, from the runs' traces, or none."""
+    """Each column's line for where the columns part.
+
+    From ``cw.divergence``'s ``step`` and ``tokens``, e.g. ``"Columns part at token 12: this column
+    took ' red' (41%); the others took ' blue' (22%)"``. The probabilities are the model's own at
+    that step (the same for every column: same prompt, same tokens before it), from one forward
+    pass; without a local model, from the runs' traces, or none.
+    """
     from .._tokens import TokenPieces
 
     pieces = TokenPieces(tokenizer) if tokenizer is not None else None
@@ -346,8 +348,11 @@ def _check_arguments(
     seed: int | None,
     common: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, bool], bool]:
-    """Check a CompareWidget's arguments: (columns' own settings, merged settings, view
-    toggles, same_seed). Pops the view toggles out of ``common``."""
+    """Check a CompareWidget's arguments.
+
+    Returns (columns' own settings, merged settings, view toggles, same_seed). Pops the view toggles
+    out of ``common``.
+    """
     if not isinstance(prompt, str):
         raise TypeError(
             f"prompt must be a string (one prompt for every column), got {type(prompt).__name__}"
@@ -406,7 +411,6 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             teaching views' toggles.
 
     Example:
-
         >>> import nbstream
         >>> cw = nbstream.CompareWidget(
         ...     None, None, "Name two colors.",
@@ -577,13 +581,15 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def divergence(self) -> tuple[int, list[int | None]] | None:
-        """Where the columns part: ``None`` while every column's token ids agree (or a
-        column has no run yet, or a column's run has no token ids: a model server sends
-        text, so compare such columns' ``result`` or ``run.trace`` texts instead), else
-        ``(step, tokens)``: the first step at which the columns' token ids are not all
-        equal, and each column's token id there, in column order (``None`` for a column
-        whose answer had already ended). While columns stream, only the steps each of them
-        has reached count."""
+        """Where the columns part: ``None`` while they agree, else ``(step, tokens)``.
+
+        ``None`` while every column's token ids agree (or a column has no run yet, or a column's run
+        has no token ids: a model server sends text, so compare such columns' ``result`` or
+        ``run.trace`` texts instead). ``(step, tokens)``: the first step at which the columns' token
+        ids are not all equal, and each column's token id there, in column order (``None`` for a
+        column whose answer had already ended). While columns stream, only the steps each of them
+        has reached count.
+        """
         runs = [column.run for column in self._columns]
         if any(run is None for run in runs):
             return None
@@ -664,8 +670,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             return Runs(runs)
 
     def _check_ready(self, text: str) -> None:
-        """Refuse Run all before anything starts: an empty prompt, a column still busy, or
-        a column whose settings panel holds an invalid value."""
+        """Refuse Run all before anything starts.
+
+        Refused: an empty prompt, a column still busy, or a column whose settings panel holds an
+        invalid value.
+        """
         if not text.strip():
             raise ValueError("the prompt is empty; type one in the box or pass it to generate()")
         busy = [i for i, c in enumerate(self._columns) if c.status in (QUEUED, RUNNING)]

@@ -64,8 +64,10 @@ def _figures(metrics: Mapping[str, Any]) -> list[str]:
 def _state(
     status: str, error_info: dict[str, str] | None, finish_reason: Any = None
 ) -> tuple[str, str | None]:
-    """(state words, the note that marks the text partial or cut, or None when it is the
-    whole answer)."""
+    """The state words and the note that marks the text partial or cut.
+
+    Returns (state words, note), the note None when the text is the whole answer.
+    """
     if status == COMPLETE:
         return "complete", CUT if finish_reason == "length" else None
     if status == "failed":
@@ -88,8 +90,11 @@ THINKING_PREVIEW = 200
 
 
 def _thinking_parts(thinking: str, metrics: Mapping[str, Any]) -> tuple[str, str]:
-    """(plain, markdown) for a run's thinking: summarised in plain text, folded in Markdown
-    (a ``<details>`` block: closed on GitHub, nbviewer and in exported HTML)."""
+    """(plain, markdown) for a run's thinking.
+
+    Summarised in plain text, folded in Markdown (a ``<details>`` block: closed on GitHub, nbviewer
+    and in exported HTML).
+    """
     tokens = metrics.get("thinking_tokens")
     count = f", {tokens} token" + ("" if tokens == 1 else "s") if tokens is not None else ""
     flat = " ".join(thinking.split())
@@ -221,8 +226,10 @@ def show_with_fallback(data: dict[str, Any], metadata: dict[str, Any], display_i
 
 
 def republish(data: dict[str, Any], display_id: str) -> bool:
-    """Rewrite the fallback shown by :func:`show_with_fallback` (any thread); False if
-    the kernel could not take it (it is shutting down: the live view is gone anyway)."""
+    """Rewrite the fallback shown by :func:`show_with_fallback` (any thread).
+
+    False if the kernel could not take it (it is shutting down: the live view is gone anyway).
+    """
     try:
         update(hidden_in_live_views(data), {}, display_id)
     except Exception:
@@ -290,8 +297,9 @@ Bundle = tuple[str | None, dict[str, Any], dict[str, Any]]
 
 
 class FallbackDisplay:
-    """How a widget is shown: the live view plus its static fallback, and the fallback
-    rewritten (from any thread) whenever the widget's state ends or changes.
+    """How a widget is shown: the live view plus its static fallback.
+
+    The fallback is rewritten (from any thread) whenever the widget's state ends or changes.
 
     Shown and rewritten under the widget's ``lock``: a display whose bundle was read before
     a run ended but sent after that end's rewrite would go on claiming the old state.
@@ -438,8 +446,11 @@ def show_run(run: Generation) -> None:
 
 
 def register_run_display() -> bool:
-    """In a kernel, have IPython show a :class:`Generation` with :func:`show_run` (IPython's
-    documented ``for_type``); elsewhere (a terminal, a script) its repr stays. True if done."""
+    """In a kernel, have IPython show a :class:`Generation` with :func:`show_run`.
+
+    Uses IPython's documented ``for_type``; elsewhere (a terminal, a script) its repr stays. True if
+    done.
+    """
     if not in_kernel():
         return False
     from IPython import get_ipython

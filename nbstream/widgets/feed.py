@@ -71,8 +71,11 @@ TokenOptions = Callable[[], bool | None]
 
 @dataclass
 class _Cursor:
-    """How far a view thread has sent one run: the answer's characters, the thinking's
-    characters and whether its end was sent, and when the last frame went out."""
+    """How far a view thread has sent one run.
+
+    The answer's characters, the thinking's characters and whether its end was sent, and when the
+    last frame went out.
+    """
 
     sent: int = 0
     thought: int = 0
@@ -219,7 +222,8 @@ class RunFeed:
         """Publish a state before the end (queued → running); returns the state now shown.
 
         The end state is published by ``_on_end``, once the run is done (its result and last
-        text exist), never here."""
+        text exist), never here.
+        """
         now = run.status
         if now != status and now not in TERMINAL and not finished:
             status = now
@@ -275,8 +279,11 @@ class RunFeed:
                     logger.exception("nbstream: publishing the run's end failed")
 
     def _send_thinking(self, run: Generation, run_id: int, thinking: str, done: bool) -> None:
-        """Send the thinking the views have not had, with its counters (lock held): its
-        tokens, and its time (the run's so far; once done, the time to the answer)."""
+        """Send the thinking the views have not had, with its counters (lock held).
+
+        The counters are its tokens and its time (the run's so far; once done, the time to the
+        answer).
+        """
         if self._thinking_last is not None and self._thinking_last["done"]:
             return  # its end was sent: the thinking no longer changes
         offset = self._thinking_sent
@@ -336,9 +343,11 @@ class RunFeed:
         return _token_count(run) > self._tokens_sent
 
     def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
-        """Send ``run``'s tokens from ``start`` on (0: the views replace their list, even
-        with an empty one). Returns how many tokens the views now have. With a trace, only
-        tokens whose records exist are sent (a record is made before its token is read)."""
+        """Send ``run``'s tokens from ``start`` on; returns how many the views now have.
+
+        ``start`` 0: the views replace their list, even with an empty one. With a trace, only tokens
+        whose records exist are sent (a record is made before its token is read).
+        """
         trace = run.trace
         if isinstance(trace, RemoteTrace):
             return self._send_server_tokens(trace, run_id, start)
@@ -368,8 +377,10 @@ class RunFeed:
         return stop
 
     def _send_server_tokens(self, trace: RemoteTrace, run_id: int, start: int) -> int:
-        """A server run's tokens from ``start`` on, from its trace (it has no token ids):
-        the records the server sent so far. Returns how many the views now have."""
+        """A server run's tokens from ``start`` on, from its trace (it has no token ids).
+
+        The records the server sent so far. Returns how many the views now have.
+        """
         stop = len(trace)
         if stop <= start and start > 0:
             return start
@@ -407,8 +418,10 @@ class RunFeed:
         return low
 
     def _mark_stop_tokens(self, run: Generation, run_id: int) -> None:
-        """A run that ended at a stop string: the views get its tokens again, those that
-        made the stop string marked (lock held)."""
+        """A run that ended at a stop string: the views get its tokens again.
+
+        Those that made the stop string are marked. Lock held.
+        """
         if (
             self._token_options() is not None
             and self._is_open()
@@ -426,9 +439,12 @@ class RunFeed:
 
 
 def _token_count(run: Generation) -> int:
-    """How many tokens of ``run`` the views can list: its ids, or, on a server (no ids), the
-    records of its trace. Asked on every tick of the feed: a local run's count is its ids
-    alone (reading its trace would build records, moving rows off the model's device)."""
+    """How many tokens of ``run`` the views can list.
+
+    Its ids, or, on a server (no ids), the records of its trace. Asked on every tick of the feed: a
+    local run's count is its ids alone (reading its trace would build records, moving rows off the
+    model's device).
+    """
     ids = run.token_ids
     if ids:
         return len(ids)
@@ -444,8 +460,10 @@ def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: boo
 
 
 def thinking_state(run: Generation) -> ThinkingState | None:
-    """An ended run's thinking as the views show it (the chat's ``_messages``): ``{text,
-    tokens, elapsed_s, done}``, or None for a run that did not think."""
+    """An ended run's thinking as the views show it (the chat's ``_messages``).
+
+    ``{text, tokens, elapsed_s, done}``, or None for a run that did not think.
+    """
     thinking = run.thinking
     if thinking is None:
         return None

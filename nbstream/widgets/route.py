@@ -57,8 +57,10 @@ _hook_lock = threading.Lock()
 
 
 def _remember_cells() -> None:
-    """Register, once per kernel, the hook that keeps the running cell's parent. Called as
-    a widget is made: on the main thread, in the cell that makes it."""
+    """Register, once per kernel, the hook that keeps the running cell's parent.
+
+    Called as a widget is made: on the main thread, in the cell that makes it.
+    """
     try:
         from IPython import get_ipython
     except ImportError:
@@ -115,8 +117,11 @@ class PageRoute:
             self._parent = parent
 
     def handled(self, comm: Any) -> None:
-        """Called after a message from the page was handled: on a subshell's thread, give
-        the print and display streams back the running cell's parent (see the module)."""
+        """Called after a message from the page was handled.
+
+        On a subshell's thread, give the print and display streams back the running cell's parent
+        (see the module).
+        """
         if threading.current_thread() is threading.main_thread():
             return
         cell = _cell.get("parent")
@@ -162,8 +167,9 @@ def _subshell_exists(kernel: Any, subshell_id: str) -> bool:
 
 
 def answer_on_sending_subshell(comm: Any) -> bool:
-    """Have ipykernel hand each message the page sends on ``comm`` to the subshell the page
-    sent it on; True if it could.
+    """Have ipykernel hand each of the page's ``comm`` messages to the subshell it came on.
+
+    The subshell is the one the page sent it on. True if it could.
 
     ipykernel 7 re-routes a comm's incoming messages to the subshell from which the kernel
     last published on that comm (``BaseComm._reply_subshell_for``, asked by the shell

@@ -1,6 +1,7 @@
-"""The kernel side of the sampling panel ("How was this picked?"): the ``distribution`` request
-a view sends when a token's panel opens or one of its sliders moves, and the
-``distribution`` reply, to that view only. See PROTOCOL.md.
+"""The kernel side of the sampling panel ("How was this picked?").
+
+The ``distribution`` request a view sends when a token's panel opens or one of its sliders moves,
+and the ``distribution`` reply, to that view only. See PROTOCOL.md.
 
 The numbers are :meth:`nbstream.Generation.distribution`'s: every processor the run applied
 (transformers' own, built as ``generate`` builds them), each a stage of the reply. Only the
@@ -144,8 +145,10 @@ class Explainer:
             logger.exception("nbstream: sending a distribution reply failed")
 
     def answer(self, content: dict[str, Any]) -> DistributionFields:
-        """The reply's fields for a request (raises TypeError / ValueError / LookupError
-        with the words the panel shows)."""
+        """The reply's fields for a request.
+
+        Raises TypeError / ValueError / LookupError with the words the panel shows.
+        """
         run_id = content.get("run_id")
         if isinstance(run_id, bool) or not isinstance(run_id, int):
             raise TypeError(f"run_id must be a run's id, got {run_id!r:.40}")

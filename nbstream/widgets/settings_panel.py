@@ -1,5 +1,7 @@
-"""The settings panel's kernel side: which settings it shows, their traits and defaults,
-checking a value, and merging the panel's values with a call's into a run's settings.
+"""The settings panel's kernel side.
+
+Which settings it shows, their traits and defaults, checking a value, and merging the panel's values
+with a call's into a run's settings.
 
 The rules themselves live in :mod:`nbstream.settings` (``validate_settings``, one place);
 this module maps them onto the widgets' traits (see ``PROTOCOL.md``).
@@ -60,9 +62,11 @@ _DIGITS = re.compile(r"[+-]?[0-9]+")
 
 
 def exact_integer(value: Any) -> Any:
-    """``value``, or the integer whose digits it is when the page sent a whole number too
-    large for a JavaScript number (past ``JS_SAFE_INTEGER``); other text stays text, for
-    validate_settings to refuse with its usual message."""
+    """``value``, or the integer whose digits it is when past ``JS_SAFE_INTEGER``.
+
+    The page sends such digits for a whole number too large for a JavaScript number; other text
+    stays text, for validate_settings to refuse with its usual message.
+    """
     if isinstance(value, str) and _DIGITS.fullmatch(value):
         number = int(value)
         if abs(number) > JS_SAFE_INTEGER:
@@ -71,8 +75,10 @@ def exact_integer(value: Any) -> Any:
 
 
 def setting_to_json(value: Any, _widget: Any) -> Any:
-    """A setting as the page gets it: an integer past ``JS_SAFE_INTEGER`` as its digits
-    (JSON would hand the page a rounded number, which a Run would then send back)."""
+    """A setting as the page gets it: an integer past ``JS_SAFE_INTEGER`` as its digits.
+
+    JSON would hand the page a rounded number, which a Run would then send back.
+    """
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > JS_SAFE_INTEGER:
         return str(value)
     return value
@@ -96,8 +102,10 @@ def setting_trait() -> Any:
 
 
 def model_defaults(model: Any) -> dict[str, Any]:
-    """What the panel's settings default to for ``model`` (its ``generation_config``), and
-    ``context_length``, the model's context in tokens, when its config says it.
+    """What the panel's settings default to for ``model``, and ``context_length``.
+
+    The defaults come from its ``generation_config``; ``context_length`` is the model's context in
+    tokens, when its config says it.
 
     Cheap: read from the config, nothing run. ``{}`` for a model without one (an endpoint).
     """
@@ -123,8 +131,10 @@ def model_defaults(model: Any) -> dict[str, Any]:
 
 
 def context_length(model: Any) -> int | None:
-    """The model's context in tokens, read from its config as the local backend reads it
-    (``LocalBackend.context_length``), or None when the config does not say."""
+    """The model's context in tokens, read from its config; None when the config does not say.
+
+    Read as the local backend reads it (``LocalBackend.context_length``).
+    """
     config = getattr(model, "config", None)
     for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(config, name, None)
@@ -134,8 +144,10 @@ def context_length(model: Any) -> int | None:
 
 
 def next_run_samples(panel: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool | None:
-    """Whether the next run with the panel's values (by trait) samples, by the one rule
-    (:func:`nbstream.settings.samples`) and the model's default (``settings_defaults``).
+    """Whether the next run with the panel's values (by trait) samples.
+
+    By the one rule (:func:`nbstream.settings.samples`) and the model's default
+    (``settings_defaults``).
 
     None when it cannot be said: the endpoint decides, or ``temperature`` / ``do_sample``
     is invalid or the two contradict (the run is refused).
@@ -167,8 +179,9 @@ def run_settings(
     call: Mapping[str, Any],
     views_need_trace: bool,
 ) -> dict[str, Any]:
-    """A run's settings: the widget's ``fixed`` ones (budget_s, expect, ...), its ``panel``
-    values (by trait), then the ``call``'s, which win.
+    """A run's settings: the widget's ``fixed`` ones, its ``panel`` values, then the ``call``'s.
+
+    ``fixed``: budget_s, expect, ...; ``panel``: by trait. The ``call``'s win.
 
     Raises ``ValueError`` (nothing started) while a panel setting the call does not
     override is in ``errors`` (its message is shown next to its field). While a teaching

@@ -50,7 +50,6 @@ class StreamWidget(BranchingWidget):
         ValueError: A bad setting, before the widget exists.
 
     Example:
-
         >>> import nbstream
         >>> w = nbstream.StreamWidget(max_new_tokens=64)
         >>> w                                   # display it
@@ -164,11 +163,12 @@ class StreamWidget(BranchingWidget):
 
     @property
     def branches(self) -> list[Generation]:
-        """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`,
-        in the order made; each one's ``branch_info`` says where it left its parent (the
-        answer, or an earlier branch). The original is not one: :meth:`show` and
-        :attr:`shown` count from it, so 0 is the original answer and k is
-        ``branches[k - 1]``."""
+        """Every branch made (with :meth:`branch`) since the widget's last :meth:`generate`.
+
+        In the order made; each one's ``branch_info`` says where it left its parent (the answer, or
+        an earlier branch). The original is not one: :meth:`show` and :attr:`shown` count from it,
+        so 0 is the original answer and k is ``branches[k - 1]``.
+        """
         with self._lock:
             return list(self._variants[1:])
 
