@@ -230,8 +230,11 @@ class Backend(abc.ABC):
     tokenizer: Any = None
 
     def describe(self) -> dict[str, Any] | None:
-        """What produced the text, for ``record["model"]``; ``None`` (the default): read it
-        from :attr:`model`, or name the backend's class when there is none."""
+        """What produced the text, for ``record["model"]``.
+
+        ``None`` (the default): read it from :attr:`model`, or name the backend's class when there
+        is none.
+        """
         return None
 
     @abc.abstractmethod

@@ -119,8 +119,11 @@ class _StopStringWatch:
         return any(stop in tail for stop in self._stops)
 
     def _answer_start(self, input_ids: Any) -> int | None:
-        """Where the answer starts (a token index), or None while the model still thinks
-        or may yet open its thinking. Decodes a few tokens per step, only until then."""
+        """Where the answer starts (a token index), or None while the model still thinks.
+
+        None also while the model may yet open its thinking. Decodes a few tokens per step, only
+        until then.
+        """
         assert self._thinking is not None
         open_tag, close_tag, _ = self._thinking
         length = int(input_ids.shape[1])
@@ -149,8 +152,10 @@ class _StopStringWatch:
         return length if close_tag in tail else None
 
     def _tokens_through(self, ids: list[int], tag: str) -> int:
-        """How many of ``ids`` it takes for their text to contain ``tag`` (it does for all
-        of them): a binary search, a few decodes."""
+        """How many of ``ids`` it takes for their text to contain ``tag``.
+
+        It does for all of them: a binary search, a few decodes.
+        """
         low, high = 1, len(ids)
         while low < high:
             middle = (low + high) // 2
@@ -226,6 +231,7 @@ def check_prompt(prompt: Any) -> None:
 
 
 def check_encodable(text: str, what: str) -> None:
+    """Raise ValueError if ``text`` holds lone surrogates, which a tokenizer cannot encode."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -276,9 +282,11 @@ class LocalBackend(Backend):
     def queue_key(self) -> Any:
         # The module that really runs: a PEFT adapter model and its base model (or a
         # compiled model and its original) share weights, so their runs share one queue.
+        """The module that really runs, so that models sharing its weights share one queue."""
         return running_module(self.model)
 
     def context_length(self) -> int | None:
+        """The model's context in tokens, from its config; None when the config does not say."""
         config = getattr(self.model, "config", None)
         for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
             value = getattr(config, name, None)
@@ -391,8 +399,11 @@ class LocalBackend(Backend):
         return job
 
     def _pad_token_id(self, config: Any) -> int | None:
-        """The pad token generate() is given when the model's config has none (without one,
-        it warns on every call and picks the EOS itself); None when the config has one."""
+        """The pad token generate() is given when the model's config has none.
+
+        Without one, generate() warns on every call and picks the EOS itself. None when the config
+        has one.
+        """
         if getattr(config, "pad_token_id", None) is not None:
             return None
         pad: int | None = getattr(self.tokenizer, "pad_token_id", None)
@@ -419,8 +430,11 @@ class LocalBackend(Backend):
     def _effective_settings(
         self, settings: dict[str, Any], config: Any, prompt_tokens: int, forced: int
     ) -> dict[str, Any]:
-        """The settings merged with the model's stop strings and ``max_new_tokens``, checked
-        against its context (``forced``: a branch's given tokens, part of the answer)."""
+        """The settings merged with the model's stop strings and ``max_new_tokens``.
+
+        Checked against the model's context (``forced``: a branch's given tokens, part of the
+        answer).
+        """
         effective = dict(settings)
         model_stops = getattr(config, "stop_strings", None)
         if model_stops and "stop" not in effective:
@@ -455,8 +469,10 @@ class LocalBackend(Backend):
     def _generate_kwargs(
         effective: dict[str, Any], config: Any, forced: int
     ) -> tuple[dict[str, Any], int | None]:
-        """generate()'s arguments for ``effective`` (``forced``: a branch's given tokens),
-        and the seed a sampled run uses (drawn when none was given)."""
+        """generate()'s arguments for ``effective``, and the seed a sampled run uses.
+
+        ``forced``: a branch's given tokens. The seed is drawn when none was given.
+        """
         do_sample = effective["do_sample"]
         kwargs: dict[str, Any] = {
             # The prefix is part of the answer: generate() makes only the rest.
@@ -508,8 +524,10 @@ class LocalBackend(Backend):
         }
 
     def _thinking_tags(self, asked: list[str] | None) -> tuple[str, str] | None:
-        """The tags around the thinking: those asked for, else the usual pair (which the
-        tokenizer of a reasoning model has as added tokens); None when turned off."""
+        """The tags around the thinking: those asked for, else the usual pair; None when turned off.
+
+        The usual pair is what the tokenizer of a reasoning model has as added tokens.
+        """
         if asked is not None:
             return (asked[0], asked[1]) if asked else None
         open_tag, close_tag = DEFAULT_THINKING_TAGS
@@ -602,13 +620,16 @@ class LocalJob(Job):
         self.stages: list[Stage] = []
 
     def decoder(self) -> TokenDecoder:
+        """A decoder that turns this model's token ids into text, piece by piece."""
         return TokenDecoder(self.backend.tokenizer)
 
     def count_tokens(self, buffer: TokenBuffer) -> int:
         # One put per decode step, one sequence: the number of items is the number of ids.
+        """How many tokens were generated so far: one item per decode step."""
         return len(buffer.items)
 
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        """Run ``model.generate`` into ``buffer``; returns the natural finish reason."""
         model = self.backend.model
         device = getattr(model, "device", None)
         inputs = {k: v.to(device) if device is not None else v for k, v in self.encoded.items()}
@@ -669,8 +690,10 @@ class LocalJob(Job):
         return "length"
 
     def generate_ids(self, prefix: list[int]) -> Any:
-        """The input ids generate() is given, on the model's device: the prompt's, then a
-        branch's ``prefix``."""
+        """The input ids generate() is given, on the model's device.
+
+        The prompt's, then a branch's ``prefix``.
+        """
         import torch
 
         ids = self.encoded["input_ids"]
@@ -682,10 +705,12 @@ class LocalJob(Job):
     def distribution(
         self, step: int, ids: list[int], asked: dict[str, Any], logits: Any
     ) -> Distribution:
-        """``run.distribution(step, **asked)`` from the step's raw ``logits`` (``ids``: the
-        run's tokens): the processors this run applied (the very ones, built when it
-        started: a generation config changed since does not change them), each a stage;
-        the sliders' three at the values ``asked``, else the run's own."""
+        """``run.distribution(step, **asked)`` from the step's raw ``logits``.
+
+        ``ids``: the run's tokens. The stages are the processors this run applied (the very ones,
+        built when it started: a generation config changed since does not change them), each a
+        stage; the sliders' three at the values ``asked``, else the run's own.
+        """
         import torch
 
         effect = self.in_effect
@@ -720,10 +745,12 @@ class LocalJob(Job):
         return open_tag, close_tag, inside
 
     def step_logits(self, answer_ids: list[int], first: int) -> Any:
-        """The raw logits the model gives at answer steps ``first`` to ``len(answer_ids)``
-        (one row each, on the model's device), from one forward pass over the prompt and
-        ``answer_ids``: row ``j`` is the step whose token would follow
-        ``answer_ids[:first + j]``. No cache is kept; any thread may call it."""
+        """The raw logits the model gives at answer steps ``first`` to ``len(answer_ids)``.
+
+        One row each, on the model's device, from one forward pass over the prompt and
+        ``answer_ids``: row ``j`` is the step whose token would follow ``answer_ids[:first + j]``.
+        No cache is kept; any thread may call it.
+        """
         import torch
 
         model = self.backend.model
@@ -742,9 +769,11 @@ class LocalJob(Job):
         return output.logits[0, -rows:]
 
     def _start_from_prefix(self, inputs: dict[str, Any], buffer: TokenBuffer) -> tuple[Any, Any]:
-        """Put the prefix's tokens into the run as its first tokens (readers see them at
-        once), and make them part of what the model reads. Returns the inputs and the
-        streamer for generate(), which hands it the prompt and prefix first (dropped)."""
+        """Put the prefix's tokens into the run as its first tokens, and into what the model reads.
+
+        Readers see them at once. Returns the inputs and the streamer for generate(), which hands it
+        the prompt and prefix first (dropped).
+        """
         import torch
 
         ids = inputs["input_ids"]
@@ -761,8 +790,10 @@ class LocalJob(Job):
 
 
 class _AfterFirstPut:
-    """A streamer that drops generate()'s first put (prompt and prefix, already accounted
-    for) and hands the rest to ``target``."""
+    """A streamer that drops generate()'s first put and hands the rest to ``target``.
+
+    The first put is the prompt and prefix, already accounted for.
+    """
 
     def __init__(self, target: TokenBuffer) -> None:
         self.target = target
@@ -784,8 +815,11 @@ _GENERATE_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "repetition
 
 
 def _stage_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """generate()'s options as a sampled step sees them; a greedy run's sliders off (its
-    stages then say what the model's config adds, whatever the sliders are)."""
+    """generate()'s options as a sampled step sees them.
+
+    A greedy run's sliders are off (its stages then say what the model's config adds, whatever the
+    sliders are).
+    """
     options = dict(kwargs)
     # A branch whose forced tokens fill max_new_tokens generates nothing (generate() is not
     # called), but a config with none left is refused: its stages are those of one more.
@@ -891,10 +925,11 @@ class Stage(NamedTuple):
 
 
 def generate_stages(model: Any, kwargs: dict[str, Any], input_ids: Any) -> list[Stage]:
-    """Every logits processor ``model.generate(input_ids, **kwargs)`` would apply to a
-    sampled step, built by transformers itself (``_get_logits_processor``, from the model's
-    generation config and ``kwargs``), in its order, each named by the setting that adds
-    it; the three sliders are always there.
+    """Every logits processor ``model.generate(input_ids, **kwargs)`` would apply to a sampled step.
+
+    Built by transformers itself (``_get_logits_processor``, from the model's generation config and
+    ``kwargs``), in its order, each named by the setting that adds it; the three sliders are always
+    there.
 
     Raises ``ValueError`` naming a processor that cannot be applied and shown.
     """
@@ -925,8 +960,10 @@ def generate_stages(model: Any, kwargs: dict[str, Any], input_ids: Any) -> list[
 
 
 def _build_processors(model: Any, kwargs: dict[str, Any], input_ids: Any, do_sample: bool) -> Any:
-    """``_get_logits_processor``'s list, prepared as ``generate()`` prepares it (the
-    config merged with the call, special tokens, the lengths)."""
+    """``_get_logits_processor``'s list, prepared as ``generate()`` prepares it.
+
+    The config merged with the call, special tokens, the lengths.
+    """
     # A greedy list is built without the sliders' values, which it ignores (given, they
     # make transformers warn that they "may be ignored", although a sampled run uses them).
     skip = _NOT_CONFIG if do_sample else _NOT_CONFIG | set(WARPER_ORDER)
