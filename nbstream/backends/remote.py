@@ -133,8 +133,11 @@ class _OwnQueue:
 
 
 class _Traffic:
-    """How many requests this process has started on each server, so that a stream that
-    ends early can tell whether another request started while it was streaming."""
+    """How many requests this process has started on each server.
+
+    So that a stream that ends early can tell whether another request started while it was
+    streaming.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -160,9 +163,11 @@ _P = ParamSpec("_P")
 
 
 class _Lookups(concurrent.futures.ThreadPoolExecutor):
-    """An event loop's executor that runs each call (a name lookup) on a daemon thread of
-    its own, never joined: neither when the loop closes nor when the interpreter exits
-    (which joins a pool's threads), where a hung resolver would hold the process."""
+    """An event loop's executor that runs each call (a name lookup) on a daemon thread of its own.
+
+    The thread is never joined: neither when the loop closes nor when the interpreter exits (which
+    joins a pool's threads), where a hung resolver would hold the process.
+    """
 
     def submit(
         self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
@@ -214,10 +219,12 @@ class _BodyError(Exception):
 
 
 class _Inflater:
-    """A body's bytes as sent (``Content-Encoding`` gzip, deflate or none), inflated at most
-    ``_INFLATE_STEP`` bytes at a time: a small compressed body that inflates to gigabytes
+    """A body's bytes as sent, inflated at most ``_INFLATE_STEP`` bytes at a time.
+
+    ``Content-Encoding`` gzip, deflate or none. A small compressed body that inflates to gigabytes
     never sits in memory whole, and the reader can stop after the part it needs (httpx's own
-    decoders inflate each read whole: about 1,000 times the 64 KB read, for a bomb)."""
+    decoders inflate each read whole: about 1,000 times the 64 KB read, for a bomb).
+    """
 
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding.strip().lower()
@@ -262,8 +269,10 @@ class _Inflater:
 
 
 async def _read_bounded(response: Any, limit: int) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of ``response``'s body, inflated; and whether there was more
-    (the rest is not read). ``_BodyError`` for a body that cannot be inflated."""
+    """At most ``limit`` bytes of ``response``'s body, inflated; and whether there was more.
+
+    The rest is not read. ``_BodyError`` for a body that cannot be inflated.
+    """
     inflater = _Inflater(response.headers.get("content-encoding", ""))
     kept = bytearray()
     async for raw in response.aiter_raw():
@@ -290,14 +299,16 @@ _EOL = re.compile("\r\n|\r|\n")
 
 
 class _EventStream:
-    """The events of a ``text/event-stream`` body, as the WHATWG HTML standard's
-    "Interpreting an event stream" reads them, with a bound on a line and on an event's data
-    (``_EventTooLong``).
+    """The events of a ``text/event-stream`` body, with a bound on a line and an event's data.
+
+    Read as the WHATWG HTML standard's "Interpreting an event stream" reads them; past the bound,
+    ``_EventTooLong``.
 
     Fed the body's bytes in any cuts. httpx-sse (0.4) reads the same grammar, but holds a
     line of any length whole before it is parsed, and dispatches an event for an ``id:``
     line alone, which the standard does not (nothing is dispatched while the data buffer is
-    empty). ``id`` and ``retry`` serve reconnecting, which nbstream never does: ignored."""
+    empty). ``id`` and ``retry`` serve reconnecting, which nbstream never does: ignored.
+    """
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -362,8 +373,10 @@ class _EventTooLong(Exception):
 
 
 class _StopWatch:
-    """A run's stop strings, looked for in the answer's part of the streamed text (a
-    reasoning model's thinking, kept apart by ``split``, is not looked at)."""
+    """A run's stop strings, looked for in the answer's part of the streamed text.
+
+    A reasoning model's thinking, kept apart by ``split``, is not looked at.
+    """
 
     def __init__(self, stops: list[str], split: ThinkingSplitter | None) -> None:
         self._filter = StopFilter(stops)
@@ -405,8 +418,10 @@ class EndpointError(RuntimeError):
 
 
 class _Secret:
-    """Holds the API key so that no ``repr``, ``vars`` dump or log line can show it, and
-    blots it out of text (:meth:`scrub`)."""
+    """Holds the API key so that no ``repr``, ``vars`` dump or log line can show it.
+
+    It also blots the key out of text (:meth:`scrub`).
+    """
 
     __slots__ = ("_runs", "_short", "_value")
 
@@ -721,8 +736,10 @@ class Endpoint(Backend):
         prefix_steps: int,
         prefix_trace: list[RemoteTokenTrace] | None,
     ) -> RemoteJob:
-        """The job of a checked run: its request in the server's dialect (``sampling``: its
-        temperature and do_sample), and what its record says."""
+        """The job of a checked run: its request in the server's dialect, and what its record says.
+
+        ``sampling``: its temperature and do_sample.
+        """
         temperature, do_sample = sampling
         info = self._server_info()
         messages = _chat_messages(prompt)
@@ -753,8 +770,9 @@ class Endpoint(Backend):
     def _ask_to_continue(
         self, body: dict[str, Any], prefix: str, left: int, family: _servers.ServerFamily
     ) -> tuple[str, bool] | None:
-        """Ask in ``body`` for ``prefix`` (a final assistant message) to be continued, as
-        ``family`` does it, with at least one token and at most ``left``.
+        """Ask in ``body`` for ``prefix`` (a final assistant message) to be continued.
+
+        Asked as ``family`` does it, with at least one token and at most ``left``.
 
         Returns:
             Where the completions API continues a raw prompt: that prompt, and whether the
@@ -780,9 +798,11 @@ class Endpoint(Backend):
     def _note_unconfirmed(
         self, job: RemoteJob, info: ServerInfo, unconfirmed: dict[str, Any]
     ) -> None:
-        """Keep the settings sent that the server may drop (``unconfirmed``), and warn
-        (``job.warnings`` and the log) of what the server may not honour: those settings, a
-        model name it does not list."""
+        """Keep the settings sent that the server may drop, and warn of what it may not honour.
+
+        The kept ones are ``unconfirmed``. The warning (``job.warnings`` and the log) names those
+        settings, and a model name the server does not list.
+        """
         job.settings_unconfirmed = unconfirmed
         if unconfirmed:
             sent = ", ".join(f"{name}={value!r}" for name, value in unconfirmed.items())
@@ -861,12 +881,14 @@ class Endpoint(Backend):
         )
 
     def _render(self, messages: list[dict[str, Any]]) -> tuple[str, bool]:
-        """The raw prompt that continues the final assistant message: the conversation
-        before it through the tokenizer's chat template with the start of an answer
-        (``add_generation_prompt``), then the answer so far verbatim; and whether the
-        template's own rendering of it (``continue_final_message``) differs, which a template
-        that trims the message (Llama 3's ``| trim``) or adds to it (Qwen3's empty
-        ``<think></think>``) does."""
+        """The raw prompt that continues the final assistant message, and whether it is rewritten.
+
+        The prompt is the conversation before that message through the tokenizer's chat template
+        with the start of an answer (``add_generation_prompt``), then the answer so far verbatim.
+        The flag says whether the template's own rendering of it (``continue_final_message``)
+        differs, which a template that trims the message (Llama 3's ``| trim``) or adds to it
+        (Qwen3's empty ``<think></think>``) does.
+        """
         try:
             head = self.tokenizer.apply_chat_template(
                 messages[:-1], tokenize=False, add_generation_prompt=True
@@ -959,7 +981,8 @@ class Endpoint(Backend):
         is taken as ``generic`` for a short back-off (``_PROBE_RETRY_S``: the checks of one
         run ask once), then asked again: one that has come up is seen at the next run.
         ``ask_again=False``: what the last probe said, answer or not (a probe only if none
-        was made)."""
+        was made).
+        """
         with self._info_lock:
             if self._info is not None:
                 return self._info
@@ -980,9 +1003,11 @@ class Endpoint(Backend):
             return info
 
     def _ask_server(self) -> tuple[ServerInfo, bool]:
-        """``GET {base_url}/models``, read for the server's family, and whether the server
-        answered; never raises (a server that cannot say is ``generic``, and the run itself
-        then says what is wrong). Takes at most ``_PROBE_TIMEOUT_S``, name lookup included."""
+        """``GET {base_url}/models``, read for the server's family, and whether the server answered.
+
+        Never raises (a server that cannot say is ``generic``, and the run itself then says what is
+        wrong). Takes at most ``_PROBE_TIMEOUT_S``, name lookup included.
+        """
         url = self._url("/models")
         bound = min(self.timeout, _PROBE_TIMEOUT_S)
         outcome: list[Any] = []
@@ -1046,8 +1071,10 @@ class Endpoint(Backend):
             return 200, b"" if cut else body
 
     def _url(self, path: str) -> str:
-        """``path`` under base_url, keeping base_url's query string (an API version, as
-        Azure-style gateways take it) after it."""
+        """``path`` under base_url, keeping base_url's query string after it.
+
+        The query string may be an API version, as Azure-style gateways take it.
+        """
         parts = urllib.parse.urlsplit(self.base_url)
         return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
 
@@ -1058,18 +1085,23 @@ class Endpoint(Backend):
         return headers
 
     def _scrub(self, text: str) -> str:
-        """``text`` with every piece of the API key blotted out (a server may echo what it
-        was sent, an HTTP library may quote the header it refused)."""
+        """``text`` with every piece of the API key blotted out.
+
+        A server may echo what it was sent, an HTTP library may quote the header it refused.
+        """
         return text if self._api_key is None else self._api_key.scrub(text)
 
     def _quote(self, text: str, limit: int) -> str:
-        """At most ``limit`` characters of a server's ``text`` for a message: scrubbed first,
-        so that the cut cannot leave a piece of the key too short for the scrub to see.
+        """At most ``limit`` characters of a server's ``text`` for a message, scrubbed first.
+
+        Scrubbed first, so that the cut cannot leave a piece of the key too short for the scrub to
+        see.
 
         Only the start is scrubbed (``_QUOTE_WINDOW`` times the limit: a body or an event
         may be a megabyte, and the scrub is Python). A key the window's end cuts may leave
         a piece too short to be recognized at the end of what was scrubbed: that end is
-        dropped, as far as such a piece can reach."""
+        dropped, as far as such a piece can reach.
+        """
         window = _QUOTE_WINDOW * limit + _SCRUB_RUN
         if len(text) <= window:
             shown = self._scrub(text)
@@ -1080,9 +1112,11 @@ class Endpoint(Backend):
         return shown[:limit] + "…" if cut else shown
 
     def _shown_error(self, error: Exception) -> Exception:
-        """``error`` as a run may keep and show it: itself if nothing in it, its chain, its
-        notes or its traceback quotes the key; else an :class:`EndpointError` with its words
-        scrubbed and its chain left out (an exception's text cannot be rewritten in place).
+        """``error`` as a run may keep and show it.
+
+        Itself if nothing in it, its chain, its notes or its traceback quotes the key; else an
+        :class:`EndpointError` with its words scrubbed and its chain left out (an exception's text
+        cannot be rewritten in place).
 
         Every error of a run on an endpoint passes through here on its way out of the job:
         ``run.error``, the record, the traceback, the widget and the log all get what this
@@ -1115,8 +1149,10 @@ def _chat_messages(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _sampling(settings: dict[str, Any]) -> tuple[float | None, bool | None]:
-    """The temperature and ``do_sample`` a request says (None: the server's default);
-    ``ValueError`` for settings that contradict each other."""
+    """The temperature and ``do_sample`` a request says (None: the server's default).
+
+    ``ValueError`` for settings that contradict each other.
+    """
     temperature = settings.get("temperature")
     do_sample = settings.get("do_sample")
     samples(settings)  # the one check of contradicting settings, as for a local model
@@ -1130,8 +1166,10 @@ def _sampling(settings: dict[str, Any]) -> tuple[float | None, bool | None]:
 def _chat_body(
     model: str, messages: list[dict[str, Any]], max_tokens: int, k: int
 ) -> dict[str, Any]:
-    """A streamed chat-completions request for ``model``, with its usage at the end and,
-    for ``k`` alternatives, the top ``k`` logprobs of each token."""
+    """A streamed chat-completions request for ``model``, with its usage at the end.
+
+    For ``k`` alternatives, it asks for the top ``k`` logprobs of each token.
+    """
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -1209,8 +1247,10 @@ def _warn(job: RemoteJob, warning: str) -> None:
 
 
 def _use_completions(job: RemoteJob, rendered: str, rewritten: bool) -> None:
-    """Send ``job`` to the completions API with the prompt ``rendered`` by nbstream;
-    ``rewritten``: the chat template would have rendered the answer so far otherwise."""
+    """Send ``job`` to the completions API with the prompt ``rendered`` by nbstream.
+
+    ``rewritten``: the chat template would have rendered the answer so far otherwise.
+    """
     job.path = "/completions"
     job.prompt_text = rendered
     if rewritten:
@@ -1225,8 +1265,10 @@ def _use_completions(job: RemoteJob, rendered: str, rewritten: bool) -> None:
 
 
 def _continue_prefix(job: RemoteJob, prefix: str, steps: int, records_known: bool) -> None:
-    """Make ``job`` a branch's, continuing ``prefix`` (``steps`` tokens); without
-    ``records_known`` its trace says that the prefix has no records."""
+    """Make ``job`` a branch's, continuing ``prefix`` (``steps`` tokens).
+
+    Without ``records_known`` its trace says that the prefix has no records.
+    """
     job.assistant_prefix = prefix
     capture = job.trace_capture
     if capture is not None:
@@ -1296,8 +1338,10 @@ def _branch_trace(trace: Any, step: int) -> RemoteTrace:
 
 
 def _chosen_token(at: RemoteTokenTrace, step: int, token: Any) -> RemoteAlternative:
-    """The alternative ``token`` names at trace record ``at`` (number ``step``): one of its
-    alternatives, or a text (one the server did not list has no probability)."""
+    """The alternative ``token`` names at trace record ``at`` (number ``step``).
+
+    One of its alternatives, or a text (one the server did not list has no probability).
+    """
     if isinstance(token, RemoteAlternative):
         chosen = next((alt for alt in at.alternatives if alt == token), None)
     elif isinstance(token, str):
@@ -1486,8 +1530,10 @@ class RemoteJob(Job):
         }
 
     def _trace_notes(self, notes: list[str]) -> dict[str, Any]:
-        """The record's ``trace`` (what the logprobs mean, whether all came) and, for a
-        branch, ``continuation`` (what was sent for the server to continue)."""
+        """The record's ``trace`` (what the logprobs mean, whether all came) and ``continuation``.
+
+        ``continuation``, for a branch: what was sent for the server to continue.
+        """
         extra: dict[str, Any] = {}
         family = self.server.family
         capture = self.trace_capture
@@ -1587,8 +1633,10 @@ class RemoteJob(Job):
                 return "stop" if control.stop_found.is_set() else "cancelled"
 
     async def _events(self, response: Any) -> AsyncGenerator[tuple[str, str], None]:
-        """The events (type, data) of ``response``'s event stream, read a bounded step at a
-        time (see ``_EventStream``); an EndpointError for what is not one."""
+        """The events (type, data) of ``response``'s event stream, read a bounded step at a time.
+
+        See ``_EventStream``; an EndpointError for what is not one.
+        """
         kind = response.headers.get("content-type", "").partition(";")[0].strip()
         if "text/event-stream" not in kind.lower():
             raise self._error(
@@ -1619,8 +1667,10 @@ class RemoteJob(Job):
             ) from None
 
     async def _error_body(self, response: Any) -> str | None:
-        """The start of an error response's body (``_ERROR_BODY_LIMIT``, inflated), as text;
-        None if it cannot be read."""
+        """The start of an error response's body, as text; None if it cannot be read.
+
+        At most ``_ERROR_BODY_LIMIT``, inflated.
+        """
         try:
             body, _ = await _read_bounded(response, _ERROR_BODY_LIMIT)
         except _BodyError as exc:
@@ -1668,8 +1718,10 @@ class RemoteJob(Job):
         return self._answer_end()
 
     def _stop_watch(self) -> _StopWatch | None:
-        """The watch for the run's stop strings (None: it has none), fed a branch's answer
-        so far."""
+        """The watch for the run's stop strings (None: it has none).
+
+        It is fed a branch's answer so far.
+        """
         stops = self.settings.get("stop")
         if not stops:
             return None
@@ -1684,8 +1736,10 @@ class RemoteJob(Job):
     async def _read_answer(
         self, response: Any, buffer: TokenBuffer, control: RunControl, watch: _StopWatch | None
     ) -> bool:
-        """Put the text of ``response``'s events into ``buffer`` until the stream ends,
-        keeping the server's finish reason; True when a stop string ended the answer."""
+        """Put the text of ``response``'s events into ``buffer`` until the stream ends.
+
+        Keeps the server's finish reason; True when a stop string ended the answer.
+        """
         events = self._events(response)
         # The first half of a surrogate pair whose second half is in the next event.
         half = ""
@@ -1726,8 +1780,11 @@ class RemoteJob(Job):
     async def _next_event(
         self, events: AsyncGenerator[tuple[str, str], None]
     ) -> tuple[str, str] | None:
-        """The next of ``events``; None at the end of the stream, or once the finish reason
-        is in and the rest does not come within a short grace (the answer is over)."""
+        """The next of ``events``; None at the end of the stream.
+
+        None also once the finish reason is in and the rest does not come within a short grace (the
+        answer is over).
+        """
         # Once the finish reason is in, a read waits at most this long (within the timeout).
         grace = min(_FINISH_GRACE_S, self.endpoint.timeout)
         try:
@@ -1742,8 +1799,10 @@ class RemoteJob(Job):
             return None
 
     def _chunk(self, kind: str, data: str) -> tuple[str, str | None] | None:
-        """The text and finish reason of one event (``kind``, ``data``); None for an event
-        that is no chunk of the answer."""
+        """The text and finish reason of one event (``kind``, ``data``).
+
+        None for an event that is no chunk of the answer.
+        """
         if kind == "error":
             raise self._error(
                 "the server reported an error mid-stream: "
@@ -1757,8 +1816,11 @@ class RemoteJob(Job):
         return self._parse(data)
 
     def _request_error(self, exc: Exception, url: str) -> EndpointError | None:
-        """The error of a request that ``exc`` (httpx's) ended; None when the answer was
-        over (its finish reason in) and only the end of the stream was lost."""
+        """The error of a request that ``exc`` (httpx's) ended.
+
+        None when the answer was over (its finish reason in) and only the end of the stream was
+        lost.
+        """
         import httpx
 
         timeout = self.endpoint.timeout
@@ -1785,9 +1847,10 @@ class RemoteJob(Job):
         return self._error(f"the request failed: {type(exc).__name__}: {exc}")
 
     def _answer_end(self) -> str:
-        """How the answer ended, as the engine names the server's finish reason; an
-        :class:`EndpointError` for a stream without one, or with one that ends no text
-        answer."""
+        """How the answer ended, as the engine names the server's finish reason.
+
+        An :class:`EndpointError` for a stream without one, or with one that ends no text answer.
+        """
         finish = self._finish
         if finish is None:
             raise self._error(
@@ -1824,8 +1887,10 @@ class RemoteJob(Job):
         )
 
     def _why_cut(self) -> str:
-        """The likely cause of a stream that ended before its finish reason, as a clause
-        (``"; ..."``), or where to look."""
+        """The likely cause of a stream that ended before its finish reason.
+
+        As a clause (``"; ..."``), or where to look.
+        """
         endpoint = self.endpoint
         others = _traffic.since(endpoint.base_url, self._request_number)
         if others > 0:
@@ -1886,8 +1951,10 @@ class RemoteJob(Job):
         return text, reason
 
     def _chunk_object(self, data: str) -> dict[str, Any]:
-        """An event's ``data`` as the chunk object it must be; an :class:`EndpointError` for
-        anything else, or for an error object in its place."""
+        """An event's ``data`` as the chunk object it must be.
+
+        An :class:`EndpointError` for anything else, or for an error object in its place.
+        """
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError as exc:
@@ -1921,8 +1988,11 @@ class RemoteJob(Job):
                 self.prompt_tokens = prompt
 
     def _choice(self, choice: dict[str, Any], data: str) -> tuple[str, str | None]:
-        """The text (a reasoning field's between the thinking tags) and the finish reason of
-        one choice of the chunk in ``data``; its logprobs go to the trace."""
+        """The text and the finish reason of one choice of the chunk in ``data``.
+
+        The text includes a reasoning field's, between the thinking tags; its logprobs go to the
+        trace.
+        """
         delta = choice.get("delta")
         if self.path == "/completions":
             # The completions API's chunk: the text itself, no delta.
@@ -2163,9 +2233,11 @@ class RemoteTraceCapture:
         self._match(records, content, where)
 
     def _match(self, records: list[RemoteTokenTrace], content: str, where: str) -> None:
-        """Keep ``records`` once their text spells the streamed text (their bytes decoded
-        across records, so a character split over tokens spells once its last part is in);
-        stop the trace where they do not."""
+        """Keep ``records`` once their text spells the streamed text, else stop the trace.
+
+        Their bytes are decoded across records, so a character split over tokens spells once its
+        last part is in.
+        """
         for record in records:
             self._pending.append((record, self._decoder.decode(record.raw)))
         self._pending_text += content
@@ -2195,8 +2267,10 @@ class RemoteTraceCapture:
             )
 
     def finish(self) -> None:
-        """The stream is over: tokens whose text never matched the streamed text stop the
-        trace (they are not kept)."""
+        """The stream is over: tokens whose text never matched the streamed text stop the trace.
+
+        They are not kept.
+        """
         if self._pending and not self._stopped:
             self._stop(
                 f"the server's last {len(self._pending)} token(s) never spelled its text "
@@ -2258,8 +2332,11 @@ class RemoteTraceCapture:
 
 
 def _check_tokenizer(tokenizer: Any) -> None:
-    """Refuse an ``Endpoint(tokenizer=...)`` that cannot render a conversation (a name, a
-    tokenizer without a chat template): the view would offer Continue, and it would fail."""
+    """Refuse an ``Endpoint(tokenizer=...)`` that cannot render a conversation.
+
+    Such as a name, or a tokenizer without a chat template: the view would offer Continue, and it
+    would fail.
+    """
     how = (
         "pass the model's transformers tokenizer, e.g. AutoTokenizer.from_pretrained(<the "
         "model the server's weights (the GGUF) were made from>)"
@@ -2287,8 +2364,10 @@ def _replaced(spelled: str) -> re.Pattern[str]:
 
 
 def _from_completions(logprobs: dict[str, Any]) -> list[Any] | None:
-    """The completions API's logprobs (``tokens``, ``token_logprobs``, ``top_logprobs`` as
-    ``{text: logprob}``) as the chat API's entries; None if they do not line up."""
+    """The completions API's logprobs as the chat API's entries; None if they do not line up.
+
+    They come as ``tokens``, ``token_logprobs``, ``top_logprobs`` as ``{text: logprob}``.
+    """
     tokens, values, tops = (
         logprobs.get("tokens"),
         logprobs.get("token_logprobs"),
@@ -2320,8 +2399,10 @@ _LOGPROB_SLACK = 1e-4
 
 
 def _logprob_entry(entry: Any, what: str) -> tuple[str, float, tuple[int, ...] | None]:
-    """``(token, logprob, bytes)`` of one logprobs entry; ``ValueError`` saying what is
-    wrong with it (nothing is guessed)."""
+    """``(token, logprob, bytes)`` of one logprobs entry.
+
+    ``ValueError`` saying what is wrong with it (nothing is guessed).
+    """
     if not isinstance(entry, dict):
         raise ValueError(f"{what} that is not an object: {str(entry)[:60]!r}")
     text = entry.get("token")
@@ -2346,13 +2427,16 @@ def _logprob_entry(entry: Any, what: str) -> tuple[str, float, tuple[int, ...] |
 
 
 def _join_surrogates(text: str) -> tuple[str, str]:
-    """``text`` with its surrogate pairs joined into characters and lone halves replaced by
-    U+FFFD, and a first half at its end held back (its pair may open the next event).
+    """``text`` with its surrogate pairs joined into characters.
+
+    Lone halves are replaced by U+FFFD, and a first half at its end is held back (its pair may open
+    the next event).
 
     A server that cuts text in UTF-16 code units, as JavaScript strings are, can split a
     character beyond U+FFFF (an emoji) between two events as JSON escapes; Python keeps the
     halves apart, and a lone half cannot be encoded as UTF-8 (the notebook, the widget's
-    messages and a saved record all need it to be)."""
+    messages and a saved record all need it to be).
+    """
     half = ""
     if text and "\ud800" <= text[-1] <= "\udbff":
         text, half = text[:-1], text[-1]
@@ -2364,8 +2448,10 @@ def _is_count(value: Any) -> bool:
 
 
 def _checked_key(api_key: Any) -> str:
-    """The key to send: surrounding whitespace dropped; refused (without quoting it) if it
-    has a character an HTTP header cannot carry."""
+    """The key to send: surrounding whitespace dropped.
+
+    Refused (without quoting it) if it has a character an HTTP header cannot carry.
+    """
     if not isinstance(api_key, str):
         raise TypeError(f"api_key must be a str or None, got {type(api_key).__name__}")
     # A key read from a file ends in a newline; one pasted may have spaces around it.
@@ -2384,9 +2470,11 @@ def _checked_key(api_key: Any) -> str:
 
 
 def _error_text(raw: str | None, response: Any, endpoint: Endpoint) -> str:
-    """The server's own words from an error response's body ``raw`` (OpenAI, FastAPI, TGI
-    or plain text; None: it could not be read), scrubbed and cut to a length for a
-    message."""
+    """The server's own words from an error response's body ``raw``, scrubbed and cut.
+
+    ``raw``: OpenAI, FastAPI, TGI or plain text; None: it could not be read. The words are cut to a
+    length for a message.
+    """
     if raw is None:
         return "(no readable body)"
     try:
