@@ -18,10 +18,12 @@ from .generation import (
     GenerationCancelled,
     GenerationError,
     GenerationFailed,
+    replay,
     rerun,
     stream,
 )
 from .models import ModelNotFoundError, default_model_dir, load_model
+from .recording import load
 from .widgets.chat import ChatWidget
 from .widgets.compare import CompareWidget
 from .widgets.stream import StreamWidget
@@ -55,8 +57,10 @@ __all__ = [
     "__version__",
     "default_model_dir",
     "doctor",
+    "load",
     "load_ipython_extension",
     "load_model",
+    "replay",
     "rerun",
     "stream",
 ]

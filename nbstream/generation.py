@@ -15,6 +15,9 @@ import contextlib
 import copy
 import json
 import logging
+import math
+import os
+import pathlib
 import sys
 import threading
 import time
@@ -24,9 +27,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Final, cast
 
+from . import recording
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
+from .backends.replay import ReplayBackend
 from .distribution import Distribution
 from .protocol import FinishReason, Metrics, RunRecord, Status
 from .record import build_record, replay_arguments, warn_if_different
@@ -49,6 +54,7 @@ __all__ = [
     "GenerationFailed",
     "InvalidJSON",
     "active_runs",
+    "replay",
     "rerun",
     "stream",
 ]
@@ -1425,6 +1431,38 @@ class Generation:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Write this run's recording: a JSON file that ``nbstream.replay`` plays again.
+
+        Args:
+            path: Where to write it (see :mod:`nbstream.recording` for the format).
+
+        Returns:
+            The path written.
+
+        Raises:
+            RuntimeError: The run has not ended.
+
+        Example:
+            >>> run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10)
+            >>> text = run.wait()
+            >>> nbstream.load(run.save("hi.json")).text == text
+            True
+        """
+        if not self._done.is_set():
+            raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
+        # Each kept token decoded on its own turn, as the stream showed it; the decoder's
+        # last words (a cut character) go with the last token.
+        count = self._decoded
+        decoder = self._job.decoder()
+        pieces = [decoder.feed([item]) for item in self._buffer.items[:count]]
+        rest = decoder.finish("".join(pieces))
+        if pieces and rest:
+            pieces[-1] += rest
+        start = self._started if self._started is not None else self._created
+        times = [max(0.0, at - start) for at in self._buffer.times[:count]]
+        return recording.save(self, path, pieces=pieces, times=times)
+
     # -- display -----------------------------------------------------------------------------
     def __repr__(self) -> str:
         metrics = self.metrics
@@ -1435,7 +1473,8 @@ class Generation:
         count = f"tokens={metrics['tokens']}"
         if metrics["tokens"] is None and metrics.get("text_chunks") is not None:
             count = f"chunks={metrics['text_chunks']} (no token count)"
-        return f"<Generation {self._status} {count} elapsed={elapsed_txt} text={preview!r}>"
+        kind = "Generation replay" if isinstance(self._backend, ReplayBackend) else "Generation"
+        return f"<{kind} {self._status} {count} elapsed={elapsed_txt} text={preview!r}>"
 
     def _repr_markdown_(self) -> str:
         text = self.partial_text
@@ -1588,4 +1627,45 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
             now,
             then,
         )
+    return run
+
+
+def replay(
+    recording_or_path: recording.Recording | str | os.PathLike[str], speed: float | None = 1.0
+) -> Generation:
+    """Stream a recorded run again, without its model: a run like any other, marked a replay.
+
+    The recorded text pieces arrive at their recorded pace divided by ``speed``; the run
+    ends as the recording did (``complete`` with the same ``result``, ``cancelled``, or
+    ``failed`` with the recorded failure), unless it is stopped first (``cancelled``).
+    Its ``trace`` is the recorded trace; its ``record`` has ``"replay"``.
+
+    Args:
+        recording_or_path: A :class:`~nbstream.recording.Recording` (``nbstream.load``), or
+            the path of a recording's file.
+        speed: How many times faster than recorded (``None``: instant, all at once).
+
+    Returns:
+        The replay, a :class:`Generation`.
+
+    Raises:
+        ValueError: A file that is not a recording, or a ``speed`` that is not > 0.
+
+    Example:
+        >>> run = nbstream.replay("answer.json", speed=2.0)
+        >>> for chunk in run:
+        ...     print(chunk, end="")
+    """
+    if speed is not None and (
+        isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0
+    ):
+        raise ValueError(f"speed must be a number > 0, or None for instant; got {speed!r:.40}")
+    loaded = recording.as_recording(recording_or_path)
+    backend = ReplayBackend(loaded, None if speed is None or math.isinf(speed) else float(speed))
+    job = backend.prepare(loaded.prompt, dict(loaded.settings))
+    run = Generation(backend, job, job.settings)
+    # Replayed as recorded: a Stop during the replay gives its own reason instead.
+    with run._lock:
+        if run._cancel_reason is None and not run._stopped_by_user:
+            run._cancel_reason = loaded.cancel_reason
     return run

@@ -1,0 +1,157 @@
+"""Replay: a backend that streams a :class:`~nbstream.recording.Recording` again, no model.
+
+Its job puts the recorded text pieces into the buffer at the recorded pace divided by
+``speed`` (``speed=None``: all at once), checks for Stop between tokens, and ends as the
+recording did: a complete recording replays ``complete``, a cancelled one ``cancelled``,
+a failed one ``failed`` with :class:`RecordedFailure`. ``run.trace`` is the recorded trace.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from ..recording import RecordedToken, Recording
+from ..streaming import TokenBuffer
+from ..trace import TokenTrace
+from .base import Backend, Job, RunControl
+
+__all__ = ["RecordedFailure", "ReplayBackend", "ReplayJob"]
+
+
+class RecordedFailure(RuntimeError):
+    """The failure a replayed run recorded (the replay itself went well)."""
+
+
+class _RecordedDecoder:
+    """Items are ``(id, piece)`` pairs: the text is the pieces, the ids are kept."""
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+
+    def feed(self, items: list[Any]) -> str:
+        self._ids += [token_id for token_id, _ in items if token_id is not None]
+        return "".join(piece for _, piece in items)
+
+    def finish(self, emitted: str) -> str:
+        return ""
+
+    @property
+    def ids(self) -> list[int]:
+        return list(self._ids)
+
+
+class _RecordedTrace:
+    """``run.trace`` of a replay: the recorded tokens, as many as were replayed."""
+
+    def __init__(self, tokens: tuple[RecordedToken, ...]) -> None:
+        self._tokens = tokens
+
+    def records(self, ids: list[int]) -> list[TokenTrace]:
+        # Duck-typed: a RecordedToken has every name of a TokenTrace a reader uses.
+        return cast("list[TokenTrace]", list(self._tokens[: len(ids)]))
+
+
+class ReplayJob(Job):
+    """One replay of a recording.
+
+    Args:
+        recording: What to replay.
+        speed: The recorded pace is divided by it (``None``: instant).
+    """
+
+    def __init__(self, recording: Recording, speed: float | None) -> None:
+        settings = dict(recording.settings)
+        # The tags the run used, exactly: [] turns detection off, as it was.
+        settings["thinking_tags"] = list(recording.thinking_tags or [])
+        super().__init__(recording.prompt, settings)
+        self.recording = recording
+        self.speed = speed
+        self.prompt_text = recording.prompt_text
+        self.prompt_tokens = recording.record.get("prompt_tokens")
+        self.seed = recording.record.get("seed")
+        if recording.alternatives and all(t.id is not None for t in recording.tokens):
+            self.trace_capture = _RecordedTrace(recording.tokens)
+
+    def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        """Put the recorded pieces at their pace, then end as the recording did."""
+        buffer.put(self.prompt)  # the first put is the prompt: skipped
+        start = time.monotonic()
+        for token in self.recording.tokens:
+            if self.speed is not None:
+                due = start + token.time_s / self.speed
+                while not control.should_stop() and time.monotonic() < due:
+                    control.cancel_event.wait(min(0.05, max(0.0, due - time.monotonic())))
+            if control.should_stop():
+                return "eos"  # the lifecycle ends it cancelled
+            buffer.put((token.id, token.piece))
+        return self._recorded_end(control)
+
+    def _recorded_end(self, control: RunControl) -> str:
+        recording = self.recording
+        if recording.status == "failed":
+            error = recording.error or {}
+            raise RecordedFailure(
+                f"the recorded run failed: {error.get('type')}: {error.get('message')}"
+            )
+        if recording.status == "cancelled":
+            control.cancel_event.set()
+            return "eos"
+        return recording.finish_reason or "eos"
+
+    def decoder(self) -> _RecordedDecoder:
+        """The recorded pieces are the text; their ids are kept for ``token_ids``."""
+        return _RecordedDecoder()
+
+    def count_tokens(self, buffer: TokenBuffer) -> int | None:
+        """The replayed tokens, when the recording counted tokens."""
+        if self.recording.record["metrics"].get("tokens") is None:
+            return None
+        return len(buffer.items)
+
+    def record_notes(self) -> dict[str, Any]:
+        """The replay's record says it is one, and of what."""
+        record = self.recording.record
+        model = record.get("model") or {}
+        return {
+            "replay": {
+                "of": {"created_at": record.get("created_at"), "model": model.get("name")},
+                "speed": self.speed,
+            }
+        }
+
+
+class ReplayBackend(Backend):
+    """Runs recordings, not prompts: :meth:`prepare` ignores the prompt it is given.
+
+    Args:
+        recording: The recording to replay.
+        speed: The recorded pace is divided by it (``None``: instant).
+
+    Example::
+
+        >>> backend = ReplayBackend(nbstream.load("answer.json"), speed=None)
+        >>> nbstream.stream(backend, None, backend.recording.prompt).wait()
+    """
+
+    def __init__(self, recording: Recording, speed: float | None = 1.0) -> None:
+        self.recording = recording
+        self.speed = speed
+
+    def describe(self) -> dict[str, Any] | None:
+        """The recorded model, marked as replayed."""
+        model = dict(self.recording.record.get("model") or {})
+        model["replayed"] = True
+        return model
+
+    def prepare(
+        self,
+        prompt: Any,
+        settings: dict[str, Any],
+        *,
+        prefix_ids: list[int] | None = None,
+        assistant_prefix: str | None = None,
+        prefix_steps: int = 0,
+    ) -> ReplayJob:
+        """The replay's job (``prompt`` and ``settings`` are the recording's)."""
+        return ReplayJob(self.recording, self.speed)
