@@ -285,12 +285,12 @@ def _refuse(path: Path, what: str) -> ValueError:
 def _read(path: Path) -> Any:
     try:
         size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise _refuse(path, f"it is {size} bytes, over the {MAX_BYTES}-byte limit")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"cannot read the recording {path}: {exc}") from exc
-    if size > MAX_BYTES:
-        raise _refuse(path, f"it is {size} bytes, over the {MAX_BYTES}-byte limit")
-    with path.open("rb") as handle:
-        data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise _refuse(path, f"it is over the {MAX_BYTES}-byte limit")
     try:

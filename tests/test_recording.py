@@ -40,10 +40,11 @@ def stopped_run(tiny: tuple[Any, Any], probe: Any) -> nbstream.Generation:
     model, tokenizer = tiny
     gate = probe(model)
     gate.hold()
-    run = nbstream.stream(model, tokenizer, "Stop me", max_new_tokens=200, temperature=0.8)
+    run = nbstream.stream(model, tokenizer, "Stop me", max_new_tokens=200, temperature=0.8, seed=3)
     gate.on_call = lambda calls: run.stop("enough for the demo") if calls >= 5 else None
     gate.release()
-    return ended(run)
+    assert ended(run).status == "cancelled"
+    return run
 
 
 def assert_same_end(replayed: nbstream.Generation, run: nbstream.Generation) -> None:
@@ -299,9 +300,11 @@ def test_a_newer_minor_version_warns_naming_what_it_cannot_show(tmp_path, saved)
     assert ended(nbstream.replay(loaded, speed=None)).result == loaded.text
 
 
-def test_a_missing_file_says_so(tmp_path):
+def test_a_missing_file_or_a_folder_says_so(tmp_path):
     with pytest.raises(ValueError, match="cannot read the recording"):
         nbstream.load(tmp_path / "nowhere.json")
+    with pytest.raises(ValueError, match="cannot read the recording"):
+        nbstream.load(tmp_path)
 
 
 def test_replay_takes_only_a_recording_or_a_path():

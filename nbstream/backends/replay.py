@@ -76,12 +76,12 @@ class ReplayJob(Job):
     def run(self, buffer: TokenBuffer, control: RunControl) -> str:
         """Put the recorded pieces at their pace, then end as the recording did."""
         buffer.put(self.prompt)  # the first put is the prompt: skipped
-        start = time.monotonic()
+        start = time.perf_counter()
         for token in self.recording.tokens:
             if self.speed is not None:
                 due = start + token.time_s / self.speed
-                while not control.should_stop() and time.monotonic() < due:
-                    control.cancel_event.wait(min(0.05, max(0.0, due - time.monotonic())))
+                while not control.should_stop() and time.perf_counter() < due:
+                    control.cancel_event.wait(min(0.05, max(0.0, due - time.perf_counter())))
             if control.should_stop():
                 return "eos"  # the lifecycle ends it cancelled
             buffer.put((token.id, token.piece))
