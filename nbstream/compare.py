@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import warnings
 
-from .widgets.compare import CompareWidget
+from .widgets.compare import (
+    DEFAULT_SETTINGS,
+    CompareWidget,
+    Runs,
+    describe_settings,
+    divergence_words,
+)
 
 warnings.warn(
     "nbstream.compare is deprecated: use 'from nbstream import CompareWidget'",
@@ -12,4 +18,10 @@ warnings.warn(
     stacklevel=2,
 )
 
-__all__ = ["CompareWidget"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "CompareWidget",
+    "Runs",
+    "describe_settings",
+    "divergence_words",
+]

@@ -199,8 +199,11 @@ def test_something_that_is_no_backend_is_refused_with_what_to_pass():
         def prepare(self, prompt: Any, settings: dict[str, Any]) -> Any:
             raise AssertionError("never prepared")
 
-    with pytest.raises(TypeError, match=r"nbstream\.backends\.Backend"):
-        nbstream.stream(Lookalike(), object(), "Hi")
+    for tokenizer in (None, object()):
+        with pytest.raises(TypeError, match=r"Lookalike has prepare\(\) but does not subclass"):
+            nbstream.stream(Lookalike(), tokenizer, "Hi")
+        with pytest.raises(TypeError, match=r"subclass nbstream\.backends\.Backend"):
+            nbstream.StreamWidget(Lookalike(), tokenizer)
 
 
 # -- through a StreamWidget -----------------------------------------------------------------

@@ -153,6 +153,18 @@ def test_replay_of_a_stopped_run_ends_cancelled_with_its_reason(tiny, probe, tmp
         replayed.wait()
 
 
+def test_every_observer_of_a_replayed_cancel_sees_its_reason(tiny, probe, tmp_path):
+    path = stopped_run(tiny, probe).save(tmp_path / "stopped.json")
+    for _ in range(20):
+        seen: list[Any] = []
+        replayed = nbstream.replay(path, speed=None)
+        replayed.add_done_callback(
+            lambda run, seen=seen: seen.append((run.status, run.cancel_reason))
+        )
+        assert replayed.wait_done(30)
+        assert seen == [("cancelled", "enough for the demo")]
+
+
 def test_replay_of_a_failed_run_fails_with_the_recorded_failure(tiny, tmp_path):
     model, tokenizer = tiny
     run = ended(nbstream.stream(model, tokenizer, "Hi", max_new_tokens=8, expect="json"))

@@ -45,4 +45,13 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
             f"model, tokenizer = nbstream.load_model({os.fspath(model)!r}), or pass the name to "
             f"a widget, which loads it"
         )
+    kind = type(model)
+    if hasattr(kind, "prepare") and not hasattr(kind, "generate"):
+        # A class shaped like a backend but not declared as one: its capabilities would be
+        # guessed, so it is refused, saying what to do.
+        raise TypeError(
+            f"{type(model).__name__} has prepare() but does not subclass "
+            "nbstream.backends.Backend: subclass it (Backend declares each capability with "
+            "its default) and its jobs nbstream.backends.Job"
+        )
     return LocalBackend(model, tokenizer)
