@@ -13,7 +13,7 @@ special token as itself (kind ``"special"``), and every other token as its text 
 ``"text"``).
 
 A token of a message is ``[id, text, kind, logprob, rank, alternatives]``; see
-``js/src/widget.js`` (the protocol comment) for what the views do with it.
+``js/src/stream.js`` (the protocol comment) for what the views do with it.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Each finding says what was found and, when something is off, what to do. In a notebook the
 report also shows a probe widget: its page answers the kernel, which then adds whether the
 widget front end loaded, in which front end, and whether the page's widget messages arrive
-on a kernel subshell (what lets Stop act while another cell runs; see ``_route.py``). The
-report's display is rewritten when that answer arrives, since the cell has ended by then.
+on a kernel subshell (what lets Stop act while another cell runs; see
+``nbstream.widgets.route``). The report's display is rewritten when that answer arrives, since
+the cell has ended by then.
 """
 
 from __future__ import annotations

@@ -541,6 +541,9 @@ class Generation:
                     self._value = value
                     self._finish(COMPLETE, reason, None)
             elif cancelled:
+                if not self._stopped_by_user:
+                    # Ended cancelled by the job itself (a replay of a cancelled run).
+                    self._cancel_reason = self._control.cancel_reason
                 self._finish(CANCELLED, "cancelled", None)
             else:
                 budget = self._control.budget_s
@@ -1663,9 +1666,4 @@ def replay(
     loaded = recording.as_recording(recording_or_path)
     backend = ReplayBackend(loaded, None if speed is None or math.isinf(speed) else float(speed))
     job = backend.prepare(loaded.prompt, dict(loaded.settings))
-    run = Generation(backend, job, job.settings)
-    # Replayed as recorded: a Stop during the replay gives its own reason instead.
-    with run._lock:
-        if run._cancel_reason is None and not run._stopped_by_user:
-            run._cancel_reason = loaded.cancel_reason
-    return run
+    return Generation(backend, job, job.settings)

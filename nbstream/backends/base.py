@@ -52,6 +52,9 @@ class RunControl:
         self.budget_s = budget_s
         self.deadline: float | None = None
         self.timed_out = False
+        #: Why a job that ends the run cancelled itself did so (a replay of a cancelled
+        #: run); a user's Stop gives its own reason instead.
+        self.cancel_reason: str | None = None
 
     def start_clock(self) -> None:
         """Start the budget's clock (the run has the model now)."""

@@ -95,6 +95,7 @@ class ReplayJob(Job):
                 f"the recorded run failed: {error.get('type')}: {error.get('message')}"
             )
         if recording.status == "cancelled":
+            control.cancel_reason = recording.cancel_reason
             control.cancel_event.set()
             return "eos"
         return recording.finish_reason or "eos"

@@ -46,7 +46,7 @@ __all__ = ["VIEW_TOGGLES", "RunWidget", "error_summary"]
 logger = logging.getLogger(__name__)
 
 # In a kernel, a run shown as a cell's value (`w.generate(...)` on a cell's last line) shows
-# nothing more than its widget does, or a view that follows it to its end (_display.py).
+# nothing more than its widget does, or a view that follows it to its end (widgets/display.py).
 register_run_display()
 
 # How long wait() gives the view thread to publish a finished run's end state.
@@ -237,7 +237,7 @@ class RunWidget(anywidget.AnyWidget):
         with self._lock:
             super().set_state(sync_data)
 
-    # -- comm messages go out under the page's subshell (see _route.py) ----------------------
+    # -- comm messages go out under the page's subshell (see widgets/route.py) ---------------------
     def send_state(self, key: Any = None) -> None:
         """Send state to the page under the subshell the page is using."""
         route = self.__dict__.get("_route")
@@ -589,7 +589,7 @@ class RunWidget(anywidget.AnyWidget):
         elif kind == "removed":
             self._view_removed(content.get("page"), content.get("view"))
         elif kind == "distribution":
-            self._explainer.request(content)  # answered on its own thread (_explain.py)
+            self._explainer.request(content)  # answered on its own thread (widgets/sampling.py)
         else:
             # A Run / Send carries the panel's values: ipywidgets holds back state updates
             # until the kernel has answered the previous one, but not custom messages, so

@@ -203,9 +203,9 @@ def _draw_seed() -> int:
 class Runs(list[Generation]):
     """The runs one :meth:`CompareWidget.generate` started, one per column (a plain list).
 
-    As a cell's last value it shows each run as a run is shown (see ``_display.show_run``):
-    nothing where the CompareWidget is on the page, which follows them; never a snapshot
-    of their states that would go stale.
+    As a cell's last value it shows each run as a run is shown
+    (``nbstream.widgets.display.show_run``): nothing where the CompareWidget is on the page,
+    which follows them; never a snapshot of their states that would go stale.
     """
 
     def _ipython_display_(self) -> None:

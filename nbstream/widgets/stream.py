@@ -5,7 +5,7 @@ rarely (state, metrics, error, run id); the text travels as custom messages: del
 offset, at most ``FRAME_RATE`` per second, and a full ``reset`` when a view asks (a view
 created mid-stream, a reloaded page, or a view that detected a gap). No synced trait
 holding the whole text is ever updated per frame. That machinery is shared with
-:class:`~nbstream.ChatWidget` (see ``_widget_base.py``). PROTOCOL.md defines every trait
+:class:`~nbstream.ChatWidget` (see ``nbstream/widgets/base.py``). PROTOCOL.md defines every trait
 and message.
 """
 
