@@ -151,6 +151,10 @@ class _Probe(anywidget.AnyWidget):
     """
     host = traitlets.Unicode("").tag(sync=True)
 
+    def __repr__(self) -> str:
+        """What a saved notebook shows where the page drew the probe."""
+        return "nbstream doctor: the front-end probe (a page answers it in an open notebook)"
+
 
 def doctor() -> Checkup:
     """Check what nbstream needs here, and say what to do about anything that is off.
@@ -263,8 +267,9 @@ def _probe_front_end(checkup: Checkup) -> None:
         "front end",
         WAITING,
         "waiting for the page to load the probe widget below",
-        "if this never changes, the widget front end did not load: install anywidget where "
-        "the Jupyter server runs, then reload the page",
+        "if this never changes in an open notebook, the widget front end did not load: "
+        "install anywidget where the Jupyter server runs, then reload the page (a notebook "
+        "run with no page open, as by nbconvert, keeps this line)",
     )
 
     def hello(_widget: Any, content: Any, _buffers: Any) -> None:
