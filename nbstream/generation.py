@@ -31,7 +31,7 @@ from . import recording
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .backends.replay import ReplayBackend
+from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend
 from .distribution import Distribution
 from .protocol import FinishReason, Metrics, RunRecord, Status
 from .record import build_record, replay_arguments, warn_if_different
@@ -1004,6 +1004,8 @@ class Generation:
         return self._distribution_at(step, asked, logits)
 
     def _require_logits(self) -> None:
+        if isinstance(self._backend, ReplayBackend):
+            raise ValueError(RECORDING_HAS_NO_LOGITS)
         if not self._backend.supports_step_logits:
             raise ValueError(
                 f"{type(self._backend).__name__} does not give the model's logits (a model "

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..recording import Recording
 from .base import Backend, Job, RunControl, TraceSource
 from .local import LocalBackend
+from .replay import ReplayBackend
 
 __all__ = ["Backend", "Job", "LocalBackend", "RunControl", "TraceSource", "resolve_backend"]
 
@@ -15,8 +17,10 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
     """Pick the backend for what the caller passed as ``model``.
 
     Args:
-        model: A :class:`Backend` (e.g. an :class:`~nbstream.Endpoint`), used as it is, or
-            a loaded transformers model, run in this process.
+        model: A :class:`Backend` (e.g. an :class:`~nbstream.Endpoint`), used as it is; a
+            loaded :class:`~nbstream.recording.Recording`, replayed at its recorded pace
+            (:class:`~nbstream.backends.replay.ReplayBackend`); or a loaded transformers
+            model, run in this process.
         tokenizer: The model's tokenizer (a backend ignores it).
 
     Returns:
@@ -34,6 +38,8 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
     """
     if isinstance(model, Backend):
         return model  # already a backend (e.g. a remote endpoint)
+    if isinstance(model, Recording):
+        return ReplayBackend(model)  # a widget given nbstream.load(path): its recorded pace
     if model is None:
         raise TypeError(
             "no model given: pass a loaded transformers model and its tokenizer, "

@@ -4,6 +4,11 @@ Its job puts the recorded text pieces into the buffer at the recorded pace divid
 ``speed`` (``speed=None``: all at once), checks for Stop between tokens, and ends as the
 recording did: a complete recording replays ``complete``, a cancelled one ``cancelled``,
 a failed one ``failed`` with :class:`RecordedFailure`. ``run.trace`` is the recorded trace.
+
+A widget given a recording (``StreamWidget(nbstream.load(path))``) runs it through this
+backend: it answers only the recorded prompt, shows the recorded tokens with the texts they
+were recorded with (:class:`RecordedTokenizer`), and refuses what needs the model (a
+branch, the sampling explainer's logits) in words that say so.
 """
 
 from __future__ import annotations
@@ -16,7 +21,26 @@ from ..streaming import TokenBuffer
 from ..trace import TokenTrace
 from .base import Backend, Job, RunControl
 
-__all__ = ["RecordedFailure", "ReplayBackend", "ReplayJob"]
+__all__ = [
+    "RECORDING_CANNOT_BRANCH",
+    "RECORDING_HAS_NO_LOGITS",
+    "RecordedFailure",
+    "RecordedTokenizer",
+    "ReplayBackend",
+    "ReplayJob",
+]
+
+#: Why a replay cannot branch (``run.branch``, the popover's Continue).
+RECORDING_CANNOT_BRANCH = (
+    "A recording cannot branch: it has only the tokens it recorded (a token's popover shows "
+    "the alternatives the model had there). To continue from another token, run the prompt "
+    "on the model and branch that run."
+)
+#: Why a replay has no distribution (``run.distribution``, the sampling explainer).
+RECORDING_HAS_NO_LOGITS = (
+    "A recording has no logits: it has only the tokens it recorded and their top "
+    "alternatives (run.trace). How a token was picked needs the model: run the prompt on it."
+)
 
 
 class RecordedFailure(RuntimeError):
@@ -39,6 +63,44 @@ class _RecordedDecoder:
     @property
     def ids(self) -> list[int]:
         return list(self._ids)
+
+
+class RecordedTokenizer:
+    """What a widget decodes a replay's tokens with: the texts they were recorded with.
+
+    It knows the recorded tokens and their alternatives, nothing else (an id it has not
+    seen decodes as ``<id>``); no token is known to be special.
+
+    Args:
+        recording: The recording whose token texts it knows.
+
+    Example::
+
+        >>> recording = nbstream.load("answer.json")
+        >>> RecordedTokenizer(recording).decode(recording.token_ids[:1]) == recording.tokens[0].text
+        True
+    """
+
+    all_special_ids: tuple[int, ...] = ()
+
+    def __init__(self, recording: Recording) -> None:
+        texts: dict[int, str] = {}
+        for token in recording.tokens:
+            for alt in token.alternatives:
+                if alt.id is not None:
+                    texts.setdefault(alt.id, alt.text)
+        for token in recording.tokens:
+            if token.id is not None:
+                texts[token.id] = token.text  # its own text wins over an alternative's
+        self._texts = texts
+
+    def decode(self, ids: Any, **_options: Any) -> str:
+        """The recorded texts of ``ids``, joined."""
+        return "".join(self._texts.get(int(i), f"<{int(i)}>") for i in ids)
+
+    def convert_ids_to_tokens(self, token_id: int) -> None:
+        """No vocabulary pieces were recorded: ``None``."""
+        return None
 
 
 class _RecordedTrace:
@@ -123,7 +185,7 @@ class ReplayJob(Job):
 
 
 class ReplayBackend(Backend):
-    """Runs recordings, not prompts: :meth:`prepare` ignores the prompt it is given.
+    """Runs a recording, not a model: :meth:`prepare` takes only the recorded prompt.
 
     Args:
         recording: The recording to replay.
@@ -138,6 +200,31 @@ class ReplayBackend(Backend):
     def __init__(self, recording: Recording, speed: float | None = 1.0) -> None:
         self.recording = recording
         self.speed = speed
+        # The token views show a recording's tokens when it has their trace, with ids.
+        self.supports_alternatives = bool(recording.alternatives) and all(
+            token.id is not None for token in recording.tokens
+        )
+        self.tokenizer = RecordedTokenizer(recording)
+
+    def check_alternatives(self, k: int) -> None:
+        """A recording shows the alternatives it recorded, whatever ``k``; none without a trace.
+
+        Args:
+            k: How many top candidates per token were asked for.
+
+        Raises:
+            ValueError: The recording has no trace to show.
+        """
+        if not self.supports_alternatives:
+            raise ValueError(
+                f"alternatives={k}: this recording has no token probabilities (it was "
+                "recorded without alternatives=k); drop alternatives, or record the run "
+                "again with alternatives=5"
+            )
+
+    def why_no_branch(self) -> str:
+        """A replay never branches: it has only the tokens it recorded."""
+        return RECORDING_CANNOT_BRANCH
 
     def describe(self) -> dict[str, Any] | None:
         """The recorded model, marked as replayed."""
@@ -154,5 +241,15 @@ class ReplayBackend(Backend):
         assistant_prefix: str | None = None,
         prefix_steps: int = 0,
     ) -> ReplayJob:
-        """The replay's job (``prompt`` and ``settings`` are the recording's)."""
+        """The replay's job: its settings are the recording's, whatever ``settings`` says.
+
+        Raises:
+            ValueError: ``prompt`` is not the recorded one (the message names it).
+        """
+        recorded = self.recording.prompt
+        if prompt != recorded:
+            raise ValueError(
+                f"this recording has no answer to {prompt!r:.200}: the prompt it recorded is "
+                f"{recorded!r:.300}; replay that one, or run this prompt on the model"
+            )
         return ReplayJob(self.recording, self.speed)

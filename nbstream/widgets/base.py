@@ -26,7 +26,7 @@ from ..generation import TERMINAL, Generation
 from ..protocol import RunRecord, RunWidgetMessage
 from ..settings import validate_settings
 from . import cells as cells
-from .display import FallbackDisplay, register_run_display, shown_by_widget
+from .display import FallbackDisplay, register_run_display, replay_bundle, shown_by_widget
 from .feed import RunFeed
 from .route import PageRoute, answer_on_sending_subshell
 from .sampling import Explainer
@@ -148,10 +148,16 @@ class RunWidget(anywidget.AnyWidget):
         from ..models import model_and_tokenizer
 
         model, tokenizer = model_and_tokenizer(model, tokenizer)
-        self._init_state(model, tokenizer)
         from ..backends import resolve_backend
+        from ..backends.replay import ReplayBackend
 
         backend = resolve_backend(model, tokenizer)
+        # Replaying a recording (``StreamWidget(nbstream.load(path))``): no model; its
+        # tokens decode to the texts they were recorded with.
+        self._replaying = backend.recording if isinstance(backend, ReplayBackend) else None
+        if isinstance(backend, ReplayBackend) and tokenizer is None:
+            tokenizer = backend.tokenizer
+        self._init_state(model, tokenizer)
         # A server (nbstream.Endpoint) has tokens to show only for a run that asked for its
         # logprobs (alternatives=k): can_trace follows the shown run (_on_start).
         self._server_tokens = backend.is_server
@@ -165,6 +171,8 @@ class RunWidget(anywidget.AnyWidget):
             can_trace=can_trace,
             can_explain=backend.supports_step_logits,
         )
+        if self._replaying is not None:
+            self._show_replay(self._replaying.prompt)
         # The sampling panel's `distribution` requests (widgets/sampling.py). Made here, not
         # at the first request: two first requests at once (main shell and subshell) would
         # make two, and close() would close one. It starts no thread until a request.
@@ -174,6 +182,13 @@ class RunWidget(anywidget.AnyWidget):
         # widget blocks (see widgets/route.py).
         answer_on_sending_subshell(self.comm)
         cells.register(self)
+
+    def _show_replay(self, prompt: Any) -> None:
+        """A widget on a recording says "replay" in its label; its box holds the recorded prompt."""
+        if self.has_trait("label") and not self.label:
+            self.set_trait("label", "replay")
+        if self.has_trait("prompt") and isinstance(prompt, str) and not self.prompt:
+            self.set_trait("prompt", prompt)
 
     def _init_state(self, model: Any, tokenizer: Any) -> None:
         """The widget's own state, before its traits exist."""
@@ -627,8 +642,15 @@ class RunWidget(anywidget.AnyWidget):
         if bundle is None:
             return None
         data, metadata = bundle
-        status, fallback = self._fallback()
+        status, fallback = self._shown_fallback()
         return status, {**data, **fallback}, metadata
+
+    def _shown_fallback(self) -> tuple[str, dict[str, str]]:
+        """:meth:`_fallback`, marked as a replay when the widget replays a recording."""
+        status, fallback = self._fallback()
+        if self.__dict__.get("_replaying") is not None:
+            fallback = replay_bundle(fallback)
+        return status, fallback
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         # The widget view for live front ends, plus text/plain and text/markdown with the
@@ -637,7 +659,7 @@ class RunWidget(anywidget.AnyWidget):
         return None if bundle is None else bundle[1:]
 
     def _ipython_display_(self) -> None:
-        self._output.display(lambda: self.model_id, self._bundle, lambda: self._fallback()[1])
+        self._output.display(lambda: self.model_id, self._bundle, lambda: self._shown_fallback()[1])
 
     def _publish_fallback(self) -> None:
         """Rewrite the static fallback of every output showing this widget (any thread)."""

@@ -84,6 +84,8 @@ class BranchingWidget(RunWidget):
         self._cannot_branch = (
             ENDPOINT_BRANCHES_IN_CODE if backend.is_server else MODEL_CANNOT_BRANCH
         )
+        if self.__dict__.get("_replaying") is not None:
+            self._cannot_branch = backend.why_no_branch() or MODEL_CANNOT_BRANCH
         # Runs whose on_complete callbacks have run: showing an answer again is no new end.
         self._announced: weakref.WeakSet[Generation] = weakref.WeakSet()
         # The last branch a view asked for, and the run_id its request named: a second

@@ -19,6 +19,7 @@ from ..generation import COMPLETE, TERMINAL, Generation
 
 __all__ = [
     "LIVE_TAIL",
+    "REPLAY_NOTE",
     "RUN_VIEW_THREAD",
     "WIDGET_VIEW",
     "Bundle",
@@ -28,6 +29,7 @@ __all__ = [
     "fallback_bundle",
     "in_kernel",
     "register_run_display",
+    "replay_bundle",
     "run_html",
     "show",
     "show_run",
@@ -134,6 +136,34 @@ def fallback_bundle(
     if not text:
         return {"text/plain": plain_head, "text/markdown": md_head}
     return {"text/plain": f"{plain_head}\n\n{text}", "text/markdown": f"{md_head}\n\n{text}"}
+
+
+#: What a saved output of a widget replaying a recording says after "nbstream": never a
+#: live model's answer.
+REPLAY_NOTE = "replay of a recorded run, not a live model"
+
+
+def replay_bundle(bundle: dict[str, str]) -> dict[str, str]:
+    """``bundle`` (a widget's fallbacks) marked as a replay: :data:`REPLAY_NOTE` after its name.
+
+    Args:
+        bundle: ``{"text/plain": "nbstream ...", "text/markdown": "**nbstream** ..."}``.
+
+    Returns:
+        The same entries, each head saying that the answer is a replay of a recorded run.
+
+    Example:
+        >>> replay_bundle(fallback_bundle("complete", "Blue."))["text/plain"].split(" · ")[1]
+        'replay of a recorded run, not a live model'
+    """
+    plain, markdown = bundle["text/plain"], bundle["text/markdown"]
+    name, _, rest = plain.partition(" · ")
+    md_name, _, md_rest = markdown.partition(" · ")
+    return {
+        **bundle,
+        "text/plain": " · ".join([name, REPLAY_NOTE, *([rest] if rest else [])]),
+        "text/markdown": " · ".join([md_name, f"*{REPLAY_NOTE}*", *([md_rest] if md_rest else [])]),
+    }
 
 
 def chat_fallback_bundle(
