@@ -6,17 +6,22 @@ cell that shows a widget has a saved text fallback in the end state the lesson i
 (declared in the cell's metadata, ``{"nbstream": {"expect": "complete"}}``), and the
 lesson's claims are in them. The model test executes each notebook headless on the embedded
 default model and checks the same of the new outputs, so a lesson that no longer holds on
-the current code fails even before its saved outputs are refreshed.
+the current code fails even before its saved outputs are refreshed. A lesson that replays a
+recording is executed once more where no model can load, so it holds on Binder without one.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from nbstream.widgets.display import REPLAY_NOTE
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = [
@@ -26,7 +31,10 @@ NAMES = [
     "chat.ipynb",
     "teaching-sampling.ipynb",
     "reasoning.ipynb",
+    "recorded-lesson.ipynb",
 ]
+#: The lessons that replay a recording and load no model (they run where no model is).
+WITHOUT_A_MODEL = ["recorded-lesson.ipynb"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 END_STATES = {"complete", "cancelled", "failed", "idle"}
@@ -63,6 +71,8 @@ def widget_state(output: dict[str, Any]) -> str | None:
     if not plain:
         return None
     parts = plain.splitlines()[0].split(" · ")
+    if parts[1:2] == [REPLAY_NOTE]:  # "nbstream · replay of a ... · complete · ..."
+        parts = [parts[0], *parts[2:]]
     if parts[0] == "nbstream compare":
         # "nbstream compare · 4 columns · 4 complete" or "... · 3 complete, 1 cancelled"
         counts = parts[-1].split(", ")
@@ -179,6 +189,17 @@ def check_claims(name: str, outputs: str) -> None:
         assert "the branch starts with the kept tokens: True" in outputs
         assert "rerun repeats the branch: True" in outputs
         assert "before it they agree: True" in outputs
+    if name == "recorded-lesson.ipynb":
+        # The shipped recording replays to its own text, in a run and in the widget, marked a
+        # replay; a stop ends it without a result; what needs the model is refused.
+        assert "complete | same answer: True" in outputs
+        assert "<Generation replay complete" in outputs
+        assert "cancelled | result: None | partial: '" in outputs
+        assert "complete | label: replay | same answer: True" in outputs
+        assert "refused: A recording cannot branch" in outputs
+        assert "refused: A recording has no logits" in outputs
+        assert "refused: this recording has no answer to 'Name a vegetable.'" in outputs
+        assert "models loaded: []" in outputs
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -195,6 +216,7 @@ def test_saved_outputs_show_each_lesson(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    shutil.copytree(NOTEBOOKS / "recordings", tmp_path / "recordings")
     resources = {"metadata": {"path": str(tmp_path)}}
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", resources=resources, store_widget_state=True
@@ -202,3 +224,33 @@ def test_notebook_runs_top_to_bottom(name: str, tmp_path: Path) -> None:
     client.execute()  # raises CellExecutionError on any error
     check_widget_outputs(name, nb)
     check_claims(name, printed(nb))
+
+
+@pytest.mark.parametrize("name", WITHOUT_A_MODEL)
+def test_lesson_runs_where_no_model_can_load(name: str, tmp_path: Path) -> None:
+    """Executed in a kernel where neither the default model nor a hub id can load (its cache
+    a path under a file, the hub offline with an empty cache), the lesson still holds."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    shutil.copytree(NOTEBOOKS / "recordings", tmp_path / "recordings")
+    (tmp_path / "a-file").write_text("")
+    env = {
+        **os.environ,
+        "NBSTREAM_CACHE": str(tmp_path / "a-file" / "cache"),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    # The hiding works: loading the default model fails in this kernel.
+    probe = (
+        "try:\n    nbstream.load_model()\nexcept Exception as error:\n"
+        "    print('no model here:', type(error).__name__)"
+    )
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources=resources, store_widget_state=True
+    )
+    client.execute(env=env)
+    check_widget_outputs(name, nb)
+    check_claims(name, printed(nb))
+    probed = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert probed.startswith("no model here: "), probed
