@@ -42,7 +42,10 @@ __all__ = [
     "CompareHeaderRequest",
     "CompareHeaderTraits",
     "CompareMark",
+    "CompareRecord",
+    "CompareRevealRequest",
     "CompareRunRequest",
+    "CompareVoteRequest",
     "DeltaMessage",
     "DistributionFields",
     "DistributionReply",
@@ -217,13 +220,32 @@ class ServerInfo(TypedDict):
     context: int | None
 
 
+class CompareRecord(TypedDict):
+    """What a compare column's record says of the comparison (``record["compare"]``)."""
+
+    #: The Run all it was part of, counted from 1.
+    round: int
+    #: Its label on the page (A, B, ...): in a blind round, where the shuffle put it.
+    label: str
+    #: Whether the round was blind.
+    blind: bool
+    #: The column's model in words.
+    model: str
+    #: The column's index in the order given (0-based).
+    column: int
+    #: Every column's model, left to right as the round showed them.
+    order: list[str]
+
+
 class _RecordExtras(TypedDict, total=False):
-    """What a record of a run on a server adds."""
+    """What a record of a run on a server, or in a compare column, adds."""
 
     #: What the server's logprobs mean and whether all came.
     trace: dict[str, Any]
     #: A branch: what was sent for the server to continue.
     continuation: dict[str, Any]
+    #: A compare column's run: its label, round and model.
+    compare: CompareRecord
 
 
 class RunRecord(_RecordExtras):
@@ -458,6 +480,20 @@ class CompareHeaderTraits(TypedDict):
     input_error: str
     #: Each column's ``in_run_all``.
     in_run_all: list[bool]
+    #: The Blind box (both ways).
+    blind: bool
+    #: Whether the vote row shows.
+    voting: bool
+    #: The columns' labels, left to right as shown.
+    labels: list[str]
+    #: Label to count, this round.
+    votes: dict[str, int]
+    #: Whether a vote is taken now.
+    can_vote: bool
+    #: Label to model once revealed, else empty.
+    revealed: dict[str, str]
+    #: Why the last vote or reveal was refused, or "".
+    vote_error: str
 
 
 class CompareColumnOwnTraits(TypedDict):
@@ -729,8 +765,21 @@ ChatWidgetRequest = (
     | BranchToAlternative
     | ShowBranchRequest
 )
+class CompareVoteRequest(TypedDict):
+    """A vote button (a compare header's)."""
+
+    type: Literal["vote"]
+    label: str
+
+
+class CompareRevealRequest(TypedDict):
+    """Reveal (a compare header's)."""
+
+    type: Literal["reveal"]
+
+
 #: What a compare header's view sends.
-CompareHeaderRequest = CompareRunRequest | StopRequest
+CompareHeaderRequest = CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest
 
 
 # -- the same types in TypeScript ---------------------------------------------------------------

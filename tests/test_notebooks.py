@@ -32,6 +32,7 @@ NAMES = [
     "teaching-sampling.ipynb",
     "reasoning.ipynb",
     "recorded-lesson.ipynb",
+    "compare-models.ipynb",
 ]
 #: The lessons that replay a recording and load no model (they run where no model is).
 WITHOUT_A_MODEL = ["recorded-lesson.ipynb"]
@@ -200,6 +201,15 @@ def check_claims(name: str, outputs: str) -> None:
         assert "refused: A recording has no logits" in outputs
         assert "refused: this recording has no answer to 'Name a vegetable.'" in outputs
         assert "models loaded: []" in outputs
+    if name == "compare-models.ipynb":
+        # Two models at once, one model under two settings taking turns, a blind round.
+        assert "SmolLM2-135M-Instruct: complete | first token " in outputs
+        assert "each record names its model: True" in outputs
+        assert "the second waited its turn: True" in outputs
+        assert "headings: ['A', 'B']" in outputs
+        assert "names hidden before Reveal: True" in outputs
+        assert "votes: {'A': 2, 'B': 1}" in outputs
+        assert "refused: this round is revealed" in outputs
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,7 +1,9 @@
 // nbstream — browser front end of the header of `nbstream.widgets.compare.CompareWidget` (an
-// anywidget): the shared prompt, Run all, Stop all, the Same seed checkbox and a summary of
-// the columns' states. The columns themselves are StreamWidget views (stream.js) inside an
-// ipywidgets HBox; this view never touches them.
+// anywidget): the shared prompt, Run all, Stop all, the Same seed and Blind checkboxes, a
+// summary of the columns' states, and (models compared, or blind) a vote button per column,
+// the round's votes, Reveal and what it revealed. The columns themselves are StreamWidget
+// views (stream.js) inside an ipywidgets HBox; this view never touches them. Everything it
+// shows is in the model's traits, so a view made again (a re-render) shows the same votes.
 //
 // Built by js/build.mjs into nbstream/static/compare.js (ESM, minified).
 //
@@ -42,6 +44,84 @@ function seedControl(seedId) {
 }
 
 /**
+ * The Blind checkbox and its label.
+ * @param {string} blindId
+ */
+function blindControl(blindId) {
+  const box = /** @type {HTMLInputElement} */ (h("input", "nbstream-compare-blind", { type: "checkbox", id: blindId }));
+  const label = h("label", "nbstream-compare-blind-label", { for: blindId });
+  label.textContent = "Blind";
+  label.title = "Name the columns only A, B, C, in a shuffled order, until Reveal";
+  const group = h("span", "nbstream-compare-seed");
+  group.append(box, label);
+  return { group, box };
+}
+
+/**
+ * The vote row: a button per column (its label and count), Reveal, and what was revealed.
+ * Drawn from the model's traits alone (`labels`, `votes`, `can_vote`, `revealed`).
+ */
+class VoteRow {
+  /** @param {CompareHeaderModel} model @param {string} uid */
+  constructor(model, uid) {
+    this.model = model;
+    this.root = h("div", "nbstream-compare-vote", { role: "group", "aria-label": "Vote for the better answer" });
+    this.lead = h("span", "nbstream-compare-vote-lead");
+    this.lead.textContent = "Better answer:";
+    this.buttons = h("span", "nbstream-compare-vote-buttons");
+    this.revealBtn = /** @type {HTMLButtonElement} */ (h("button", "nbstream-compare-reveal", { type: "button" }));
+    this.revealBtn.textContent = "Reveal";
+    this.revealBtn.title = "Show which model each label was (final for this round)";
+    this.revealed = h("div", "nbstream-compare-revealed", { role: "status" });
+    this.errorId = `nbstream-compare-vote-error-${uid}`;
+    this.error = h("div", "nbstream-compare-error", { role: "alert", id: this.errorId });
+    this.root.append(this.lead, this.buttons, this.revealBtn, this.revealed, this.error);
+    /** @type {Map<string, HTMLButtonElement>} */
+    this.byLabel = new Map();
+  }
+
+  /** @param {string} label */
+  button(label) {
+    let btn = this.byLabel.get(label);
+    if (!btn) {
+      btn = /** @type {HTMLButtonElement} */ (h("button", "nbstream-compare-vote-btn", { type: "button", "data-label": label }));
+      this.byLabel.set(label, btn);
+    }
+    return btn;
+  }
+
+  update() {
+    const { model } = this;
+    this.root.hidden = !model.get("voting");
+    const labels = model.get("labels") ?? [];
+    const votes = /** @type {Record<string, number>} */ (model.get("votes") ?? {});
+    const open = Boolean(model.get("can_vote"));
+    const revealed = /** @type {Record<string, string>} */ (model.get("revealed") ?? {});
+    const wanted = labels.map((label) => this.button(label));
+    if (wanted.length !== this.buttons.children.length || wanted.some((b, i) => this.buttons.children[i] !== b)) {
+      this.buttons.replaceChildren(...wanted);
+    }
+    for (const label of labels) {
+      const btn = this.button(label);
+      const count = Number(votes[label] ?? 0);
+      const text = `${label} · ${count}`;
+      if (btn.textContent !== text) btn.textContent = text;
+      btn.setAttribute("aria-label", `Vote for ${label} (${count} vote${count === 1 ? "" : "s"})`);
+      btn.disabled = !open;
+      btn.title = open ? `Vote for answer ${label}` : "Votes open once every answer has ended (closed after Reveal)";
+    }
+    const mapping = Object.entries(revealed);
+    this.revealBtn.disabled = mapping.length > 0 || labels.length === 0;
+    const line = mapping.length ? `Revealed: ${mapping.map(([k, v]) => `${k} = ${v}`).join(" · ")}` : "";
+    if (this.revealed.textContent !== line) this.revealed.textContent = line;
+    this.revealed.hidden = !line;
+    const error = String(model.get("vote_error") ?? "");
+    if (this.error.textContent !== error) this.error.textContent = error;
+    this.error.hidden = !error;
+  }
+}
+
+/**
  * The header's view: its elements, and what it has said (announce.js), in one place.
  */
 class CompareHeader {
@@ -66,6 +146,9 @@ class CompareHeader {
     );
     const seed = seedControl(`nbstream-compare-seed-${uid}`);
     this.seedBox = seed.box;
+    const blind = blindControl(`nbstream-compare-blind-${uid}`);
+    this.blindBox = blind.box;
+    this.vote = new VoteRow(model, uid);
     const actions = h("div", "nbstream-compare-actions");
     actions.append(this.runBtn, this.stopBtn);
     const promptRow = h("div", "nbstream-compare-prompt-row");
@@ -74,10 +157,10 @@ class CompareHeader {
     // the end once (announce.js).
     this.summary = h("span", "nbstream-compare-summary");
     const bar = h("div", "nbstream-compare-bar");
-    bar.append(seed.group, this.summary);
+    bar.append(seed.group, blind.group, this.summary);
     this.errorId = `nbstream-compare-error-${uid}`;
     this.errorEl = h("div", "nbstream-compare-error", { role: "alert", id: this.errorId });
-    this.root.append(promptRow, bar, this.errorEl);
+    this.root.append(promptRow, bar, this.errorEl, this.vote.root);
     el.append(this.root);
     // What a screen reader hears: the columns' start once, their end once (announce.js). The
     // key is the phase (active / ended / idle): a run goes active then ended, so each of its
@@ -98,7 +181,9 @@ class CompareHeader {
 
   /** The kernel's traits: the header's chrome, and what the announcer says. */
   listenModel() {
-    for (const name of ["statuses", "summary", "same_seed", "input_error"]) {
+    const names = ["statuses", "summary", "same_seed", "input_error", "blind"];
+    names.push("voting", "labels", "votes", "can_vote", "revealed", "vote_error");
+    for (const name of names) {
       this.scope.onModel(`change:${name}`, () => this.updateChrome());
     }
     this.scope.onModel("change:statuses", (/** @type {unknown} */ shared) => this.statusesChanged(shared));
@@ -123,6 +208,16 @@ class CompareHeader {
       model.set("same_seed", this.seedBox.checked);
       model.save_changes();
     });
+    scope.on(this.blindBox, "change", () => {
+      model.set("blind", this.blindBox.checked);
+      model.save_changes();
+    });
+    scope.on(this.vote.buttons, "click", (/** @type {MouseEvent} */ e) => {
+      const btn = /** @type {HTMLElement | null} */ (e.target instanceof HTMLElement ? e.target.closest("button") : null);
+      const label = btn?.getAttribute("data-label");
+      if (label && !(/** @type {HTMLButtonElement} */ (btn).disabled)) model.send({ type: "vote", label });
+    });
+    scope.on(this.vote.revealBtn, "click", () => model.send({ type: "reveal" }));
   }
 
   /** @returns {Status[]} */
@@ -156,6 +251,9 @@ class CompareHeader {
     if (this.summary.textContent !== line) this.summary.textContent = line;
     const checked = Boolean(model.get("same_seed"));
     if (this.seedBox.checked !== checked) this.seedBox.checked = checked;
+    const blind = Boolean(model.get("blind"));
+    if (this.blindBox.checked !== blind) this.blindBox.checked = blind;
+    this.vote.update();
     const error = String(model.get("input_error") ?? "");
     if (errorEl.textContent !== error) errorEl.textContent = error;
     errorEl.hidden = !error;

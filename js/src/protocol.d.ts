@@ -95,7 +95,7 @@ export interface CompareColumnOwnTraits {
 export type CompareColumnTraits = StreamWidgetTraits & CompareColumnOwnTraits;
 
 /** What a compare header's view sends. */
-export type CompareHeaderRequest = CompareRunRequest | StopRequest;
+export type CompareHeaderRequest = CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest;
 
 /** The synced traits of a compare's header (`_Header`, nbstream/widgets/compare.py). */
 export interface CompareHeaderTraits {
@@ -111,6 +111,20 @@ export interface CompareHeaderTraits {
   input_error: string;
   /** Each column's `in_run_all`. */
   in_run_all: boolean[];
+  /** The Blind box (both ways). */
+  blind: boolean;
+  /** Whether the vote row shows. */
+  voting: boolean;
+  /** The columns' labels, left to right as shown. */
+  labels: string[];
+  /** Label to count, this round. */
+  votes: Record<string, number>;
+  /** Whether a vote is taken now. */
+  can_vote: boolean;
+  /** Label to model once revealed, else empty. */
+  revealed: Record<string, string>;
+  /** Why the last vote or reveal was refused, or "". */
+  vote_error: string;
 }
 
 /** Where a compare column's tokens part from the other columns', in words. */
@@ -119,11 +133,38 @@ export interface CompareMark {
   words: string;
 }
 
+/** What a compare column's record says of the comparison (`record["compare"]`). */
+export interface CompareRecord {
+  /** The Run all it was part of, counted from 1. */
+  round: number;
+  /** Its label on the page (A, B, ...): in a blind round, where the shuffle put it. */
+  label: string;
+  /** Whether the round was blind. */
+  blind: boolean;
+  /** The column's model in words. */
+  model: string;
+  /** The column's index in the order given (0-based). */
+  column: number;
+  /** Every column's model, left to right as the round showed them. */
+  order: string[];
+}
+
+/** Reveal (a compare header's). */
+export interface CompareRevealRequest {
+  type: "reveal";
+}
+
 /** Run all (a compare header's). */
 export interface CompareRunRequest {
   type: "run";
   prompt: string;
   same_seed: boolean;
+}
+
+/** A vote button (a compare header's). */
+export interface CompareVoteRequest {
+  type: "vote";
+  label: string;
 }
 
 /** The current run's new text (`offset` in code points). */
@@ -318,6 +359,8 @@ export interface RunRecord {
   trace?: Record<string, any>;
   /** A branch: what was sent for the server to continue. */
   continuation?: Record<string, any>;
+  /** A compare column's run: its label, round and model. */
+  compare?: CompareRecord;
 }
 
 /** Run (a `StreamWidget`'s). */

@@ -1,31 +1,39 @@
-"""``CompareWidget``: one prompt, two to four settings, side by side.
+"""``CompareWidget``: one prompt, two to four settings or models, side by side.
 
 Each column is a :class:`~nbstream.StreamWidget` with its own state, Stop and record; the
-header holds the shared prompt, **Run all**, **Stop all**, the **Same seed** checkbox and a
-summary of the columns' states. Columns sharing a model run one after the other (the
+header holds the shared prompt, **Run all**, **Stop all**, the **Same seed** and **Blind**
+checkboxes, a summary of the columns' states, and (comparing models, or blind) a vote
+button per column and **Reveal**. Columns sharing a model run one after the other (the
 engine's queue: first in, first out, never interleaved), so a column waiting its turn
-shows ``queued``. See PROTOCOL.md for the header's traits and messages.
+shows ``queued``; columns on different models run at once. See PROTOCOL.md for the
+header's traits and messages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import random
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import anywidget
 import ipywidgets
 import traitlets
 
 from .._errors import input_checked
+from ..backends.base import Backend, Job, RunControl
 from ..generation import QUEUED, RUNNING, Generation, GenerationError
-from ..protocol import RunRecord
+from ..protocol import CompareRecord, RunRecord
+from ..recording import Recording
 from ..settings import samples, validate_settings
+from ..streaming import TokenBuffer
 from .base import VIEW_TOGGLES, error_summary
 from .display import (
     Bundle,
@@ -67,7 +75,17 @@ _LABELS = {
     "alternatives": "alternatives",
 }
 
-__all__ = ["DEFAULT_SETTINGS", "CompareWidget"]
+#: The labels of the columns in a vote, left to right as shown.
+LABELS = "ABCD"
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "LABELS",
+    "CompareWidget",
+    "ModelLoadFailed",
+    "TextDivergence",
+    "model_name",
+]
 
 
 def _check_column_settings(settings: Any) -> list[dict[str, Any]]:
@@ -200,6 +218,350 @@ def _draw_seed() -> int:
     return draw_seed()
 
 
+# -- columns on different models ----------------------------------------------------------------
+class ModelLoadFailed(RuntimeError):
+    """A compare column's model could not be loaded: its runs fail with this, saying why."""
+
+
+class _FailedJob(Job):
+    def __init__(self, prompt: Any, settings: dict[str, Any], error: ModelLoadFailed) -> None:
+        super().__init__(prompt, settings)
+        self._error = error
+
+    def run(self, buffer: TokenBuffer, control: RunControl) -> str:
+        raise self._error
+
+
+class _Unloadable(Backend):
+    """The backend of a column whose model failed to load: each run fails at once, saying why.
+
+    The other columns run as usual; this one shows ``failed`` with the loader's message.
+    """
+
+    # A run asking for alternatives must still start, so that it fails with the reason.
+    supports_alternatives = True
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self.name = name
+        self.error = ModelLoadFailed(
+            f"the model {name!r} could not be loaded ({type(error).__name__}: {error}); "
+            "the other columns run without it: fix the name or folder, then create the "
+            "CompareWidget again"
+        )
+
+    def check_alternatives(self, k: int) -> None:
+        """Accept any ``k``: the run fails with the load error instead."""
+
+    def describe(self) -> dict[str, Any]:
+        """The model asked for, and why it is not there."""
+        return {"name": self.name, "class": None, "load_error": str(self.error)}
+
+    def prepare(self, prompt: Any, settings: dict[str, Any], **_branch: Any) -> Job:
+        """A job that fails at once with the load error."""
+        return _FailedJob(prompt, settings, self.error)
+
+
+def _local_name(model: Any) -> str:
+    from ..models import DEFAULT_NAME, default_model_cache
+
+    config = getattr(model, "config", None)
+    path = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    if path:
+        with contextlib.suppress(OSError, ValueError):
+            if Path(str(path)).resolve() == default_model_cache().resolve():
+                return DEFAULT_NAME
+        return str(path)
+    # Built in memory (a test model): its class and size say which it is.
+    try:
+        size = sum(p.numel() for p in model.parameters())
+    except (AttributeError, TypeError):
+        return type(model).__name__
+    return f"{type(model).__name__} ({size / 1e6:.2g}M parameters)"
+
+
+def model_name(model: Any) -> str:
+    """A column's model in words, as its heading and ``cw.reveal()`` name it.
+
+    Args:
+        model: What the column runs: ``None`` (the default model), a hub id or folder, a loaded
+            model, an :class:`~nbstream.Endpoint` or a loaded recording.
+
+    Returns:
+        e.g. ``"SmolLM2-135M-Instruct"``, ``"llama3 on 127.0.0.1:8000"``,
+        ``"replay of SmolLM2-135M-Instruct"``.
+
+    Example:
+        >>> model_name(None)
+        'SmolLM2-135M-Instruct'
+    """
+    from ..models import DEFAULT_NAME
+
+    if model is None:
+        return DEFAULT_NAME
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    if isinstance(model, Recording):
+        recorded = (model.record.get("model") or {}).get("name") or "a recorded model"
+        return f"replay of {recorded}"
+    if isinstance(model, _Unloadable):
+        return model.name
+    if isinstance(model, Backend):
+        described = model.describe() or {}
+        name = str(described.get("name") or type(model).__name__)
+        url = described.get("base_url")
+        host = urlsplit(str(url)).netloc if url else ""
+        return f"{name} on {host}" if host else name
+    return _local_name(model)
+
+
+def _column_model(spec: Any) -> tuple[Any, Any]:
+    """One entry of ``models=`` as ``(model, tokenizer)``; a model that fails to load, unloadable.
+
+    A loaded model's name, a folder or ``None`` is loaded here; if that fails, the column gets a
+    backend whose runs fail with the reason, so that the other columns still run.
+    """
+    _check_spec(spec)
+    if isinstance(spec, tuple):
+        return spec[0], spec[1]
+    if isinstance(spec, (Backend, Recording)):
+        return spec, None
+    from ..models import model_and_tokenizer
+
+    try:
+        return model_and_tokenizer(spec, None)
+    except Exception as exc:  # any loader failure: this column fails, the others run
+        logger.warning("nbstream: a compare column's model failed to load: %s", exc)
+        return _Unloadable(model_name(spec), exc), None
+
+
+def _check_spec(spec: Any) -> None:
+    """Refuse an entry of ``models=`` that is no model, before anything loads."""
+    if isinstance(spec, tuple):
+        if len(spec) != 2:
+            raise TypeError(
+                f"a (model, tokenizer) pair has two items, got {len(spec)}; e.g. "
+                "models=[nbstream.load_model(), 'HuggingFaceTB/SmolLM2-360M-Instruct']"
+            )
+        return
+    if spec is None or isinstance(spec, (str, os.PathLike, Backend, Recording)):
+        return
+    raise TypeError(
+        f"models entries are a hub id or folder, None (the default model), a (model, "
+        f"tokenizer) pair, an nbstream.Endpoint or a loaded recording; got "
+        f"{type(spec).__name__} (a loaded model goes with its tokenizer: (model, tokenizer))"
+    )
+
+
+def _check_models(models: Any, settings: Any) -> tuple[list[Any], Any]:
+    """``models=`` as a list, and the settings: one empty dict per model when not given."""
+    if isinstance(models, (str, bytes, Mapping)) or not isinstance(models, Sequence):
+        raise TypeError(
+            f"models must be a list of {MIN_COLUMNS} to {MAX_COLUMNS} models, one per column, "
+            f"e.g. models=[None, 'HuggingFaceTB/SmolLM2-360M-Instruct']; got "
+            f"{type(models).__name__}"
+        )
+    if not MIN_COLUMNS <= len(models) <= MAX_COLUMNS:
+        raise ValueError(
+            f"CompareWidget compares {MIN_COLUMNS} to {MAX_COLUMNS} models, got {len(models)}"
+        )
+    for spec in models:
+        _check_spec(spec)
+    if settings is DEFAULT_SETTINGS:
+        return list(models), [{} for _ in models]
+    sized = isinstance(settings, Sequence) and not isinstance(settings, (str, bytes))
+    if sized and len(settings) != len(models):
+        raise ValueError(
+            f"settings has {len(settings)} dicts for {len(models)} models: give one per "
+            "model (an empty dict for its defaults), or none"
+        )
+    return list(models), settings
+
+
+# -- where answers part, by text ------------------------------------------------------------
+class TextDivergence(NamedTuple):
+    """Where columns whose tokens cannot be compared part: by text.
+
+    Columns on models with different tokenizers (or a server that sends no token ids) are
+    compared by their answers' text: ``char`` is the first character (0-based) at which they
+    differ; ``tokens`` each column's token there, as text (a server's column without token
+    ids: the word from there), ``None`` for an answer that had ended; ``steps`` that token's
+    step (0-based) in its column, ``None`` where unknown.
+
+    Example:
+        >>> cw.divergence
+        TextDivergence(char=14, tokens=[' red', ' blue'], steps=[3, 4])
+    """
+
+    char: int
+    tokens: list[str | None]
+    steps: list[int | None]
+
+
+def _tokenizer_key(tokenizer: Any) -> Any:
+    """What two columns' tokenizers must share for their token ids to be compared."""
+    if tokenizer is None:
+        return None
+    name = getattr(tokenizer, "name_or_path", None)
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        return None
+    return (name, size) if name else id(tokenizer)
+
+
+def _token_at(run: Generation, tokenizer: Any, text: str, char: int) -> tuple[str, int | None]:
+    """The token of ``run`` covering character ``char`` of ``text``, and its step."""
+    ids = run.token_ids
+    if ids and tokenizer is not None:
+        with contextlib.suppress(Exception):  # a tokenizer that cannot decode: the word
+            low, high = 0, len(ids) - 1
+            while low < high:  # the first prefix longer than char ends with that token
+                middle = (low + high) // 2
+                if len(tokenizer.decode(ids[: middle + 1], skip_special_tokens=True)) > char:
+                    high = middle
+                else:
+                    low = middle + 1
+            return str(tokenizer.decode([ids[low]], skip_special_tokens=True)), low
+    trace = run.trace
+    if trace is not None:
+        seen = 0
+        for step, entry in enumerate(trace):
+            piece = str(getattr(entry, "text", "") or "")
+            if seen + len(piece) > char:
+                return piece, step
+            seen += len(piece)
+    rest = text[char:]
+    end = next((i for i, c in enumerate(rest) if c.isspace() and i > 0), len(rest))
+    return rest[:end], None
+
+
+def text_divergence(runs: Sequence[Generation], tokenizers: Sequence[Any]) -> TextDivergence | None:
+    """Where the runs' texts part (see :class:`TextDivergence`); ``None`` while they agree.
+
+    Args:
+        runs: One run per column.
+        tokenizers: Each column's tokenizer (``None``: a server's).
+
+    Returns:
+        The first character where the texts differ, with each column's token there.
+
+    Example:
+        >>> text_divergence([run_a, run_b], [tokenizer_a, None])
+    """
+    done = [run.done for run in runs]
+    texts = [run.partial_text for run in runs]
+    going = [len(t) for t, ended in zip(texts, done, strict=True) if not ended]
+    longest = min(going) if going else max((len(t) for t in texts), default=0)
+    for char in range(longest):
+        chars = [t[char] if char < len(t) else None for t in texts]
+        if len(set(chars)) > 1:
+            tokens: list[str | None] = []
+            steps: list[int | None] = []
+            for run, tokenizer, text in zip(runs, tokenizers, texts, strict=True):
+                if char >= len(text):
+                    tokens.append(None)
+                    steps.append(None)
+                    continue
+                token, step = _token_at(run, tokenizer, text, char)
+                tokens.append(token)
+                steps.append(step)
+            return TextDivergence(char, tokens, steps)
+    return None
+
+
+def text_divergence_words(found: TextDivergence) -> list[str]:
+    """Each column's line for where the answers part by text.
+
+    Args:
+        found: Where they part.
+
+    Returns:
+        e.g. ``"Answers part at character 15: this column has ' red'; the other has ' blue'"``.
+
+    Example:
+        >>> text_divergence_words(cw.divergence)
+    """
+
+    def said(token: str | None) -> str:
+        return "nothing (its answer had ended)" if token is None else repr(token)
+
+    lines = []
+    for i, token in enumerate(found.tokens):
+        others = [said(t) for j, t in enumerate(found.tokens) if j != i]
+        mine = (
+            "this column's answer had ended" if token is None else f"this column has {said(token)}"
+        )
+        lines.append(
+            f"Answers part at character {found.char + 1}: {mine}; "
+            f"the other{'s' if len(others) > 1 else ''} {'have' if len(others) > 1 else 'has'} "
+            f"{', '.join(others)}"
+        )
+    return lines
+
+
+def _ended(column: StreamWidget) -> bool:
+    """Whether a column's run has ended (a column that never ran has not)."""
+    run = column.run
+    return run is not None and run.done and column.status not in (QUEUED, RUNNING)
+
+
+def _distinct_names(pairs: list[tuple[Any, Any]]) -> list[str]:
+    """Each column's model in words; different models of one name numbered (#1, #2)."""
+    names = [model_name(m) for m, _ in pairs]
+    for name in set(names):
+        models = list(
+            dict.fromkeys(id(m) for (m, _), n in zip(pairs, names, strict=True) if n == name)
+        )
+        if len(models) > 1:
+            names = [
+                f"{n} #{models.index(id(m)) + 1}" if n == name else n
+                for (m, _), n in zip(pairs, names, strict=True)
+            ]
+    return names
+
+
+def _recorded_prompt(pairs: list[tuple[Any, Any]]) -> str:
+    """The prompt every recording among the columns answered, or "" (none, or several)."""
+    prompts = {m.prompt for m, _ in pairs if isinstance(m, Recording) and isinstance(m.prompt, str)}
+    return prompts.pop() if len(prompts) == 1 else ""
+
+
+def _competition(pairs: list[tuple[Any, Any]]) -> str:
+    """Which columns run at once on the same processor, in words ("" when none do).
+
+    Columns on different models run at the same time; on one CPU or GPU (or a server on this
+    machine) each one's figures then include the others' load.
+    """
+    places: dict[str, set[int]] = {}
+    for m, _ in pairs:
+        if isinstance(m, (Recording, _Unloadable)):
+            continue
+        if isinstance(m, Backend):
+            url = (m.describe() or {}).get("base_url")
+            host = urlsplit(str(url)).hostname if url else None
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                continue
+            place = "this machine"
+        else:
+            device = str(getattr(m, "device", "cpu"))
+            place = "the CPU" if device == "cpu" else device
+        from ..trace import running_module
+
+        # A model and its adapter share weights, and so a queue: they never run at once.
+        key = id(m) if isinstance(m, Backend) else id(running_module(m))
+        places.setdefault(place, set()).add(key)
+    machine = places.pop("this machine", set())
+    crowded = [place for place, keys in places.items() if len(keys | machine) > 1]
+    if not crowded and len(machine) > 1:
+        crowded = ["this machine"]
+    if not crowded:
+        return ""
+    return (
+        f"the models run at once on {', '.join(crowded)}: each column's figures include "
+        "the others' load"
+    )
+
+
 class Runs(list[Generation]):
     """The runs one :meth:`CompareWidget.generate` started, one per column (a plain list).
 
@@ -227,6 +589,8 @@ class _Header(anywidget.AnyWidget):
     prompt = traitlets.Unicode("").tag(sync=True)
     #: The "Same seed" checkbox.
     same_seed = traitlets.Bool(False).tag(sync=True)
+    #: The "Blind" checkbox: columns named only A, B, C, in an order shuffled per run.
+    blind = traitlets.Bool(False).tag(sync=True)
     # -- kernel to page ---------------------------------------------------------------------
     #: Each column's state, left to right.
     statuses = traitlets.List(traitlets.Unicode()).tag(sync=True)
@@ -237,6 +601,19 @@ class _Header(anywidget.AnyWidget):
     #: Each column's ``in_run_all``, left to right: the columns whose current run a Run all
     #: started; the header says their start and their end once (js/src/announce.js).
     in_run_all = traitlets.List(traitlets.Bool()).tag(sync=True)
+    #: Whether the header shows a vote button per column and Reveal (models compared, or
+    #: blind).
+    voting = traitlets.Bool(False).tag(sync=True)
+    #: The columns' labels, left to right as shown (the vote buttons).
+    labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: Label to count, for the current round.
+    votes = traitlets.Dict().tag(sync=True)
+    #: Whether a vote is taken now: a round ran, every column ended, and it is not revealed.
+    can_vote = traitlets.Bool(False).tag(sync=True)
+    #: Label to model, once the round is revealed; ``{}`` before.
+    revealed = traitlets.Dict().tag(sync=True)
+    #: Why the last vote or reveal was refused, or "".
+    vote_error = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **traits: Any) -> None:
         # The page's subshell, so that Stop all is handled while a cell keeps the kernel
@@ -270,6 +647,14 @@ class _Column(StreamWidget):
         self._own = own
         self._created = settings
         self._shared_seed: Callable[[], int | None] = lambda: None
+        # The compare's heading for this column, from its settings in words (the model's
+        # name, a letter in a vote); whether its Prompt view hides the chat template (a
+        # blind round: a template names a model family).
+        self._dress: Callable[[_Column, str], str] = lambda _column, words: words
+        self._hides_template: Callable[[], bool] = lambda: False
+        self._words = ""
+        #: What this column's record says of the comparison (``record["compare"]``).
+        self.compare_note: CompareRecord | None = None
         super().__init__(model, tokenizer, **settings)
 
     #: Whether this column's current run was started by the compare's Run all (or
@@ -331,8 +716,51 @@ class _Column(StreamWidget):
             run = super().generate(prompt, **settings)
             # The seed the run uses: given, shared, or drawn by the engine.
             seed = run.seed
-            self.label = self.describe(settings, seed)
+            self._words = self.describe(settings, seed)
+            self.label = self._dress(self, self._words)
             return run
+
+    def relabel(self) -> None:
+        """Write the heading again (a reveal, a new round), and the Prompt view's text."""
+        with self.hold_sync():
+            self.label = self._dress(self, self._words or self.describe())
+            run = self.run
+            shown = None if run is None or self._hides_template() else run.prompt_text
+            if self.prompt_text != shown:
+                self.prompt_text = shown
+            if run is not None and run.done and self.status not in (QUEUED, RUNNING):
+                error = self.error_words(run)
+                if self.error_info != error:
+                    self.error_info = error  # type: ignore[assignment]
+
+    def error_words(self, run: Generation) -> dict[str, str] | None:
+        """``run``'s error as the views show it (a model's load error unnamed while hidden)."""
+        error = error_summary(run.error)
+        unloadable = isinstance(run.error, ModelLoadFailed)
+        if error is not None and unloadable and self._hides_template():
+            error = {
+                "type": "ModelLoadFailed",
+                "message": "this column's model could not be loaded (its name shows at Reveal)",
+            }
+        return error
+
+    def _end_traits(self, run: Generation) -> dict[str, Any]:
+        return {**super()._end_traits(run), "error_info": self.error_words(run)}
+
+    def _on_start(self, run: Generation, run_id: int) -> None:
+        super()._on_start(run, run_id)
+        if self._hides_template():
+            self.prompt_text = None
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The run's record, with what it was in the comparison (``record["compare"]``)."""
+        record = super().record
+        if record is None or self.compare_note is None:
+            return record
+        copy = record.copy()
+        copy["compare"] = self.compare_note.copy()
+        return copy
 
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
         # A branch is this column's own run (Continue in its popover): its views say it.
@@ -430,25 +858,44 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         prompt: str = "",
         settings: Sequence[Mapping[str, Any]] = DEFAULT_SETTINGS,
         *,
+        models: Sequence[Any] | None = None,
+        blind: bool = False,
         same_seed: bool | None = None,
         seed: int | None = None,
         **common: Any,
     ) -> None:
         # Everything is checked before any widget (or thread) exists.
+        specs: list[Any] | None = None
+        if models is not None:
+            if model is not None or tokenizer is not None:
+                raise TypeError(
+                    "pass the models as models=[...] (one per column), or one model (and "
+                    "its tokenizer) for every column, not both"
+                )
+            specs, settings = _check_models(models, settings)
+        if not isinstance(blind, bool):
+            raise TypeError(f"blind must be True or False, got {blind!r:.80}")
         columns, merged, views, same_seed = _check_arguments(
             prompt, settings, same_seed, seed, common
         )
         from ..models import model_and_tokenizer
 
-        model, tokenizer = model_and_tokenizer(model, tokenizer)
-        self._init_state(tokenizer, seed)
+        if specs is None:
+            pairs = [model_and_tokenizer(model, tokenizer)] * len(columns)
+        else:
+            pairs = [_column_model(spec) for spec in specs]
+            prompt = prompt or _recorded_prompt(pairs)
+        self._init_state(pairs[0][1], seed)
+        self._init_vote(pairs, models is not None, blind)
         self._columns: list[_Column] = []
         try:
-            for own, clean in zip(columns, merged, strict=True):
-                self._columns.append(self._make_column(model, tokenizer, own, clean, views, prompt))
+            for (m, t), own, clean in zip(pairs, columns, merged, strict=True):
+                self._columns.append(self._make_column(m, t, own, clean, views, prompt))
             self._header = _Header(
                 prompt=prompt,
                 same_seed=same_seed,
+                blind=blind,
+                voting=self._lettered(),
                 statuses=[c.status for c in self._columns],
                 in_run_all=[c.in_run_all for c in self._columns],
             )
@@ -465,7 +912,25 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         super().__init__([self._header, self._row])
         self.add_class("nbstream-compare-widget")
         self._closing = False
+        self._relabel()
         self._refresh()
+
+    def _init_vote(self, pairs: list[tuple[Any, Any]], by_model: bool, blind: bool) -> None:
+        """The columns' models in words, and the vote's state (no round yet)."""
+        self._by_model = by_model
+        self._names = _distinct_names(pairs)
+        self._replays = [isinstance(m, Recording) for m, _ in pairs]
+        self._competing = _competition(pairs) if by_model else ""
+        #: Position on the page (left to right) to column index; shuffled per blind round.
+        self._order = list(range(len(pairs)))
+        self._round = 0
+        self._round_blind = False
+        self._revealed = False
+        self._votes = {LABELS[i]: 0 for i in range(len(pairs))}
+        # The shuffle: from the system's randomness, so that no seed a notebook sets (torch's,
+        # random's) lets anyone work the order out.
+        self._shuffler = random.SystemRandom()
+        self._start_blind = blind
 
     def _init_state(self, tokenizer: Any, seed: int | None) -> None:
         self._tokenizer = tokenizer  # the words of where the columns part
@@ -498,6 +963,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         for name, value in views.items():
             setattr(column, name, value)
         column._shared_seed = self._seed_for_run
+        column._dress = self._dress
+        column._hides_template = self._hidden
         column.prompt = prompt
         column.label = column.describe()
         column.show_prompt = False
@@ -517,6 +984,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             column.observe(self._column_changed, names=["status", "run_id", "in_run_all"])
             column.observe(self._column_closed, names=["comm"])
         self._header.observe(self._column_changed, names=["same_seed"])
+        self._header.observe(self._blind_changed, names=["blind"])
 
     # -- Python API ---------------------------------------------------------------------------
     @property
@@ -580,19 +1048,23 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return [column.result for column in self._columns]
 
     @property
-    def divergence(self) -> tuple[int, list[int | None]] | None:
-        """Where the columns part: ``None`` while they agree, else ``(step, tokens)``.
+    def divergence(self) -> tuple[int, list[int | None]] | TextDivergence | None:
+        """Where the columns part: ``None`` while they agree (or a column has no run yet).
 
-        ``None`` while every column's token ids agree (or a column has no run yet, or a column's run
-        has no token ids: a model server sends text, so compare such columns' ``result`` or
-        ``run.trace`` texts instead). ``(step, tokens)``: the first step at which the columns' token
-        ids are not all equal, and each column's token id there, in column order (``None`` for a
-        column whose answer had already ended). While columns stream, only the steps each of them
-        has reached count.
+        Columns whose models share a tokenizer are compared by token ids: ``(step, tokens)``,
+        the first step at which the ids are not all equal and each column's id there, in column
+        order (``None`` for a column whose answer had already ended). Columns on different
+        tokenizers, or on a server that sends no token ids, are compared by text: a
+        :class:`TextDivergence` (the first character where the answers differ, and each
+        column's token there). While columns stream, only what each of them has reached counts.
         """
         runs = [column.run for column in self._columns]
         if any(run is None for run in runs):
             return None
+        if not self._same_tokens():
+            return text_divergence(
+                [run for run in runs if run is not None], [c._tokenizer for c in self._columns]
+            )
         # Done first, then the ids: a run read as done has all its tokens in what follows.
         done = [run.done for run in runs if run is not None]
         answers = [run.token_ids for run in runs if run is not None]
@@ -606,10 +1078,232 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 return step, tokens
         return None
 
+    def _same_tokens(self) -> bool:
+        """Whether the columns' token ids mean the same tokens (one tokenizer, ids sent)."""
+        keys = {_tokenizer_key(c._tokenizer) for c in self._columns}
+        if None in keys or len(keys) != 1:
+            return False
+        # A replay's tokenizer is its recording's own: two recordings compare by text.
+        return not any(self._replays)
+
     @property
     def records(self) -> list[RunRecord | None]:
         """Each column's record (None for a column whose run has not ended)."""
         return [column.record for column in self._columns]
+
+    # -- models, blind rounds and votes -------------------------------------------------------
+    @property
+    def models(self) -> list[str]:
+        """Each column's model in words, in the order given (whatever the page shows)."""
+        return list(self._names)
+
+    @property
+    def blind(self) -> bool:
+        """Whether rounds are blind (the **Blind** checkbox): columns named A, B, C, shuffled.
+
+        Turned on, the columns' model names and settings are hidden at once, and the next
+        :meth:`generate` shuffles the columns; turned off during a blind round, it reveals it.
+        """
+        return bool(self._header.blind)
+
+    @blind.setter
+    def blind(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"blind must be True or False, got {value!r:.80}")
+        self._header.blind = value
+
+    @property
+    def labels(self) -> list[str]:
+        """Each column's label (A, B, ...), in the order given: where the round put it."""
+        with self._view_lock:
+            return [LABELS[self._order.index(i)] for i in range(len(self._columns))]
+
+    @property
+    def votes(self) -> dict[str, int]:
+        """Label to count of votes, for the current round (every count 0 before one is cast)."""
+        with self._view_lock:
+            return dict(self._votes)
+
+    def vote(self, label: str) -> dict[str, int]:
+        """Vote for the better answer: the column labelled ``label`` (as a vote button does).
+
+        Args:
+            label: ``"A"``, ``"B"``, ... as the columns are labelled on the page.
+
+        Returns:
+            The round's votes so far, label to count.
+
+        Raises:
+            RuntimeError: No round yet, a column still running (vote on whole answers), or
+                the round already revealed.
+            ValueError: No column has that label.
+
+        Example:
+            >>> cw.generate("Explain recursion to a child."); cw.wait()
+            >>> cw.vote("B")
+            {'A': 0, 'B': 1}
+        """
+        with self._view_lock:
+            if not isinstance(label, str) or label not in self._votes:
+                raise ValueError(
+                    f"no column is labelled {label!r}; vote for one of {', '.join(self._votes)}"
+                )
+            self._check_vote_open()
+            self._votes[label] += 1
+            votes = dict(self._votes)
+        self._refresh()
+        return votes
+
+    def _check_vote_open(self) -> None:
+        """Refuse a vote now, saying why (``_view_lock`` held)."""
+        if self._round == 0:
+            raise RuntimeError("there is no answer to vote on yet: Run all (cw.generate()) first")
+        if self._round_blind and self._revealed:
+            raise RuntimeError(
+                "this round is revealed: its votes are closed (Run all starts a new round)"
+            )
+        going = [self.labels[i] for i, c in enumerate(self._columns) if not _ended(c)]
+        if going:
+            raise RuntimeError(
+                f"vote once every answer has ended: column{'s' if len(going) > 1 else ''} "
+                f"{', '.join(sorted(going))} still running (wait, or Stop all)"
+            )
+
+    def reveal(self) -> dict[str, str]:
+        """Show which model (and settings) each label was; final for the round.
+
+        Returns:
+            Label to model (with its settings in words when a column had its own), in label
+            order, e.g. ``{"A": "SmolLM2-135M-Instruct", "B": "llama3 on 127.0.0.1:8000"}``.
+
+        Raises:
+            RuntimeError: No round has run yet.
+
+        Example:
+            >>> cw.reveal()
+            {'A': 'SmolLM2-135M-Instruct · temperature 0.7', 'B': 'SmolLM2-135M-Instruct'}
+        """
+        with self._view_lock:
+            if self._round == 0:
+                raise RuntimeError("there is nothing to reveal yet: Run all (cw.generate()) first")
+            self._revealed = True
+            mapping = self._mapping()
+        self._relabel()
+        self._refresh()
+        return mapping
+
+    def _mapping(self) -> dict[str, str]:
+        """Label to model in words, in label order (``_view_lock`` held)."""
+        return {LABELS[p]: self._model_words(i) for p, i in enumerate(self._order)}
+
+    def _model_words(self, index: int) -> str:
+        column = self._columns[index] if index < len(self._columns) else None
+        words = column._words if column is not None else ""
+        name = self._names[index]
+        if column is not None and (column._own or not self._by_model) and words:
+            return f"{name} · {words}"
+        return name
+
+    def save(self, path: str | os.PathLike[str]) -> list[Path]:
+        """Save every column's last run as a recording, in a folder (one file per column).
+
+        Replay them side by side with ``CompareWidget(models=[nbstream.load(p) for p in
+        paths])``: each column replays its recorded answer at its recorded pace.
+
+        Args:
+            path: The folder (created if missing); the files are ``column-1.json``, ...,
+                in the order the columns were given.
+
+        Returns:
+            The files written, in column order.
+
+        Raises:
+            RuntimeError: A column has no run, or one still running.
+
+        Example:
+            >>> paths = cw.save("lesson")
+            >>> replayed = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
+        """
+        runs = [column.run for column in self._columns]
+        missing = [i + 1 for i, run in enumerate(runs) if run is None or not run.done]
+        if missing:
+            raise RuntimeError(
+                f"column {missing[0]} has no ended run to save: run every column, and wait() "
+                "for them, before saving"
+            )
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        return [
+            run.save(folder / f"column-{i + 1}.json")
+            for i, run in enumerate(runs)
+            if run is not None
+        ]
+
+    def _lettered(self) -> bool:
+        """Whether the columns carry letters (and the header votes): models, or blind."""
+        return self._by_model or bool(self.__dict__.get("_header") and self._header.blind)
+
+    def _hidden(self) -> bool:
+        """Whether the columns hide what they run: blind, and the round not revealed."""
+        header = self.__dict__.get("_header")
+        blind = bool(header.blind) if header is not None else self._start_blind
+        return blind and not self._revealed
+
+    def _dress(self, column: _Column, words: str) -> str:
+        """A column's heading: its letter, then (unless hidden) its model and settings."""
+        with self._view_lock:
+            index = self._columns.index(column) if column in self._columns else len(self._columns)
+            position = self._order.index(index) if index in self._order else index
+            letter = LABELS[position] if position < len(LABELS) else "?"
+            replay = index < len(self._replays) and self._replays[index]
+            if self._hidden():
+                return f"{letter} · replay" if replay else letter
+            if not self._lettered():
+                return words
+            name = self._names[index] if index < len(self._names) else ""
+            shown = [letter, name]
+            if words and (words != "model defaults" or not self._by_model):
+                shown.append(words)
+            return " · ".join(part for part in shown if part)
+
+    def _relabel(self) -> None:
+        """Every column's heading and Prompt view again (never with ``_view_lock`` held)."""
+        for column in self._columns:
+            column.relabel()
+
+    def _blind_changed(self, change: dict[str, Any]) -> None:
+        with self._view_lock:
+            reveals = not change["new"] and self._round_blind and not self._revealed
+        if reveals:
+            self.reveal()  # turning blind off during a blind round shows which was which
+            return
+        self._relabel()
+        self._refresh()
+
+    def _new_round(self) -> None:
+        """A Run all: a new round, its order shuffled when blind (``_run_lock`` held)."""
+        with self._view_lock:
+            self._round += 1
+            self._round_blind = self.blind
+            self._revealed = False
+            order = list(range(len(self._columns)))
+            if self._round_blind:
+                self._shuffler.shuffle(order)
+            self._order = order
+            self._votes = {LABELS[p]: 0 for p in range(len(order))}
+            for position, index in enumerate(order):
+                self._columns[index].compare_note = {
+                    "round": self._round,
+                    "label": LABELS[position],
+                    "blind": self._round_blind,
+                    "model": self._names[index],
+                    "column": index,
+                    "order": [self._names[i] for i in order],
+                }
+        shown = [self._columns[i] for i in order]
+        if list(self._row.children) != shown:
+            self._row.children = shown
+        self._relabel()
 
     @input_checked
     def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
@@ -646,6 +1340,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             self._check_ready(text)
             if self.same_seed:
                 self._shared_seed = self._seed if self._seed is not None else _draw_seed()
+            self._new_round()
             # Every column first, then the runs: the header counts them all from the start.
             for column in self._columns:
                 column._set_in_run_all(True)
@@ -841,6 +1536,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         kind = content.get("type")
         if kind == "stop":
             self.stop()
+        elif kind in ("vote", "reveal"):
+            self._vote_from_page(kind, content.get("label"))
         elif kind == "run":
             if any(c.status in (QUEUED, RUNNING) for c in self._columns):
                 logger.debug("Run all ignored: a column is still queued or running")
@@ -859,6 +1556,18 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 self.generate(prompt if isinstance(prompt, str) else None)
             except (TypeError, ValueError, RuntimeError) as exc:
                 self._header.input_error = str(exc)
+
+    def _vote_from_page(self, kind: str, label: Any) -> None:
+        """A vote button or Reveal; a refusal is said in the header's ``vote_error``."""
+        try:
+            if kind == "vote":
+                self.vote(label)
+            else:
+                self.reveal()
+        except (ValueError, RuntimeError) as exc:
+            self._header.vote_error = str(exc)
+            return
+        self._header.vote_error = ""
 
     def _column_changed(self, change: dict[str, Any]) -> None:
         # A column's state, or the Same seed checkbox: the header's summary follows.
@@ -897,6 +1606,14 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 self._write_mark(owner, generation, None)
             if any(c.compare_mark is not None for c in self._columns if c is not owner):
                 self._start_marking(self._set_marks, generation, None)
+            return
+        if isinstance(divergence, TextDivergence):
+            lines = text_divergence_words(divergence)
+            marks = [
+                {"step": step if step is not None else 0, "words": words}
+                for step, words in zip(divergence.steps, lines, strict=True)
+            ]
+            self._start_marking(self._set_marks, generation, marks)
             return
         self._start_marking(self._words_of_divergence, generation, *divergence)
 
@@ -961,6 +1678,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         seed = self.shared_seed
         if seed is not None and any(s != "idle" for s in statuses):
             line += f" · same seed {seed}"
+        if self._competing and any(s != "idle" for s in statuses):
+            line += f" · {self._competing}"
+        if self._round_blind and self._round and not self._revealed:
+            line += f" · blind round {self._round}"
         return line
 
     def _refresh(self) -> None:
@@ -974,23 +1695,58 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                 header.statuses = statuses
                 header.in_run_all = [c.in_run_all for c in self._columns]
                 header.summary = self._summary(statuses)
+                self._vote_traits(header)
             self._publish_fallback()
+
+    def _vote_traits(self, header: _Header) -> None:
+        """The header's vote row: labels, votes, whether a vote is open, what was revealed."""
+        header.voting = self._lettered()
+        header.labels = [LABELS[p] for p in range(len(self._order))]
+        header.votes = dict(self._votes)
+        try:
+            self._check_vote_open()
+            open_now = True
+        except RuntimeError:
+            open_now = False
+        header.can_vote = open_now
+        header.revealed = self._mapping() if self._revealed else {}
 
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> dict[str, str]:
         """The text/plain and text/markdown fallbacks: each column's label, state and text."""
         entries: list[tuple[str, str, str, Mapping[str, Any] | None, dict[str, str] | None]] = []
-        for column in self._columns:
+        with self._view_lock:
+            shown = [self._columns[i] for i in self._order]  # as the page shows them
+        for column in shown:
             run = column.run
             if run is None:
                 entries.append((column.label, "idle", "", {}, None))
                 continue
             # Read once, state first: the text of an ended run is final.
             status = run.status
-            entries.append(
-                (column.label, status, run.partial_text, run.metrics, error_summary(run.error))
-            )
-        return compare_fallback_bundle(self.prompt, entries)
+            error = column.error_words(run)
+            entries.append((column.label, status, run.partial_text, run.metrics, error))
+        bundle = compare_fallback_bundle(self.prompt, entries)
+        extra = self._vote_words()
+        if extra:
+            bundle = {kind: f"{text}\n\n{extra}" for kind, text in bundle.items()}
+        return bundle
+
+    def _vote_words(self) -> str:
+        """The round's votes and what was revealed, in one line ("" before any vote)."""
+        with self._view_lock:
+            if not self._round or not self._lettered():
+                return ""
+            parts = []
+            if any(self._votes.values()):
+                counts = ", ".join(f"{label} {n}" for label, n in self._votes.items())
+                parts.append(f"Votes: {counts}")
+            if self._revealed:
+                mapping = ", ".join(f"{k} = {v}" for k, v in self._mapping().items())
+                parts.append(f"Revealed: {mapping}")
+            elif self._round_blind:
+                parts.append(f"Blind round {self._round}: not revealed")
+            return " · ".join(parts)
 
     def _bundle(self) -> dict[str, Any] | None:
         if self.comm is None:
@@ -1018,5 +1774,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._output.republish(self._shown)
 
     def __repr__(self) -> str:
-        # The default repr serializes every trait (children included); this one stays cheap.
+        # The default repr serializes every trait (children included); this one stays cheap,
+        # and names no model while a blind round hides them.
+        if self._hidden():
+            return f"<CompareWidget blind labels={self.labels!r} statuses={self.statuses!r}>"
+        if self._by_model:
+            return f"<CompareWidget models={self._names!r} statuses={self.statuses!r}>"
         return f"<CompareWidget statuses={self.statuses!r}>"

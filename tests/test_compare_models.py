@@ -1,0 +1,371 @@
+"""CompareWidget with a column per model (``models=``): columns on different models run at once
+and end in their own states, Stop all ends them all, records name their models, answers on
+different tokenizers part by text, a model that fails to load fails only its column, and a
+blind round (shuffled labels, votes, Reveal) hides every model name until Reveal.
+
+The header is driven the way its front end drives it (custom messages and synced traits).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+import nbstream
+from nbstream.testing import forced_model, tiny_model
+from nbstream.widgets.compare import LABELS, TextDivergence
+
+pytestmark = pytest.mark.usefixtures("no_leftover_runs")
+
+MISSING = "no-such-org/no-such-model-for-compare"
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what or predicate}"
+        time.sleep(0.01)
+    return value
+
+
+def send(cw, content) -> None:
+    """A custom message from the header's view."""
+    cw._header._handle_custom_msg(content, [])
+
+
+@pytest.fixture
+def two_models():
+    """Two different tiny models (different weights): each has its own queue."""
+    return tiny_model(one_line=True, seed=0), tiny_model(one_line=True, seed=1)
+
+
+def test_columns_on_different_models_run_at_once_and_end_in_their_own_states(
+    two_models, fake, probe
+):
+    first, second = two_models
+    gate = probe(first[0])
+    gate.hold()
+    cw = nbstream.CompareWidget(
+        models=[first, second, nbstream.Endpoint(fake.url("drop"), "fake-model")],
+        prompt="Hi",
+        max_new_tokens=6,
+    )
+    try:
+        runs = cw.generate()
+        assert gate.held.wait(30)
+        # The second model and the server do not wait for the first: no shared queue.
+        assert runs[1].wait(60) is not None
+        wait_until(lambda: runs[2].done, what="the server's column to end")
+        assert runs[0].status == "running"
+        cw.columns[0].stop()
+        gate.release()
+        cw.wait(60)
+        assert cw.statuses == ["cancelled", "complete", "failed"]
+        assert [run.status for run in runs] == cw.statuses
+    finally:
+        cw.close()
+
+
+def test_stop_all_ends_every_column_whatever_it_runs_on(two_models, fake):
+    cw = nbstream.CompareWidget(
+        models=[*two_models, nbstream.Endpoint(fake.url("stall"), "fake-model")],
+        prompt="Hi",
+        max_new_tokens=4000,
+    )
+    try:
+        runs = cw.generate()
+        wait_until(lambda: all(run.partial_text for run in runs), what="every column to stream")
+        assert cw.stop()
+        assert all(run.wait_done(30) for run in runs)
+        assert [run.status for run in runs] == ["cancelled"] * 3
+        assert all(len(run.token_ids) < 4000 for run in runs[:2])
+    finally:
+        cw.close()
+
+
+def test_each_record_names_its_model_and_the_prompt_view_shows_each_template(two_models, fake):
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    cw = nbstream.CompareWidget(models=[*two_models, endpoint], prompt="Hi", max_new_tokens=3)
+    try:
+        cw.generate()
+        cw.wait(60)
+        records = cw.records
+        assert all(record is not None for record in records)
+        names = [record["compare"]["model"] for record in records]  # type: ignore[index]
+        assert names == cw.models
+        assert len(set(names)) == 3
+        assert names[2] == f"fake-model on 127.0.0.1:{fake.server_address[1]}"
+        assert records[2]["model"]["name"] == "fake-model"  # type: ignore[index]
+        assert [r["compare"]["label"] for r in records] == ["A", "B", "C"]  # type: ignore[index]
+        # Each column's heading names its model; its Prompt view shows its own template.
+        for column, name in zip(cw.columns, names, strict=True):
+            assert name in column.label
+        assert cw.columns[0].prompt_text == cw.columns[0].run.prompt_text
+        assert "<|im_start|>" in cw.columns[0].prompt_text
+    finally:
+        cw.close()
+
+
+def test_a_model_that_fails_to_load_fails_its_column_while_the_others_run(two_models):
+    cw = nbstream.CompareWidget(models=[two_models[0], MISSING], prompt="Hi", max_new_tokens=3)
+    try:
+        runs = cw.generate()
+        cw.wait(60)
+        assert [run.status for run in runs] == ["complete", "failed"]
+        message = str(runs[1].error)
+        assert f"the model {MISSING!r} could not be loaded" in message
+        assert "the other columns run without it" in message
+        assert cw.columns[1].error_info["type"] == "ModelLoadFailed"
+        assert MISSING in cw.columns[1].label
+    finally:
+        cw.close()
+
+
+def test_answers_on_two_tokenizers_part_by_text(tiny):
+    from transformers import AutoTokenizer
+
+    from nbstream.models import default_model_dir
+
+    model_a, tokenizer_a = forced_model("Hello, world")
+    model_b, _ = forced_model("Hello, there")
+    # Another tokenizer (one more token): ids of one are not the other's, so only text counts.
+    tokenizer_b = AutoTokenizer.from_pretrained(default_model_dir())
+    tokenizer_b.add_tokens(["<nbstream-test-extra>"])
+    cw = nbstream.CompareWidget(
+        models=[(model_a, tokenizer_a), (model_b, tokenizer_b)], prompt="Hi", max_new_tokens=8
+    )
+    try:
+        cw.generate()
+        cw.wait(60)
+        assert cw.results == ["Hello, world", "Hello, there"]
+        found = cw.divergence
+        assert isinstance(found, TextDivergence)
+        assert found.char == len("Hello, ")
+        step = len(tokenizer_a.encode("Hello,", add_special_tokens=False))
+        assert found.steps == [step, step]
+        assert [t.strip() for t in found.tokens] == ["world", "there"]  # type: ignore[union-attr]
+        marks = [column.compare_mark for column in cw.columns]
+        assert [mark["step"] for mark in marks] == [step, step]  # type: ignore[index]
+        assert "Answers part at character 8: this column has ' world'" in marks[0]["words"]  # type: ignore[index]
+    finally:
+        cw.close()
+
+
+def test_a_server_without_token_ids_parts_by_text(fake):
+    model, tokenizer = forced_model("Hello, world")
+    cw = nbstream.CompareWidget(
+        models=[(model, tokenizer), nbstream.Endpoint(fake.url("ok"), "fake-model")],
+        prompt="Hi",
+        max_new_tokens=8,
+    )
+    try:
+        cw.generate()
+        cw.wait(60)
+        assert cw.results == ["Hello, world", "Hello, wor"]
+        found = cw.divergence
+        assert isinstance(found, TextDivergence)
+        assert found.char == len("Hello, wor")
+        assert found.tokens[1] is None and found.steps[1] is None  # its answer had ended
+        assert found.tokens[0] is not None and "ld" in found.tokens[0]
+    finally:
+        cw.close()
+
+
+def test_blind_labels_are_shuffled_per_round_and_recorded(two_models, monkeypatch):
+    third = tiny_model(one_line=True, seed=2)
+    cw = nbstream.CompareWidget(
+        models=[*two_models, third], prompt="Hi", max_new_tokens=2, blind=True
+    )
+    try:
+        cw._shuffler = random.Random(7)
+        expected = list(range(3))
+        random.Random(7).shuffle(expected)
+        assert expected != [0, 1, 2]  # this seed's shuffle moves the columns
+        cw.generate()
+        cw.wait(60)
+        # Position p on the page shows column expected[p], labelled LABELS[p].
+        assert [cw._row.children.index(cw.columns[i]) for i in expected] == [0, 1, 2]
+        labels = cw.labels
+        assert [labels[i] for i in expected] == list(LABELS[:3])
+        assert cw._header.labels == ["A", "B", "C"]
+        records = cw.records
+        for i, record in enumerate(records):
+            note = record["compare"]  # type: ignore[index]
+            assert note["label"] == labels[i] and note["blind"] is True and note["round"] == 1
+            assert note["model"] == cw.models[i]
+            assert note["order"] == [cw.models[j] for j in expected]
+        mapping = cw.reveal()
+        assert mapping == {
+            labels[i]: cw.models[i] for i in sorted(range(3), key=labels.__getitem__)
+        }
+    finally:
+        cw.close()
+
+
+def test_votes_are_refused_until_every_column_ended_and_then_count(two_models, probe):
+    gate = probe(two_models[0][0])
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=3, blind=True)
+    try:
+        with pytest.raises(RuntimeError, match="no answer to vote on"):
+            cw.vote("A")
+        gate.hold()
+        cw.generate()
+        assert gate.held.wait(30)
+        with pytest.raises(RuntimeError, match="once every answer has ended"):
+            cw.vote("A")
+        send(cw, {"type": "vote", "label": "B"})
+        assert "once every answer has ended" in cw._header.vote_error
+        assert cw._header.can_vote is False
+        assert cw.votes == {"A": 0, "B": 0}
+        gate.release()
+        cw.wait(60)
+        wait_until(lambda: cw._header.can_vote, what="the vote to open")
+        cw.vote("A")
+        send(cw, {"type": "vote", "label": "A"})
+        send(cw, {"type": "vote", "label": "B"})
+        assert cw.votes == {"A": 2, "B": 1}
+        assert cw._header.votes == {"A": 2, "B": 1}
+        assert cw._header.vote_error == ""
+        with pytest.raises(ValueError, match="no column is labelled 'C'"):
+            cw.vote("C")
+        # A new round counts from zero.
+        cw.generate()
+        cw.wait(60)
+        assert cw.votes == {"A": 0, "B": 0}
+    finally:
+        cw.close()
+
+
+def test_a_reveal_is_final_for_its_round(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=2, blind=True)
+    try:
+        with pytest.raises(RuntimeError, match="nothing to reveal"):
+            cw.reveal()
+        cw.generate()
+        cw.wait(60)
+        cw.vote("B")
+        send(cw, {"type": "reveal"})
+        mapping = cw._header.revealed
+        assert sorted(mapping.values()) == sorted(cw.models)
+        assert cw.reveal() == mapping  # the same answer again
+        with pytest.raises(RuntimeError, match="this round is revealed"):
+            cw.vote("A")
+        assert cw._header.can_vote is False
+        assert cw.votes == {"A": 0, "B": 1}
+        # The columns now name their models, after their letters.
+        for column, label, name in zip(cw.columns, cw.labels, cw.models, strict=True):
+            assert column.label == f"{label} · {name}"
+            assert column.prompt_text == column.run.prompt_text
+        assert "Revealed: A = " in cw._fallback()["text/plain"]
+    finally:
+        cw.close()
+
+
+def test_turning_blind_off_during_a_blind_round_reveals_it(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=2, blind=True)
+    try:
+        cw.generate()
+        cw.wait(60)
+        cw._header.blind = False  # the checkbox
+        assert cw._header.revealed
+        with pytest.raises(RuntimeError, match="revealed"):
+            cw.vote("A")
+    finally:
+        cw.close()
+
+
+def names_in(text: str, names: list[str]) -> list[str]:
+    return [name for name in names if name.lower() in text.lower()]
+
+
+def test_blind_mode_names_no_model_in_repr_state_or_saved_output(two_models, fake):
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    cw = nbstream.CompareWidget(
+        models=[*two_models, endpoint, MISSING], prompt="Hi", max_new_tokens=3, blind=True
+    )
+    try:
+        hidden = [*cw.models, "LlamaForCausalLM", "fake-model", "127.0.0.1", "no-such-org"]
+        runs = cw.generate()
+        cw.wait(60)
+        shown = [
+            repr(cw),
+            repr(runs),
+            json.dumps(cw._fallback()),
+            json.dumps(cw._header.get_state(), default=str),
+            *(json.dumps(column.get_state(), default=str) for column in cw.columns),
+            *(str(column.label) for column in cw.columns),
+        ]
+        for text in shown:
+            assert names_in(text, hidden) == [], text[:400]
+        # No chat template in the Prompt view (it names a model family) until Reveal.
+        assert all(column.prompt_text is None for column in cw.columns)
+        cw.reveal()
+        assert names_in(repr(cw), cw.models) == cw.models
+        assert names_in(json.dumps(cw._fallback()), cw.models) == cw.models
+    finally:
+        cw.close()
+
+
+def test_the_summary_says_when_models_compete_for_the_cpu(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=2)
+    try:
+        cw.generate()
+        cw.wait(60)
+        assert "the models run at once on the CPU" in cw._header.summary
+    finally:
+        cw.close()
+    one = tiny_model(one_line=True)
+    same = nbstream.CompareWidget(models=[one, one], prompt="Hi", max_new_tokens=2)
+    try:
+        same.generate()
+        same.wait(60)
+        assert "at once" not in same._header.summary  # one model: its columns take turns
+    finally:
+        same.close()
+
+
+def test_saved_columns_replay_side_by_side(two_models, tmp_path):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=4)
+    try:
+        with pytest.raises(RuntimeError, match="has no ended run to save"):
+            cw.save(tmp_path)
+        cw.generate()
+        texts = cw.wait(60)
+        paths = cw.save(tmp_path / "lesson")
+    finally:
+        cw.close()
+    assert [p.name for p in paths] == ["column-1.json", "column-2.json"]
+    replay = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
+    try:
+        assert replay.prompt == "Hi"  # the recorded prompt
+        assert all(name.startswith("replay of ") for name in replay.models)
+        replay.generate()
+        assert replay.wait(60) == texts
+        assert all(r["model"]["replayed"] for r in replay.records)  # type: ignore[index]
+    finally:
+        replay.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"models": "gpt2"}, TypeError, r"models must be a list"),
+        ({"models": [None]}, ValueError, r"2 to 4 models, got 1"),
+        ({"models": [None] * 5}, ValueError, r"2 to 4 models, got 5"),
+        ({"models": [None, None], "settings": [{}]}, ValueError, r"1 dicts for 2 models"),
+        ({"models": [None, 3]}, TypeError, r"models entries are.*got int"),
+        ({"models": [None, (1, 2, 3)]}, TypeError, r"pair has two items"),
+        ({"models": [None, None], "blind": "yes"}, TypeError, r"blind must be True or False"),
+    ],
+)
+def test_bad_models_arguments_raise_before_anything_is_created(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        nbstream.CompareWidget(prompt="Hi", **kwargs)
+
+
+def test_models_and_a_model_are_not_both_given(tiny):
+    with pytest.raises(TypeError, match="not both"):
+        nbstream.CompareWidget(*tiny, models=[tiny, tiny])
