@@ -19,6 +19,7 @@ from mkdocs.structure.files import File, Files
 #: Modules documented whole, besides the names of ``nbstream.__all__``.
 PUBLIC_MODULES = (
     "nbstream.distribution",
+    "nbstream.lens",
     "nbstream.trace",
     "nbstream.record",
     "nbstream.settings",

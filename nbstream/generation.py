@@ -33,6 +33,7 @@ from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend
 from .distribution import Distribution
+from .lens import Attribution, Lens, attribution_at, lens_at
 from .protocol import FinishReason, Metrics, RunRecord, Status
 from .record import build_record, replay_arguments, warn_if_different
 from .settings import DEFAULT_THINKING_TAGS, validate_settings
@@ -1041,6 +1042,53 @@ class Generation:
         # them), so the stages are those, in its order.
         self._require_logits()
         return self._job.distribution(step, self.token_ids, asked, logits)
+
+    # -- why this token: the logit lens and attribution (nbstream.lens) -----------------------
+    @input_checked
+    def lens(self, step: int) -> Lens:
+        """What each layer of the model would have said at ``step``: the logit lens.
+
+        One forward pass on the calling thread, beside any run of the model (it never waits for
+        the run, nor delays its Stop). See :mod:`nbstream.lens`.
+
+        Args:
+            step: The step (0-based, into ``token_ids``); the run may still be going.
+
+        Returns:
+            A :class:`~nbstream.lens.Lens`: ``probs``, ``ranks``, ``top(layer, n)``, ``describe()``.
+
+        Raises:
+            LensUnavailable: A run on a server, a replayed recording, an unknown model family, or
+                a step the run does not have.
+
+        Example:
+            >>> lens = run.lens(3)
+            >>> lens.probs[-1] == run.trace[3].prob  # to float rounding
+            >>> print(lens.describe())
+        """
+        return lens_at(self._backend, self._job, self.token_ids, step, self._queue.turn)
+
+    @input_checked
+    def attribution(self, step: int) -> Attribution:
+        """Each earlier token's share of the push toward the token at ``step``.
+
+        Gradient × input on the input embeddings (one forward and one backward pass, beside any
+        run of the model, as :meth:`lens`). See :mod:`nbstream.lens` for the method and its limits.
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            An :class:`~nbstream.lens.Attribution`: ``tokens``, ``shares`` (summing to 1).
+
+        Raises:
+            LensUnavailable: As :meth:`lens`.
+
+        Example:
+            >>> attr = run.attribution(3)
+            >>> print(attr.describe())
+        """
+        return attribution_at(self._backend, self._job, self.token_ids, step, self._queue.turn)
 
     @staticmethod
     def _check_step(step: Any, length: int) -> int:

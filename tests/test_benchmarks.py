@@ -136,3 +136,24 @@ def test_shape_prints_each_figure_of_the_code():
         "longest docstring: ",
     ):
         assert heading in proc.stdout
+
+
+@pytest.mark.model
+def test_lens_benchmark_quick(tmp_path):
+    out = tmp_path / "lens.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.lens", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    measured = report["side_by_side"]
+    assert measured["ratio"] > 0 and measured["off_tok_per_s"] > 0
+    assert set(report["times"]) == {"lens_ms", "attribution_ms", "both_ms", "input_tokens"}
+    assert "Streaming while a lens is computed" in proc.stdout
