@@ -352,8 +352,22 @@ def _check_spec(spec: Any) -> None:
     )
 
 
-def _check_models(models: Any, settings: Any) -> tuple[list[Any], Any]:
-    """``models=`` as a list, and the settings: one empty dict per model when not given."""
+def _check_models(
+    model: Any, tokenizer: Any, models: Any, settings: Any, blind: Any
+) -> tuple[list[Any] | None, Any]:
+    """``models=`` as a list (None: one model for every column), and the settings.
+
+    The settings are one empty dict per model when not given.
+    """
+    if not isinstance(blind, bool):
+        raise TypeError(f"blind must be True or False, got {blind!r:.80}")
+    if models is None:
+        return None, settings
+    if model is not None or tokenizer is not None:
+        raise TypeError(
+            "pass the models as models=[...] (one per column), or one model (and its "
+            "tokenizer) for every column, not both"
+        )
     if isinstance(models, (str, bytes, Mapping)) or not isinstance(models, Sequence):
         raise TypeError(
             f"models must be a list of {MIN_COLUMNS} to {MAX_COLUMNS} models, one per column, "
@@ -865,16 +879,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         **common: Any,
     ) -> None:
         # Everything is checked before any widget (or thread) exists.
-        specs: list[Any] | None = None
-        if models is not None:
-            if model is not None or tokenizer is not None:
-                raise TypeError(
-                    "pass the models as models=[...] (one per column), or one model (and "
-                    "its tokenizer) for every column, not both"
-                )
-            specs, settings = _check_models(models, settings)
-        if not isinstance(blind, bool):
-            raise TypeError(f"blind must be True or False, got {blind!r:.80}")
+        specs, settings = _check_models(model, tokenizer, models, settings, blind)
         columns, merged, views, same_seed = _check_arguments(
             prompt, settings, same_seed, seed, common
         )
