@@ -28,6 +28,7 @@ from typing import Any, Literal, TypedDict, Union
 
 __all__ = [
     "Alternative",
+    "AttributionData",
     "BranchEntry",
     "BranchToAlternative",
     "BranchToToken",
@@ -55,6 +56,9 @@ __all__ = [
     "FeedMessage",
     "FinishReason",
     "KeepRequest",
+    "LensData",
+    "LensReply",
+    "LensRequest",
     "Metrics",
     "ModelInfo",
     "NoMetrics",
@@ -370,6 +374,8 @@ class RunWidgetTraits(TypedDict):
     can_trace: bool
     #: The model gives its logits (the sampling panel).
     can_explain: bool
+    #: The model's layers can be read (the popover's "Inside the model").
+    can_lens: bool
 
 
 class BranchEntry(TypedDict):
@@ -613,10 +619,70 @@ class DistributionReply(DistributionFields):
     error: str | None
 
 
+class LensData(TypedDict):
+    """What each layer would have said at a step (``run.lens(step).to_dict()``)."""
+
+    step: int
+    #: The chosen token's text.
+    token: str
+    #: How many decoder layers (one entry each below; the last is the model's own output).
+    layers: int
+    #: The chosen token's probability, read through the final norm and output layer.
+    probs: list[float]
+    #: Its rank there (0: that layer's favourite).
+    ranks: list[int]
+    #: Per layer, its top few ``[text, probability]``, best first.
+    top: list[list[tuple[str, float]]]
+    #: The layers whose top-1 token differs from the layer before's.
+    changed: list[int]
+
+
+class AttributionData(TypedDict):
+    """How much each earlier token pushed toward a step's token (``run.attribution``)."""
+
+    step: int
+    token: str
+    #: The earlier tokens' texts: the prompt's, then the answer's before the step.
+    tokens: list[str]
+    #: One share per token.
+    shares: list[float]
+    #: How many of ``tokens`` are the prompt's.
+    prompt_tokens: int
+    #: How the shares were computed, in words.
+    method: str
+
+
+class _LensFields(TypedDict, total=False):
+    #: Absent or null with an ``error``.
+    lens: LensData | None
+    #: Null when it could not be computed (``attribution_error`` says why).
+    attribution: AttributionData | None
+    attribution_error: str | None
+    #: The lens and the attribution described in words (``.describe()``).
+    words: str
+    #: How long the kernel took to compute what the reply carries, in seconds.
+    elapsed_s: float
+    #: True on the first reply, which has the lens only: a second reply to the same
+    #: request adds the attribution (unless a newer request overtook it).
+    pending: bool
+
+
+class LensReply(_LensFields):
+    """The popover's "Inside the model", to the view that asked."""
+
+    type: Literal["lens"]
+    view: str
+    request: int
+    run_id: int | None
+    step: int | None
+    #: Null, or why the lens could not be computed (then nothing else).
+    error: str | None
+
+
 #: What a ``RunFeed`` sends to the views of a ``StreamWidget`` or ``ChatWidget``.
 FeedMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage
 #: Every custom message the views of a ``StreamWidget`` or ``ChatWidget`` get.
-RunWidgetMessage = FeedMessage | DistributionReply
+RunWidgetMessage = FeedMessage | DistributionReply | LensReply
 
 
 # -- page to kernel -----------------------------------------------------------------------------
@@ -657,6 +723,18 @@ class DistributionRequest(_SliderValues):
     """The sampling panel asks for a step's distribution."""
 
     type: Literal["distribution"]
+    view: str
+    #: Grows with each request of the view.
+    request: int
+    run_id: int
+    #: 0-based.
+    step: int
+
+
+class LensRequest(TypedDict):
+    """The popover asks what the layers said at a step, and which tokens pushed it."""
+
+    type: Literal["lens"]
     view: str
     #: Grows with each request of the view.
     request: int
@@ -748,7 +826,7 @@ class CompareRunRequest(TypedDict):
 
 
 #: What every view of a ``StreamWidget`` or ``ChatWidget`` sends.
-ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest
+ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest
 #: What a ``StreamWidget``'s view sends.
 StreamWidgetRequest = (
     ViewRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest

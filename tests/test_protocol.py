@@ -432,6 +432,7 @@ def handled_kinds(function: Callable[..., Any]) -> set[str]:
 MESSAGE_TABLES: dict[str, tuple[Any, list[Callable[..., Any]] | None]] = {
     "Kernel to page": (protocol.FeedMessage, None),
     "Kernel to page: the sampling panel": (protocol.DistributionReply, None),
+    "Kernel to page: Inside the model": (protocol.LensReply, None),
     "Page to kernel: every RunWidget view": (
         protocol.ViewRequest,
         [RunWidget._handle_view_message],

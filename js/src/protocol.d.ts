@@ -6,6 +6,20 @@
 /** One of a token's top candidates: `[id, text, kind, logprob, cut]` (`cut`: the run's sampling settings gave it no chance; `id` and `cut` are null on a server). */
 export type Alternative = [number | null, string, TokenKind, number | null, boolean | null];
 
+/** How much each earlier token pushed toward a step's token (`run.attribution`). */
+export interface AttributionData {
+  step: number;
+  token: string;
+  /** The earlier tokens' texts: the prompt's, then the answer's before the step. */
+  tokens: string[];
+  /** One share per token. */
+  shares: number[];
+  /** How many of `tokens` are the prompt's. */
+  prompt_tokens: number;
+  /** How the shares were computed, in words. */
+  method: string;
+}
+
 /** One branch of the current prompt's answers, in the order made. */
 export interface BranchEntry {
   /** The token (0-based) where it left its parent. */
@@ -75,7 +89,7 @@ export interface ChatWidgetOwnTraits {
 }
 
 /** What a `ChatWidget`'s view sends. */
-export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `ChatWidget` (nbstream/widgets/chat.py). */
 export type ChatWidgetTraits = RunWidgetTraits & BranchTraits & ChatWidgetOwnTraits;
@@ -255,6 +269,56 @@ export interface KeepRequest {
   turn: number;
 }
 
+/** What each layer would have said at a step (`run.lens(step).to_dict()`). */
+export interface LensData {
+  step: number;
+  /** The chosen token's text. */
+  token: string;
+  /** How many decoder layers (one entry each below; the last is the model's own output). */
+  layers: number;
+  /** The chosen token's probability, read through the final norm and output layer. */
+  probs: number[];
+  /** Its rank there (0: that layer's favourite). */
+  ranks: number[];
+  /** Per layer, its top few `[text, probability]`, best first. */
+  top: (([string, number])[])[];
+  /** The layers whose top-1 token differs from the layer before's. */
+  changed: number[];
+}
+
+/** The popover's "Inside the model", to the view that asked. */
+export interface LensReply {
+  type: "lens";
+  view: string;
+  request: number;
+  run_id: number | null;
+  step: number | null;
+  /** Null, or why the lens could not be computed (then nothing else). */
+  error: string | null;
+  /** Absent or null with an `error`. */
+  lens?: LensData | null;
+  /** Null when it could not be computed (`attribution_error` says why). */
+  attribution?: AttributionData | null;
+  attribution_error?: string | null;
+  /** The lens and the attribution described in words (`.describe()`). */
+  words?: string;
+  /** How long the kernel took to compute what the reply carries, in seconds. */
+  elapsed_s?: number;
+  /** True on the first reply, which has the lens only: a second reply to the same request adds the attribution (unless a newer request overtook it). */
+  pending?: boolean;
+}
+
+/** The popover asks what the layers said at a step, and which tokens pushed it. */
+export interface LensRequest {
+  type: "lens";
+  view: string;
+  /** Grows with each request of the view. */
+  request: number;
+  run_id: number;
+  /** 0-based. */
+  step: number;
+}
+
 /** A run's timings and counts (`run.metrics`); null until known. */
 export interface Metrics extends ServerMetrics {
   /** Seconds between the request and the start of generation. */
@@ -373,7 +437,7 @@ export interface RunRequest {
 }
 
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
-export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply;
+export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply;
 
 /** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py. */
 export interface RunWidgetTraits {
@@ -420,6 +484,8 @@ export interface RunWidgetTraits {
   can_trace: boolean;
   /** The model gives its logits (the sampling panel). */
   can_explain: boolean;
+  /** The model's layers can be read (the popover's "Inside the model"). */
+  can_lens: boolean;
 }
 
 /** The sampling panel's settings. Greedy is temperature 0; `top_k` 0 and `top_p` 1 are off. */
@@ -512,7 +578,7 @@ export interface StreamWidgetOwnTraits {
 }
 
 /** What a `StreamWidget`'s view sends. */
-export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `StreamWidget` (nbstream/widgets/stream.py). */
 export type StreamWidgetTraits = RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits;
@@ -566,7 +632,7 @@ export interface TokensMessage {
 }
 
 /** What every view of a `StreamWidget` or `ChatWidget` sends. */
-export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest;
+export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest;
 
 /** A widget's state: its current run's, or `idle` before any (and after a chat's clear). */
 export type WidgetStatus = "idle" | "queued" | "running" | "complete" | "failed" | "cancelled";

@@ -9,6 +9,7 @@
 
 import { disconnected, h, isNum } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
+import { lensSections } from "./lens.js";
 import { explainPanels } from "./sampling.js";
 
 /**
@@ -400,7 +401,8 @@ class TokenList {
    * @param {{label?: string, changed?: () => void, opened?: () => void,
    *          closeOthers?: (list: TokenList) => void,
    *          branch?: {fill: (list: TokenList, i: number) => void} | null,
-   *          explain?: ReturnType<typeof explainPanels> | null}} [opts]
+   *          explain?: ReturnType<typeof explainPanels> | null,
+   *          lens?: ReturnType<typeof lensSections> | null}} [opts]
    *   changed: tokens came or went; opened: a popover opened (the view stops following
    *   the end of the output, so that streaming does not scroll it away)
    */
@@ -412,6 +414,7 @@ class TokenList {
     this.modes = { tokens: false, probs: false, alts: false };
     this.current = 0; // the token that takes the focus (roving tabindex)
     this.openIndex = -1; // the token whose popover is open, or -1
+    this.refocusing = false; // Escape gives the token back its focus: no popover then
     this.changed = opts.changed || (() => {});
     this.closeOthers = opts.closeOthers || (() => {});
     this.opened = opts.opened || (() => {});
@@ -419,6 +422,8 @@ class TokenList {
     this.branch = opts.branch || null;
     // The popover's "How was this picked?": the sampling panel (sampling.js), or null.
     this.explain = opts.explain || null;
+    // The popover's "Inside the model" (lens.js), or null.
+    this.lens = opts.lens || null;
     this.ac = new AbortController();
 
     this.el = h("div", "nbstream-tokens-view", {
@@ -461,7 +466,7 @@ class TokenList {
       const i = this.indexOf(e.target);
       if (i < 0 || !this.modes.alts) return;
       this.setCurrent(i);
-      this.open(i);
+      if (!this.refocusing) this.open(i);
     });
     on(this.el, "keydown", (e) => this.key(/** @type {KeyboardEvent} */ (e)));
     on(this.el, "focusout", (e) => {
@@ -478,6 +483,7 @@ class TokenList {
     // A sampling panel open on this list closes with it (a chat answer regenerated,
     // cleared or switched): it would go on taking replies for tokens no longer shown.
     this.explain?.reset(this);
+    this.lens?.reset(this);
     this.ac.abort();
   }
 
@@ -506,6 +512,7 @@ class TokenList {
     this.current = 0;
     this.close();
     this.explain?.reset(this);
+    this.lens?.reset(this);
     this.list.replaceChildren();
     this.changed();
   }
@@ -654,7 +661,12 @@ class TokenList {
       if (this.openIndex < 0) return;
       const i = this.openIndex;
       this.close();
-      if (this.pop.contains(/** @type {Node} */ (e.target))) this.span(i)?.focus({ preventScroll: true });
+      if (this.pop.contains(/** @type {Node} */ (e.target))) {
+        // Back to the token, its popover left closed (focusin would open it again).
+        this.refocusing = true;
+        this.span(i)?.focus({ preventScroll: true });
+        this.refocusing = false;
+      }
       e.preventDefault();
       e.stopPropagation();
       return;
@@ -667,10 +679,12 @@ class TokenList {
     else if (e.key === "ArrowLeft" || e.key === "ArrowUp") to = Math.max(0, i - 1);
     else if (e.key === "Home") to = 0;
     else if (e.key === "End") to = last;
-    else if (e.key === "Enter" || e.key === " ") {
+    else if (e.key === "Enter" || e.key === " " || (e.key === "i" && this.lens)) {
       e.preventDefault();
       e.stopPropagation();
       this.open(i);
+      // i: straight to "Inside the model" (opened, with the focus on its button).
+      if (e.key === "i" && this.openIndex === i) this.lens?.focus();
       return;
     } else return;
     e.preventDefault();
@@ -695,6 +709,7 @@ class TokenList {
     s.classList.add("nbstream-token-open");
     this.fill(i);
     this.explainAction(i);
+    this.lens?.fill(this, i);
     this.pop.hidden = false;
     this.opened();
     this.place(s);
@@ -856,6 +871,8 @@ class TokenViews {
     this.explain = o.viewId
       ? explainPanels({ model, scope, viewId: o.viewId, pieces: appendPieces, local: () => canExplain(model) })
       : null;
+    // The popover's "Inside the model" of this view (lens.js).
+    this.lens = o.viewId ? lensSections({ model, scope, viewId: o.viewId, root: o.root }) : null;
     this.tokensShown = false;
   }
 
@@ -916,6 +933,7 @@ class TokenViews {
       closeOthers,
       branch: this.o.branch,
       explain: this.explain,
+      lens: this.lens,
     });
     t.setModes(tokenModes(this.o.model));
     return t;

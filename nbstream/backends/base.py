@@ -221,6 +221,9 @@ class Backend(abc.ABC):
     #: :meth:`Job.distribution`): ``run.step_logits``, ``run.distribution``, the widgets'
     #: sampling panel.
     supports_step_logits: bool = False
+    #: Its runs' layers can be read: ``run.lens``, ``run.attribution``, the popover's
+    #: "Inside the model" (a model the lens does not know is still refused, by name).
+    supports_lens: bool = False
     #: ``run.branch`` from token ids: :meth:`prepare` takes ``prefix_ids``.
     supports_branching: bool = False
     #: A model server: it streams text, not token ids; a run has tokens to show only with a

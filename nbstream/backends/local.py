@@ -264,6 +264,7 @@ class LocalBackend(Backend):
 
     supports_alternatives = True
     supports_step_logits = True
+    supports_lens = True
     supports_branching = True
 
     def __init__(self, model: Any, tokenizer: Any) -> None:

@@ -28,6 +28,7 @@ from ..settings import validate_settings
 from . import cells as cells
 from .display import FallbackDisplay, register_run_display, replay_bundle, shown_by_widget
 from .feed import RunFeed
+from .lens_view import LensViewer
 from .route import PageRoute, answer_on_sending_subshell
 from .sampling import Explainer
 from .settings_panel import (
@@ -135,6 +136,9 @@ class RunWidget(anywidget.AnyWidget):
     #: picked?"): a local model. A server's run shows its tokens (can_trace, given
     #: alternatives=k) but sends only its top few candidates, never the whole distribution.
     can_explain = traitlets.Bool(False).tag(sync=True)
+    #: Whether this widget's model's layers can be read (the popover's "Inside the model"):
+    #: a local model; a run the lens cannot read is refused in words when asked.
+    can_lens = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         views = {name: settings.pop(name) for name in VIEW_TOGGLES if name in settings}
@@ -170,6 +174,7 @@ class RunWidget(anywidget.AnyWidget):
             settings_defaults=model_defaults(model),
             can_trace=can_trace,
             can_explain=backend.supports_step_logits,
+            can_lens=backend.supports_lens,
         )
         if self._replaying is not None:
             self._show_replay(self._replaying.prompt)
@@ -177,6 +182,8 @@ class RunWidget(anywidget.AnyWidget):
         # at the first request: two first requests at once (main shell and subshell) would
         # make two, and close() would close one. It starts no thread until a request.
         self._explainer = self._make_explainer()
+        # The popover's "Inside the model" (widgets/lens_view.py): its own worker thread.
+        self._lens = LensViewer(self._explainer_runs, lambda content: self._send_msg(content))
         self.on_msg(self._handle_message)
         # A Stop is handled on the page's subshell even while the cell that drives this
         # widget blocks (see widgets/route.py).
@@ -218,12 +225,15 @@ class RunWidget(anywidget.AnyWidget):
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._output = FallbackDisplay(self._lock, "nbstream")
 
-    def _make_explainer(self) -> Explainer:
-        def runs() -> dict[int, Generation]:
-            with self._lock:
-                return dict(self._token_runs())
+    def _explainer_runs(self) -> dict[int, Generation]:
+        """The shown runs by id (what the sampling panel and the lens may be asked about)."""
+        with self._lock:
+            return dict(self._token_runs())
 
-        return Explainer(runs, lambda content: self._send_msg(content), self._tokenizer)
+    def _make_explainer(self) -> Explainer:
+        return Explainer(
+            self._explainer_runs, lambda content: self._send_msg(content), self._tokenizer
+        )
 
     # -- one state, whatever thread writes it -------------------------------------------------
     # ipywidgets keeps what a hold_sync() holds back per widget, not per thread: a trait
@@ -351,6 +361,9 @@ class RunWidget(anywidget.AnyWidget):
         explainer = self.__dict__.get("_explainer")  # close() also runs when __init__ failed
         if explainer is not None:
             explainer.close()
+        lens = self.__dict__.get("_lens")
+        if lens is not None:
+            lens.close()
         super().close()
 
     # -- settings -----------------------------------------------------------------------------
@@ -605,6 +618,8 @@ class RunWidget(anywidget.AnyWidget):
             self._view_removed(content.get("page"), content.get("view"))
         elif kind == "distribution":
             self._explainer.request(content)  # answered on its own thread (widgets/sampling.py)
+        elif kind == "lens":
+            self._lens.request(content)  # answered on its own thread (widgets/lens_view.py)
         else:
             # A Run / Send carries the panel's values: ipywidgets holds back state updates
             # until the kernel has answered the previous one, but not custom messages, so
