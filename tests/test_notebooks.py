@@ -33,6 +33,7 @@ NAMES = [
     "reasoning.ipynb",
     "recorded-lesson.ipynb",
     "compare-models.ipynb",
+    "inside-the-model.ipynb",
 ]
 #: The lessons that replay a recording and load no model (they run where no model is).
 WITHOUT_A_MODEL = ["recorded-lesson.ipynb"]
@@ -201,6 +202,15 @@ def check_claims(name: str, outputs: str) -> None:
         assert "refused: A recording has no logits" in outputs
         assert "refused: this recording has no answer to 'Name a vegetable.'" in outputs
         assert "models loaded: []" in outputs
+    if name == "inside-the-model.ipynb":
+        # The lens's last layer is the run's own number; the shares sum to 1; the branch keeps
+        # the answer up to the step and takes the favourite; a replay has no layers to read.
+        assert "the last layer is the run's own: True" in outputs
+        assert "read after each of its 30 layers" in outputs
+        assert "shares sum to 1: True" in outputs
+        assert "the branch starts with the kept tokens: True" in outputs
+        assert "then the favourite: True" in outputs
+        assert "refused: a replayed recording has no model" in outputs
     if name == "compare-models.ipynb":
         # Two models at once, one model under two settings taking turns, a blind round.
         assert "SmolLM2-135M-Instruct: complete | first token " in outputs
