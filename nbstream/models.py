@@ -538,7 +538,11 @@ def load_model(
         if key in _loaded:
             entry = _loaded[key]
             return entry.model, entry.tokenizer
-        model, tokenizer = _load(source, device_map, dtype, adapter, trust_remote_code, kwargs)
+        plain = device_map is None and dtype is None and not trust_remote_code and not kwargs
+        if plain and _is_default_folder(source):
+            model, tokenizer = _load_default(source, adapter)
+        else:
+            model, tokenizer = _load(source, device_map, dtype, adapter, trust_remote_code, kwargs)
         _loaded[key] = _describe(source, adapter, kwargs, model, tokenizer)
         return model, tokenizer
 
@@ -591,7 +595,7 @@ def _describe(
     model: Any,
     tokenizer: Any,
 ) -> LoadedModel:
-    default = source == str(default_model_cache().resolve())
+    default = _is_default_folder(source)
     dtype = getattr(model, "dtype", None)
     device = getattr(model, "device", None)
     revision = kwargs.get("revision")
@@ -639,6 +643,11 @@ def _load(
     model: Any  # a PreTrainedModel, or a PeftModel wrapping one
     with _quiet_progress():
         model = AutoModelForCausalLM.from_pretrained(source, **options)
+    return _finish(model, adapter), tokenizer
+
+
+def _finish(model: Any, adapter: str | os.PathLike[str] | None) -> Any:
+    """The loaded model with its adapter applied (a PeftModel), in evaluation mode."""
     if adapter is not None:
         try:
             from peft import PeftModel
@@ -648,7 +657,126 @@ def _load(
             ) from exc
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
-    return model, tokenizer
+    return model
+
+
+# -- the default model, the short way ------------------------------------------------------------
+
+
+def _is_default_folder(source: str) -> bool:
+    return source == str(default_model_cache().resolve())
+
+
+def _load_default(source: str, adapter: str | os.PathLike[str] | None) -> tuple[Any, Any]:
+    """The default model's folder, loaded without what only other checkpoints need.
+
+    The folder is nbstream's own conversion (its stamp was checked on the way here), so its
+    classes and its one weights file are known: the concrete classes load it, skipping the Auto
+    classes' lookups, and the weights go straight into the model (see
+    :func:`_load_llama_folder`). Anything unexpected there takes the usual way.
+    """
+    folder = Path(source)
+    model = _load_llama_folder(folder)
+    if model is None:
+        return _load(source, None, None, adapter, False, {})
+    tokenizer = _load_fast_tokenizer(folder)
+    return _finish(model, adapter), tokenizer
+
+
+def _load_fast_tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer through its concrete class, as AutoTokenizer resolves it here.
+
+    For a folder whose tokenizer_config names the fast (``tokenizers``) class; else
+    AutoTokenizer.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        named = json.loads((folder / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    fast = {PreTrainedTokenizerFast.__name__, "PreTrainedTokenizerFast", "TokenizersBackend"}
+    if named in fast and (folder / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+# The one weights file of a folder _load_llama_folder loads.
+_WEIGHTS = "model.safetensors"
+
+
+def _load_llama_folder(folder: Path) -> Any:
+    """A Llama checkpoint folder loaded directly, or None when it is not one this way can load.
+
+    ``from_pretrained`` prepares for every checkpoint it can read: on its first call in a
+    process it compiles the weight-renaming rules of every architecture transformers knows
+    (over a thousand regular expressions, 0.2-0.5 s here), looks for a dozen optional files,
+    and then maps each stored name through those rules. A folder of this shape needs none of
+    it: one ``model.safetensors`` whose names are the model's own, a ``config.json`` saying
+    ``llama``, and a ``generation_config.json``. The model is built on the meta device, its
+    weights assigned from the file (memory-mapped, as ``from_pretrained`` maps them: several
+    kernels share the pages), the tied output layer tied, and the rotary embedding (computed,
+    not stored) built on the CPU. The result equals ``LlamaForCausalLM.from_pretrained(folder)``
+    (the tests compare every tensor and both configs).
+
+    Returns None, having loaded nothing it keeps, for any other folder: another architecture,
+    no such file, a quantized or sharded checkpoint, a name missing or left over.
+    """
+    try:
+        config_dict = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(config_dict, dict)
+        or config_dict.get("model_type") != "llama"
+        or config_dict.get("architectures") != ["LlamaForCausalLM"]
+        or "quantization_config" in config_dict
+        # The type from_pretrained would load it in, as the model is built: float32 only.
+        or config_dict.get("dtype", config_dict.get("torch_dtype", "float32")) != "float32"
+        or not (folder / _WEIGHTS).is_file()
+        or (folder / f"{_WEIGHTS}.index.json").exists()
+    ):
+        return None
+    try:
+        return _assemble_llama(folder)
+    except Exception as exc:  # a file this way does not expect: the usual way will say
+        logger.debug("Loading %s the usual way: %s", folder, exc)
+        return None
+
+
+def _assemble_llama(folder: Path) -> Any:
+    import torch
+    from safetensors import safe_open
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig.from_pretrained(str(folder))
+    config.name_or_path = str(folder)  # as from_pretrained records where the model came from
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    with safe_open(str(folder / _WEIGHTS), framework="pt", device="cpu") as weights:
+        state = {name: weights.get_tensor(name) for name in weights.keys()}  # noqa: SIM118
+    stored_dtypes = {tensor.dtype for tensor in state.values()}
+    if stored_dtypes != {torch.float32}:
+        raise ValueError(f"weights stored as {sorted(map(str, stored_dtypes))}, not float32")
+    result = model.load_state_dict(state, strict=False, assign=True)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if result.unexpected_keys or set(result.missing_keys) - tied:
+        raise ValueError(
+            f"names missing {result.missing_keys} or left over {result.unexpected_keys}"
+        )
+    model.tie_weights()
+    rotary = model.model.rotary_emb
+    model.model.rotary_emb = type(rotary)(config=config)
+    on_meta = [
+        name
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+        if tensor.device.type == "meta"
+    ]
+    if on_meta:
+        raise ValueError(f"not loaded: {on_meta}")
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(folder))
+    return model
 
 
 def _looks_like_a_path(source: str) -> bool:

@@ -214,3 +214,164 @@ def test_loaded_models_describes_each_model(tiny, real_model, tmp_path):
     assert default.default and default.name == models.DEFAULT_NAME
     assert default.path == str(nbstream.default_model_dir().resolve())
     assert "Llama" not in repr(entry)  # a short repr: not the model's architecture
+
+
+# -- the default model, the short way: its folder read directly ------------------------------
+
+
+def assert_same_model(ours, theirs):
+    """Every tensor (computed buffers too), both configs and the output are the same."""
+    for mine, reference in (
+        (ours.state_dict(), theirs.state_dict()),
+        (dict(ours.named_buffers()), dict(theirs.named_buffers())),
+    ):
+        assert mine.keys() == reference.keys()
+        for name, tensor in mine.items():
+            assert tensor.dtype == reference[name].dtype and torch.equal(tensor, reference[name])
+    assert ours.config.to_dict() == theirs.config.to_dict()
+    assert ours.generation_config.to_dict() == theirs.generation_config.to_dict()
+    assert ours.name_or_path == theirs.name_or_path
+    assert ours.lm_head.weight is ours.model.embed_tokens.weight  # tied, as loaded
+    ids = torch.tensor([[1, 20, 300, 4000]])
+    with torch.no_grad():
+        assert torch.equal(ours.eval()(ids).logits, theirs.eval()(ids).logits)
+
+
+def test_a_llama_folder_read_directly_equals_from_pretrained(tiny_folder):
+    from transformers import LlamaForCausalLM
+
+    direct = models._load_llama_folder(tiny_folder)
+    assert direct is not None
+    assert_same_model(direct, LlamaForCausalLM.from_pretrained(tiny_folder))
+
+
+def spoil(folder, how):
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / "model.safetensors"
+    config = json.loads((folder / "config.json").read_text())
+    if how == "another architecture":
+        config.update(model_type="mistral", architectures=["MistralForCausalLM"])
+    elif how == "bfloat16":
+        config["dtype"] = "bfloat16"
+    elif how == "quantized":
+        config["quantization_config"] = {"quant_method": "bitsandbytes"}
+    elif how == "sharded":
+        (folder / "model.safetensors.index.json").write_text("{}")
+    elif how in ("a weight missing", "a name left over", "stored as float16"):
+        state = load_file(weights)
+        if how == "a weight missing":
+            del state["model.norm.weight"]
+        elif how == "a name left over":
+            state["model.extra.weight"] = torch.zeros(2)
+        else:
+            state = {name: tensor.half() for name, tensor in state.items()}
+        save_file(state, weights, metadata={"format": "pt"})
+    elif how == "no weights file":
+        weights.unlink()
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+SPOILS = [
+    "another architecture",
+    "bfloat16",
+    "quantized",
+    "sharded",
+    "a weight missing",
+    "a name left over",
+    "stored as float16",
+    "no weights file",
+]
+
+
+@pytest.mark.parametrize("how", SPOILS)
+def test_a_folder_of_another_shape_is_left_to_from_pretrained(tiny_folder, tmp_path, how):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_folder, folder)
+    spoil(folder, how)
+    assert models._load_llama_folder(folder) is None
+
+
+@pytest.fixture
+def as_default(tiny_folder, tmp_path, monkeypatch):
+    """A copy of the tiny model's folder standing in as the default model's folder."""
+    import shutil
+
+    folder = tmp_path / models.DEFAULT_NAME
+    shutil.copytree(tiny_folder, folder)
+    monkeypatch.setattr(models, "default_model_cache", lambda: folder)
+    calls = []
+    real = models._load_llama_folder
+    monkeypatch.setattr(models, "_load_llama_folder", lambda path: calls.append(path) or real(path))
+    yield folder, calls
+    for key, entry in list(models._loaded.items()):
+        if entry.path == str(folder.resolve()):
+            del models._loaded[key]
+
+
+def test_the_default_folder_is_read_directly_and_described_as_the_default(as_default, tiny):
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    folder, calls = as_default
+    model, tokenizer = nbstream.load_model(folder)
+    assert calls == [folder.resolve()]
+    assert_same_model(model, LlamaForCausalLM.from_pretrained(folder))
+    assert not model.training
+    reference = AutoTokenizer.from_pretrained(folder)
+    assert type(tokenizer) is type(reference)
+    assert tokenizer.chat_template == reference.chat_template
+    assert tokenizer.special_tokens_map == reference.special_tokens_map
+    assert tokenizer.encode("Hello, wörld 👋") == reference.encode("Hello, wörld 👋")
+    (entry,) = [m for m in models.loaded_models() if m.model is model]
+    assert entry.default and entry.name == models.DEFAULT_NAME
+
+
+def test_a_default_folder_of_another_shape_still_loads_the_usual_way(as_default, tiny):
+    folder, calls = as_default
+    spoil(folder, "a weight missing")
+    model, _ = nbstream.load_model(folder)
+    assert calls == [folder.resolve()]  # tried, found wanting, then from_pretrained
+    assert type(model).__name__ == "LlamaForCausalLM" and not model.training
+
+
+def test_options_take_the_usual_way_even_for_the_default_folder(as_default):
+    folder, calls = as_default
+    model, _ = nbstream.load_model(folder, dtype=torch.bfloat16)
+    assert calls == [] and next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_a_users_own_llama_folder_takes_the_usual_way(tiny_folder, tmp_path, monkeypatch):
+    import shutil
+
+    folder = tmp_path / "mine"
+    shutil.copytree(tiny_folder, folder)
+    calls = []
+    monkeypatch.setattr(models, "_load_llama_folder", calls.append)
+    model, _ = nbstream.load_model(folder)
+    assert calls == [] and type(model).__name__ == "LlamaForCausalLM"
+
+
+def test_a_users_own_model_of_another_family_loads_through_the_auto_classes(tiny, tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tokenizer = tiny
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=len(tokenizer))
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    model, loaded_tokenizer = nbstream.load_model(tmp_path / "gpt2")
+    assert type(model) is GPT2LMHeadModel and not model.training
+    assert loaded_tokenizer.encode("Hello") == tokenizer.encode("Hello")
+
+
+def test_the_default_model_read_directly_equals_from_pretrained(real_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = real_model
+    folder = nbstream.default_model_dir()
+    assert_same_model(model, AutoModelForCausalLM.from_pretrained(folder))
+    reference = AutoTokenizer.from_pretrained(folder)
+    assert type(tokenizer) is type(reference)
+    assert tokenizer.chat_template == reference.chat_template
+    assert tokenizer.encode("Name two colors. 色") == reference.encode("Name two colors. 色")
