@@ -38,6 +38,8 @@ Usage::
     python -m benchmarks.engine --no-control     # the three variants only: ~9 min
     python -m benchmarks.engine --quick          # ~30 s: checks the script end to end
     python -m benchmarks.engine --rounds 9 --models tiny --json engine.json
+    python -m benchmarks.engine --models tiny --rounds 5 --parts   # where nbstream's cost goes
+    python -m benchmarks.engine --device cuda --dtype bfloat16     # on a GPU (parts included)
 
 The Markdown report goes to stdout, progress to stderr. The exit status is 1 when the
 benchmark itself is invalid (the variants generated different numbers of tokens), not when a
@@ -73,16 +75,33 @@ PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a mes
 
 GENERATE, TEXT_ITERATOR, NBSTREAM = "generate", "TextIteratorStreamer", "nbstream"
 GENERATE_THREAD = "generate_on_thread"
+# Where nbstream's cost over (1b) goes, one part at a time (--parts): (1b) with nbstream's
+# stopping criterion, (1b) with its token buffer as the streamer and no reader, and
+# nbstream capturing run.trace (alternatives=5, the logits hook).
+GENERATE_CRITERIA, GENERATE_BUFFER = "generate_with_criteria", "generate_with_buffer"
+NBSTREAM_ALTERNATIVES = "nbstream_alternatives"
 VARIANTS = (GENERATE, TEXT_ITERATOR, NBSTREAM)
 # A control, not one of the three compared variants: (1) on a worker thread, where (2) and
 # (3) run it (see the module docstring: OpenMP waits differently there).
 CONTROL_VARIANTS = (GENERATE_THREAD,)
-DISPLAY_ORDER = (GENERATE, GENERATE_THREAD, TEXT_ITERATOR, NBSTREAM)
+PART_VARIANTS = (GENERATE_CRITERIA, GENERATE_BUFFER, NBSTREAM_ALTERNATIVES)
+DISPLAY_ORDER = (
+    GENERATE,
+    GENERATE_THREAD,
+    GENERATE_CRITERIA,
+    GENERATE_BUFFER,
+    TEXT_ITERATOR,
+    NBSTREAM,
+    NBSTREAM_ALTERNATIVES,
+)
 VARIANT_LABELS = {
     GENERATE: "(1) generate, no streamer, calling thread",
     GENERATE_THREAD: "(1b) control: (1) on a worker thread",
+    GENERATE_CRITERIA: "(1c) part: (1b) + nbstream's stopping criterion",
+    GENERATE_BUFFER: "(1d) part: (1b) + nbstream's token buffer, no reader",
     TEXT_ITERATOR: "(2) TextIteratorStreamer recipe",
     NBSTREAM: "(3) nbstream",
+    NBSTREAM_ALTERNATIVES: "(3a) part: (3) with alternatives=5 (run.trace)",
 }
 
 # Runs in a fresh interpreter: library imports first (timed apart), then load_model(). Module
@@ -271,6 +290,41 @@ def run_generate_on_thread(case: Case) -> Sample:
     return clock.sample(holder["out"][0, case.prompt_len :].tolist(), seconds, chunks=1)
 
 
+def _generate_on_thread_with(case: Case, extra: dict[str, Any]) -> Sample:
+    kwargs = {**case.generate_kwargs(), **extra}
+    holder: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            holder["out"] = case.model.generate(**case.inputs, **kwargs)
+        except BaseException as exc:
+            holder["error"] = exc
+
+    clock = _Clock()
+    thread = threading.Thread(target=target, name="benchmark-generate", daemon=True)
+    thread.start()
+    thread.join()
+    seconds = clock.wall_s()
+    if "error" in holder:
+        raise RuntimeError("generate failed on its thread") from holder["error"]
+    return clock.sample(holder["out"][0, case.prompt_len :].tolist(), seconds, chunks=1)
+
+
+def run_generate_with_criteria(case: Case) -> Sample:
+    """(1b) with the stopping criterion nbstream adds (Stop, budget and stop strings)."""
+    from nbstream.backends.base import RunControl
+    from nbstream.backends.local import _stop_criteria
+
+    return _generate_on_thread_with(case, {"stopping_criteria": _stop_criteria(RunControl())})
+
+
+def run_generate_with_buffer(case: Case) -> Sample:
+    """(1b) handing each token to nbstream's buffer, as a run does, with nobody reading it."""
+    from nbstream.streaming import TokenBuffer
+
+    return _generate_on_thread_with(case, {"streamer": TokenBuffer()})
+
+
 def run_text_iterator(case: Case) -> Sample:
     """transformers' documented recipe: generate on a thread, iterate the streamer."""
     from transformers import TextIteratorStreamer
@@ -302,12 +356,18 @@ def run_text_iterator(case: Case) -> Sample:
     return clock.sample(ids, seconds, chunks=len(chunks))
 
 
-def run_nbstream(case: Case) -> Sample:
+def run_nbstream(case: Case, alternatives: int = 0) -> Sample:
     import nbstream
 
+    options = {"alternatives": alternatives} if alternatives else {}
     clock = _Clock()
     run = nbstream.stream(
-        case.model, case.tokenizer, PROMPT, max_new_tokens=case.new_tokens, do_sample=False
+        case.model,
+        case.tokenizer,
+        PROMPT,
+        max_new_tokens=case.new_tokens,
+        do_sample=False,
+        **options,
     )
     chunks = []
     for chunk in run:
@@ -327,6 +387,9 @@ RUNNERS: dict[str, Callable[[Case], Sample]] = {
     GENERATE_THREAD: run_generate_on_thread,
     TEXT_ITERATOR: run_text_iterator,
     NBSTREAM: run_nbstream,
+    GENERATE_CRITERIA: run_generate_with_criteria,
+    GENERATE_BUFFER: run_generate_with_buffer,
+    NBSTREAM_ALTERNATIVES: lambda case: run_nbstream(case, alternatives=5),
 }
 
 
@@ -774,7 +837,10 @@ def render(report: dict[str, Any]) -> str:
             "avg10, the share of time some runnable task waited for a CPU, this benchmark's "
             f"own threads included): {', '.join(pressures)}."
         )
+    settings = report["settings"]
     lines.append(
+        f"Device {settings.get('device', 'cpu')}"
+        f"{', ' + settings['dtype'] if settings.get('dtype') else ''}; "
         f"Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}, "
         f"{env['cpus']} CPUs, load average before the run {env['loadavg_before']}; "
         f"{'quick run' if report['settings']['quick'] else 'full run'} in "
@@ -852,6 +918,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-fresh-load", action="store_true", help="skip the fresh-subprocess load timing"
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="also time nbstream's parts apart: (1b) with its stopping criterion, (1b) with "
+        "its token buffer, and nbstream with alternatives=5 (on by default with --device cuda)",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="where the models run: cpu (default) or cuda"
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="the models' weights type, e.g. float16 or bfloat16 (default: as stored)",
+    )
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = set(args.models) - {"default", "tiny"}
@@ -896,9 +976,15 @@ def main(argv: list[str] | None = None) -> int:
         "problems": [],
     }
 
+    placement: dict[str, Any] = {}
+    if args.device != "cpu":
+        placement["device_map"] = args.device
+    if args.dtype:
+        placement["dtype"] = getattr(torch, args.dtype)
+    report["settings"].update(device=args.device, dtype=args.dtype)
     log("loading the default model ...")
     start = time.perf_counter()
-    model, tokenizer = nbstream.load_model()
+    model, tokenizer = nbstream.load_model(**placement)
     first_load = time.perf_counter() - start
     cached = cached_load_s(cached_calls)
 
@@ -919,6 +1005,8 @@ def main(argv: list[str] | None = None) -> int:
     if "tiny" in args.models:
         tokens, rounds = plan["tiny"]
         tiny, tiny_tokenizer = tiny_model(one_line=True)
+        if placement:
+            tiny = tiny.to(args.device, placement.get("dtype"))
         cases.append(
             Case(
                 "tiny",
@@ -931,7 +1019,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    for case in cases:  # the prompt where the model is
+        case.inputs = {k: v.to(case.model.device) for k, v in case.inputs.items()}
     variants = VARIANTS if args.no_control else (*VARIANTS, *CONTROL_VARIANTS)
+    if args.parts or args.device != "cpu":
+        variants = (*VARIANTS, *CONTROL_VARIANTS, *PART_VARIANTS)
     for case in cases:
         log(f"{case.key}: {case.rounds} rounds of {case.new_tokens} tokens ...")
         with torch_threads(case.threads), forced_length(case, isin=args.suppress_with_isin):

@@ -157,3 +157,27 @@ def test_lens_benchmark_quick(tmp_path):
     assert measured["ratio"] > 0 and measured["off_tok_per_s"] > 0
     assert set(report["times"]) == {"lens_ms", "attribution_ms", "both_ms", "input_tokens"}
     assert "Streaming while a lens is computed" in proc.stdout
+
+
+@pytest.mark.model
+def test_coldstart_benchmark_quick(tmp_path):
+    out = tmp_path / "coldstart.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.coldstart", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["summary"]["pairs"] == 1 and report["summary"]["median_ratio"] > 0
+    # Each phase's imports were found between the program's marks.
+    for program in ("nbstream", "bare"):
+        split = report["breakdown"][program]
+        assert split["imports_s"] > 0 and split["total_s"] > 0
+        phases = report["breakdown"]["phase_imports"][program]
+        assert phases["import"]["top_modules"] or phases["load"]["top_modules"]
+    assert "nbstream / bare" in proc.stdout
