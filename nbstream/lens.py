@@ -96,6 +96,7 @@ METHOD = (
 )
 
 _VIEW_TOP = 5  # the top tokens per layer Lens.to_dict gives a view
+_SAID_CHANGES = 6  # describe() names the top token at this many layers at most
 
 
 class LensUnavailable(ValueError):
@@ -348,8 +349,16 @@ class Lens:
                 f"Its biggest rise is at layer {biggest + 1} "
                 f"({_percent(before)} → {_percent(probs[biggest])})."
             )
-        tops = [f"layer {i + 1}: {self.top(i, 1)[0][0]!r}" for i in [0, *self.changed]]
-        words.append("The top token, where it changes: " + ", ".join(tops) + ".")
+        changes = [0, *self.changed]
+        tops = [f"layer {i + 1}: {self.top(i, 1)[0][0]!r}" for i in changes[-_SAID_CHANGES:]]
+        if len(changes) > _SAID_CHANGES:
+            words.append(
+                f"The top token changes {len(changes) - 1} times; the last changes: "
+                + ", ".join(tops)
+                + "."
+            )
+        else:
+            words.append("The top token, where it changes: " + ", ".join(tops) + ".")
         return " ".join(words)
 
     def to_dict(self) -> dict[str, Any]:
