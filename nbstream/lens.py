@@ -612,18 +612,18 @@ def attribution_at(
     import torch
 
     model = where.model
-    with where.turn():
+    # Gradients on for this thread whatever its caller turned off (no_grad, inference_mode);
+    # a tensor made in inference mode cannot take part in a backward pass, hence the clone.
+    with where.turn(), torch.inference_mode(False), torch.enable_grad():
+        ids = where.input_ids.clone()
         with torch.no_grad():
-            embedded = model.get_input_embeddings()(where.input_ids)
-        with torch.enable_grad():
-            embedded = embedded.detach().requires_grad_(True)
-            output = model(
-                inputs_embeds=embedded,
-                attention_mask=torch.ones_like(where.input_ids),
-                **_forward_options(model),
-            )
-            logprob = torch.log_softmax(output.logits[0, -1].float(), dim=-1)[where.chosen]
-            (gradient,) = torch.autograd.grad(logprob, embedded)
+            embedded = model.get_input_embeddings()(ids)
+        embedded = embedded.detach().requires_grad_(True)
+        output = model(
+            inputs_embeds=embedded, attention_mask=torch.ones_like(ids), **_forward_options(model)
+        )
+        logprob = torch.log_softmax(output.logits[0, -1].float(), dim=-1)[where.chosen]
+        (gradient,) = torch.autograd.grad(logprob, embedded)
     scores = (gradient[0].float() * embedded[0].detach().float()).norm(dim=-1)
     return Attribution(
         step=where.step,

@@ -250,6 +250,16 @@ def test_describe_and_to_dict(tiny, no_leftover_runs):
     assert data["prompt_tokens"] == run.prompt_tokens and "gradient × input" in data["method"]
     said = attr.describe()
     assert "prompt holds" in said and repr(attr.strongest(1)[0][1]) in said
+    with pytest.raises(ValueError, match="n must be between 0 and 50"):
+        lens.top(0, 51)
+    with pytest.raises(IndexError, match="layer 3 out of range"):
+        lens.top(3, 1)
+    # The caller's no_grad or inference_mode does not reach the attribution's backward pass.
+    with torch.no_grad():
+        assert run.attribution(3).shares == pytest.approx(attr.shares, rel=1e-6)
+    with torch.inference_mode():
+        assert run.attribution(3).shares == pytest.approx(attr.shares, rel=1e-6)
+        assert run.lens(3).logprobs == pytest.approx(lens.logprobs, abs=1e-7)
     import json
 
     json.dumps(view), json.dumps(data)
