@@ -13,8 +13,9 @@
 
 Usage::
 
-    python -m benchmarks.lens            # ~4 min on 2 slow cores
-    python -m benchmarks.lens --quick    # ~30 s: checks the script end to end
+    python -m benchmarks.lens                       # ~4 min on 2 quiet cores
+    python -m benchmarks.lens --quick               # ~30 s: checks the script end to end
+    python -m benchmarks.lens --tokens 200 --threads 1 --rounds 2 --json lens.json
 
 The Markdown report goes to stdout, progress to stderr; exit status 1 only when a measurement is
 invalid (the two variants made different tokens, or the lens disagrees with the run's trace).
@@ -38,6 +39,7 @@ from benchmarks.engine import (
     _quiet_transformers,
     forced_length,
     log,
+    torch_threads,
 )
 
 ALTERNATIVES = 5
@@ -82,7 +84,8 @@ def one_run(case: Case, lens_at: tuple[int, int] | None) -> dict[str, Any]:
 
 
 def side_by_side(case: Case, after: int, step: int) -> dict[str, Any]:
-    one_run(case, None)  # warm
+    warm = Case(case.key, case.label, case.model, case.tokenizer, min(case.new_tokens, 20), 1, None)
+    one_run(warm, None)
     rounds, problems = [], []
     for index in range(case.rounds):
         order = ("off", "on") if index % 2 == 0 else ("on", "off")
@@ -171,10 +174,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=4, help="rounds side by side (default 4)")
     parser.add_argument("--quick", action="store_true", help="40 tokens, 1 round")
+    parser.add_argument("--tokens", type=int, default=500, help="tokens per run (default 500)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own; 1 is steadier on a busy machine)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.tokens < 20:
+        parser.error("--tokens must be at least 20")
     return args
 
 
@@ -184,11 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     import nbstream
 
-    tokens, after, step, rounds = (40, 20, 10, 1) if args.quick else (500, 300, 250, args.rounds)
+    tokens, rounds = (40, 1) if args.quick else (args.tokens, args.rounds)
+    # The lens starts once 60% of the answer is out, on the step at half of it.
+    after, step = tokens * 3 // 5, tokens // 2
     model, tokenizer = nbstream.load_model()
-    case = Case("default", "default (SmolLM2-135M)", model, tokenizer, tokens, rounds, None)
+    case = Case("default", "default (SmolLM2-135M)", model, tokenizer, tokens, rounds, args.threads)
     log(f"{rounds} rounds of {tokens} tokens, alone and with a lens ...")
-    with forced_length(case):
+    with torch_threads(case.threads), forced_length(case):
         measured = side_by_side(case, after, step)
         times = compute_times(case, step)
     report: dict[str, Any] = {
@@ -196,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": tokens,
         "after": after,
         "step": step,
+        "threads": args.threads,
         "side_by_side": measured,
         "times": times,
         "problems": measured["problems"],

@@ -615,12 +615,14 @@ def attribution_at(
     # Gradients on for this thread whatever its caller turned off (no_grad, inference_mode);
     # a tensor made in inference mode cannot take part in a backward pass, hence the clone.
     with where.turn(), torch.inference_mode(False), torch.enable_grad():
-        ids = where.input_ids.clone()
+        input_ids = where.input_ids.clone()
         with torch.no_grad():
-            embedded = model.get_input_embeddings()(ids)
+            embedded = model.get_input_embeddings()(input_ids)
         embedded = embedded.detach().requires_grad_(True)
         output = model(
-            inputs_embeds=embedded, attention_mask=torch.ones_like(ids), **_forward_options(model)
+            inputs_embeds=embedded,
+            attention_mask=torch.ones_like(input_ids),
+            **_forward_options(model),
         )
         logprob = torch.log_softmax(output.logits[0, -1].float(), dim=-1)[where.chosen]
         (gradient,) = torch.autograd.grad(logprob, embedded)
