@@ -222,6 +222,13 @@ def test_sampled_and_branched_runs(tiny, no_leftover_runs):
     for step in range(len(run.token_ids)):
         check_lens(run, model, tokenizer, step)
     check_attribution(run, model, tokenizer, 3)
+    for step in range(len(run.token_ids)):
+        lens = run.lens(step)
+        said = lens.describe()
+        if lens.ranks[-1] > 0:  # a sampled pick the model did not favour most
+            assert "not the top token at any layer" in said or "but not at the output" in said
+        else:
+            assert "top token at layer" in said
     branch = run.branch(2, run.trace[2].alternatives[4], max_new_tokens=6)
     branch.wait()
     assert branch.token_ids[2] == run.trace[2].alternatives[4].id
