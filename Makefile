@@ -139,7 +139,7 @@ docs-build: install
 RACE_TESTS := tests/test_generation.py tests/test_streaming.py tests/test_stop_strings.py \
 	tests/test_records.py tests/test_races.py tests/test_widget.py tests/test_chat.py \
 	tests/test_widget_races.py tests/test_compare.py tests/test_token_views.py tests/test_end_order.py \
-	tests/test_recording.py tests/test_recording_widget.py
+	tests/test_recording.py tests/test_recording_widget.py tests/test_recording_chat.py
 races: install
 	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider \
 	  -m "not browser and not frontend and not model and not slow" $(RACE_TESTS)

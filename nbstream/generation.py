@@ -1502,6 +1502,21 @@ class Generation:
             >>> nbstream.load(run.save("hi.json")).text == text
             True
         """
+        return recording.save_run(self.to_recording(), path)
+
+    def to_recording(self) -> recording.Recording:
+        """This run's recording, in memory: what :meth:`save` writes (``ChatWidget.save`` too).
+
+        Returns:
+            A :class:`~nbstream.recording.Recording`, as ``nbstream.load`` reads it back.
+
+        Raises:
+            RuntimeError: The run has not ended.
+
+        Example:
+            >>> nbstream.replay(run.to_recording(), speed=None).wait() == run.result
+            True
+        """
         if not self._done.is_set():
             raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
         # Each kept token decoded on its own turn, as the stream showed it; the decoder's
@@ -1514,7 +1529,12 @@ class Generation:
             pieces[-1] += rest
         start = self._started if self._started is not None else self._created
         times = [max(0.0, at - start) for at in self._buffer.times[:count]]
-        return recording.save(self, path, pieces=pieces, times=times)
+        return recording.from_run(self, pieces=pieces, times=times)
+
+    @property
+    def is_replay(self) -> bool:
+        """Whether this run replays a recording (``nbstream.replay``), not a live model."""
+        return isinstance(self._backend, ReplayBackend)
 
     # -- display -----------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -1526,14 +1546,16 @@ class Generation:
         count = f"tokens={metrics['tokens']}"
         if metrics["tokens"] is None and metrics.get("text_chunks") is not None:
             count = f"chunks={metrics['text_chunks']} (no token count)"
-        kind = "Generation replay" if isinstance(self._backend, ReplayBackend) else "Generation"
+        kind = "Generation replay" if self.is_replay else "Generation"
         return f"<{kind} {self._status} {count} elapsed={elapsed_txt} text={preview!r}>"
 
     def _repr_markdown_(self) -> str:
         text = self.partial_text
+        head = "*replay of a recorded run, not a live model*\n\n" if self.is_replay else ""
         if self._status == COMPLETE:
-            return text
-        return f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
+            return f"{head}{text}"
+        state = f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
+        return f"{head}{state}"
 
 
 def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitter | None:

@@ -13,6 +13,13 @@
   token's own ``text`` (null where it equals ``piece``); log-probabilities to 4 decimals;
 - ``text``, ``prompt_text``, ``thinking_tags`` and ``settings``: what a replay needs to show
   the same answer the same way.
+
+A chat's transcript (``ChatWidget.save(path)``, the terminal chat's ``/save``) is a second
+kind of document, ``"nbstream.chat/1"``: the system message, the settings, and every
+message, each answer with its run's ``record`` and its ``recording`` (the fields above but
+``format``, ``minor``, ``nbstream``, ``prompt`` and ``record``, which it shares with its
+message and the document). :func:`load` reads either: a :class:`Recording` or a
+:class:`ChatRecording`.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from os import PathLike
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,16 +38,24 @@ from typing import Any, NamedTuple
 from ._version import __version__
 
 __all__ = [
+    "CHAT_FORMAT",
+    "CHAT_MINOR",
     "FORMAT",
     "MAX_BYTES",
     "MAX_TOKENS",
     "MINOR",
+    "ChatRecording",
     "RecordedAlternative",
     "RecordedToken",
+    "RecordedTurn",
     "Recording",
     "as_recording",
+    "chat_document",
+    "from_run",
     "load",
     "save",
+    "save_chat",
+    "save_run",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +64,9 @@ logger = logging.getLogger(__name__)
 FORMAT = "nbstream.recording/1"
 #: Its minor version: a newer one only adds fields, which an older reader names and skips.
 MINOR = 0
+#: A chat's transcript: its name and major version, and its minor version.
+CHAT_FORMAT = "nbstream.chat/1"
+CHAT_MINOR = 0
 #: The largest file :func:`load` reads (a 500-token run with 5 alternatives is ~0.1 MiB).
 MAX_BYTES = 64 * 1024 * 1024
 #: The most tokens a recording may hold.
@@ -65,8 +84,22 @@ _FIELDS = (
     "tokens",
     "record",
 )
+_CHAT_FIELDS = (
+    "format",
+    "minor",
+    "nbstream",
+    "saved_at",
+    "system",
+    "keep_thinking",
+    "settings",
+    "messages",
+    "history",
+)
 _STATUSES = ("complete", "failed", "cancelled")
 _HINT = "save the run again with run.save(path)"
+_CHAT_HINT = "save the chat again with chat.save(path)"
+#: What a chat document's answer shares with its message and the document, not repeated.
+_SHARED = ("format", "minor", "nbstream", "prompt", "record")
 
 
 class RecordedAlternative(NamedTuple):
@@ -196,6 +229,91 @@ class Recording:
         return self.tokens[-1].time_s if self.tokens else 0.0
 
 
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One turn of a recorded chat: the user's message and the answer to it.
+
+    Args:
+        user: The user's message.
+        answer: The answer's text, as the chat showed it.
+        recording: The answer's run (``None``: an answer given as text, in a seeded history).
+        kept: Whether a stopped or failed answer was kept in the conversation on purpose.
+    """
+
+    user: str
+    answer: str
+    recording: Recording | None = None
+    kept: bool = False
+
+    @property
+    def status(self) -> str:
+        """How the answer ended (``"complete"`` for an answer given as text)."""
+        return "complete" if self.recording is None else self.recording.status
+
+    @property
+    def in_history(self) -> bool:
+        """Whether the next answer got this turn: it completed, or its partial was kept."""
+        return self.status == "complete" or self.kept
+
+
+@dataclass(frozen=True)
+class ChatRecording:
+    """A loaded chat (:func:`load` of a ``ChatWidget.save`` file): every turn, ready to replay.
+
+    ``ChatWidget(recording)`` replays it turn by turn, without a model;
+    ``ChatWidget(model, tokenizer, history=recording)`` resumes it on a model.
+
+    Args:
+        system: The system message (``None``: the chat template's default).
+        keep_thinking: Whether a reasoning model's thinking went back to it in the history.
+        settings: The chat's settings when it was saved.
+        turns: Every turn, in order.
+        version: The nbstream version that wrote it.
+
+    Example::
+
+        >>> chat = nbstream.load("lesson.json")
+        >>> len(chat.turns), chat.turns[0].user, chat.history[-1]["role"]
+        (2, 'Name two colors.', 'assistant')
+    """
+
+    system: str | None
+    keep_thinking: bool
+    settings: dict[str, Any]
+    turns: tuple[RecordedTurn, ...]
+    version: str | None = None
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """What the next answer would get: the shared rules of :mod:`nbstream.conversation`."""
+        history = [] if self.system is None else [{"role": "system", "content": self.system}]
+        for turn in self.turns:
+            if turn.in_history:
+                history.append({"role": "user", "content": turn.user})
+                history.append({"role": "assistant", "content": self._answer_of(turn)})
+        return history
+
+    def _answer_of(self, turn: RecordedTurn) -> str:
+        run = turn.recording
+        if not self.keep_thinking or run is None or run.thinking is None:
+            return turn.answer
+        if run.thinking_tags is None:
+            return turn.answer
+        opening, closing = run.thinking_tags
+        return f"{opening}{run.thinking}{closing}\n\n{turn.answer}"
+
+    @property
+    def recordings(self) -> list[Recording]:
+        """The recorded answers' runs, in order (an answer given as text has none)."""
+        return [turn.recording for turn in self.turns if turn.recording is not None]
+
+    @property
+    def prompt(self) -> Any:
+        """The messages the first recorded answer was asked with (``None``: none recorded)."""
+        runs = self.recordings
+        return runs[0].prompt if runs else None
+
+
 # -- writing ---------------------------------------------------------------------------------
 def _token_row(token: RecordedToken, traced: bool) -> list[Any]:
     row: list[Any] = [token.id, token.piece, round(token.time_s * 1000)]
@@ -231,6 +349,68 @@ def _tokens_of(run: Any, pieces: Sequence[str], times: Sequence[float]) -> list[
     return tokens
 
 
+def from_run(run: Any, *, pieces: Sequence[str], times: Sequence[float]) -> Recording:
+    """The recording of ``run``, in memory; call it as ``run.to_recording()``.
+
+    Args:
+        run: A run that has ended (a :class:`~nbstream.Generation`).
+        pieces: The text each token added to the stream, in order (the run knows them).
+        times: When each arrived, in seconds after the run got the model.
+
+    Returns:
+        What :func:`load` would read back from ``run.save(path)`` (times not yet rounded).
+
+    Raises:
+        RuntimeError: The run has not ended.
+
+    Example::
+
+        >>> run.to_recording().text == run.partial_text
+        True
+    """
+    record = run.record
+    if record is None:
+        raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
+    alternatives = int(run.settings.get("alternatives") or 0)
+    tokens = _tokens_of(run, pieces, times)
+    traced = alternatives > 0 and any(token.logprob is not None for token in tokens)
+    return Recording(
+        prompt=run.prompt,
+        prompt_text=run.prompt_text,
+        thinking_tags=None if run.thinking_tags is None else tuple(run.thinking_tags),
+        settings={k: v for k, v in run.settings.items() if k != "budget_s"},
+        alternatives=alternatives if traced else 0,
+        text=run.partial_text,
+        tokens=tuple(tokens),
+        record=record,
+        version=__version__,
+    )
+
+
+def _document(recording: Recording) -> dict[str, Any]:
+    traced = recording.alternatives > 0
+    tags = recording.thinking_tags
+    return {
+        "format": FORMAT,
+        "minor": MINOR,
+        "nbstream": __version__,
+        "prompt": recording.prompt,
+        "prompt_text": recording.prompt_text,
+        "thinking_tags": None if tags is None else list(tags),
+        "settings": recording.settings,
+        "alternatives": recording.alternatives,
+        "text": recording.text,
+        "tokens": [_token_row(token, traced) for token in recording.tokens],
+        "record": recording.record,
+    }
+
+
+def _write(document: dict[str, Any], path: str | PathLike[str]) -> Path:
+    target = Path(path)
+    target.write_text(json.dumps(document, ensure_ascii=False, separators=(",", ":")), "utf-8")
+    return target
+
+
 def save(
     run: Any, path: str | PathLike[str], *, pieces: Sequence[str], times: Sequence[float]
 ) -> Path:
@@ -253,33 +433,104 @@ def save(
         >>> run.save("answer.json")
         PosixPath('answer.json')
     """
-    record = run.record
-    if record is None:
-        raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
-    alternatives = int(run.settings.get("alternatives") or 0)
-    tokens = _tokens_of(run, pieces, times)
-    traced = alternatives > 0 and any(token.logprob is not None for token in tokens)
-    document = {
-        "format": FORMAT,
-        "minor": MINOR,
-        "nbstream": __version__,
-        "prompt": run.prompt,
-        "prompt_text": run.prompt_text,
-        "thinking_tags": None if run.thinking_tags is None else list(run.thinking_tags),
-        "settings": {k: v for k, v in run.settings.items() if k != "budget_s"},
-        "alternatives": alternatives if traced else 0,
-        "text": run.partial_text,
-        "tokens": [_token_row(token, traced) for token in tokens],
-        "record": record,
+    return _write(_document(from_run(run, pieces=pieces, times=times)), path)
+
+
+def save_run(recording: Recording, path: str | PathLike[str]) -> Path:
+    """Write a run's recording to ``path`` (JSON); ``run.save(path)`` calls it.
+
+    Args:
+        recording: The recording (``run.to_recording()``, or a loaded one).
+        path: Where to write it.
+
+    Returns:
+        The path written.
+
+    Example::
+
+        >>> save_run(nbstream.load("answer.json"), "copy.json")
+        PosixPath('copy.json')
+    """
+    return _write(_document(recording), path)
+
+
+def _answer_message(turn: RecordedTurn) -> dict[str, Any]:
+    run = turn.recording
+    embedded = None
+    if run is not None:
+        embedded = {k: v for k, v in _document(run).items() if k not in _SHARED}
+    return {
+        "role": "assistant",
+        "content": turn.answer,
+        "status": turn.status,
+        "partial": turn.status != "complete",
+        "kept": turn.kept,
+        "in_history": turn.in_history,
+        "finish_reason": None if run is None else run.finish_reason,
+        "record": None if run is None else run.record,
+        "recording": embedded,
     }
-    target = Path(path)
-    target.write_text(json.dumps(document, ensure_ascii=False, separators=(",", ":")), "utf-8")
-    return target
+
+
+def chat_document(chat: ChatRecording) -> dict[str, Any]:
+    """A chat's transcript as the JSON document :func:`save_chat` writes (``nbstream.chat/1``).
+
+    Args:
+        chat: The chat: its system message, settings and turns.
+
+    Returns:
+        The document: ``format``, ``minor``, ``nbstream``, ``saved_at``, ``system``,
+        ``keep_thinking``, ``settings``, ``messages`` (each answer with its ``record`` and
+        ``recording``) and ``history``.
+
+    Example::
+
+        >>> chat_document(nbstream.load("lesson.json"))["format"]
+        'nbstream.chat/1'
+    """
+    messages: list[dict[str, Any]] = []
+    for turn in chat.turns:
+        used = turn.in_history
+        messages.append({"role": "user", "content": turn.user, "in_history": used})
+        messages.append(_answer_message(turn))
+    return {
+        "format": CHAT_FORMAT,
+        "minor": CHAT_MINOR,
+        "nbstream": __version__,
+        "saved_at": datetime.now(timezone.utc).isoformat(),
+        "system": chat.system,
+        "keep_thinking": chat.keep_thinking,
+        "settings": chat.settings,
+        "messages": messages,
+        "history": chat.history,
+    }
+
+
+def save_chat(chat: ChatRecording, path: str | PathLike[str]) -> Path:
+    """Write a chat's transcript to ``path``; call it as ``ChatWidget.save(path)``.
+
+    Args:
+        chat: The chat (:class:`ChatRecording`: its turns carry their runs' recordings).
+        path: Where to write it.
+
+    Returns:
+        The path written.
+
+    Example::
+
+        >>> save_chat(nbstream.load("lesson.json"), "copy.json")
+        PosixPath('copy.json')
+    """
+    return _write(chat_document(chat), path)
 
 
 # -- reading ---------------------------------------------------------------------------------
-def _refuse(path: Path, what: str) -> ValueError:
-    return ValueError(f"{path} is not a recording nbstream can load: {what}; {_HINT}")
+class _Refused(Exception):
+    """What is wrong with a document; :func:`load` says it with the file's name and a hint."""
+
+
+def _refuse(path: Path, what: str, hint: str = _HINT) -> ValueError:
+    return ValueError(f"{path} is not a recording nbstream can load: {what}; {hint}")
 
 
 def _read(path: Path) -> Any:
@@ -299,28 +550,37 @@ def _read(path: Path) -> Any:
         raise _refuse(path, f"it is not complete JSON (truncated or damaged? {exc})") from exc
 
 
-def _check_format(path: Path, document: Any) -> None:
+def _kind(document: Any) -> str:
+    """``FORMAT`` or ``CHAT_FORMAT``: which kind of document ``document`` is, checked."""
     if not isinstance(document, dict):
-        raise _refuse(path, f"it holds a JSON {type(document).__name__}, not an object")
+        raise _Refused(f"it holds a JSON {type(document).__name__}, not an object")
     found = document.get("format")
-    if not isinstance(found, str) or not found.startswith("nbstream.recording/"):
-        raise _refuse(path, f"its format is {found!r}, not {FORMAT!r}")
-    if found != FORMAT:
-        raise _refuse(
-            path, f"its format is {found!r}: this nbstream ({__version__}) reads {FORMAT!r}"
-        )
-    minor = document.get("minor")
+    for name in (FORMAT, CHAT_FORMAT):
+        family = name.rsplit("/", 1)[0] + "/"
+        if isinstance(found, str) and found.startswith(family):
+            if found != name:
+                raise _Refused(
+                    f"its format is {found!r}: this nbstream ({__version__}) reads {name!r}"
+                )
+            return name
+    raise _Refused(f"its format is {found!r:.60}, not {FORMAT!r} or {CHAT_FORMAT!r}")
+
+
+def _check_minor(path: Path, document: dict[str, Any], fields: Sequence[str], newest: int) -> None:
+    # A chat saved by the terminal before chats had recordings has no minor: it is 0.
+    default = 0 if document["format"] == CHAT_FORMAT else None
+    minor = document.get("minor", default)
     if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
-        raise _refuse(path, f"'minor' must be an int >= 0, got {minor!r:.40}")
-    unknown = sorted(set(document) - set(_FIELDS))
+        raise _Refused(f"'minor' must be an int >= 0, got {minor!r:.40}")
+    unknown = sorted(set(document) - set(fields))
     if unknown:
         newer = f" (written by nbstream {document.get('nbstream')!r:.40}, minor {minor})"
         message = (
             f"{path}: this nbstream ({__version__}) cannot show these fields of the "
-            f"recording{newer if minor > MINOR else ''}: {', '.join(unknown)}; "
+            f"recording{newer if minor > newest else ''}: {', '.join(unknown)}; "
             "they are skipped"
         )
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=4)
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -342,25 +602,31 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _check_fields(path: Path, document: dict[str, Any]) -> None:
-    for name, types in _TYPES.items():
+def _check_types(document: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:
+    for name, allowed in types.items():
         if name not in document:
-            raise _refuse(path, f"the field {name!r} is missing")
-        if not isinstance(document[name], types) or isinstance(document[name], bool):
+            raise _Refused(f"the field {name!r} is missing")
+        if not isinstance(document[name], allowed) or (
+            isinstance(document[name], bool) and bool not in allowed
+        ):
             kind = type(document[name]).__name__
-            raise _refuse(path, f"the field {name!r} is a {kind}, not {types[0].__name__}")
+            raise _Refused(f"the field {name!r} is a {kind}, not {allowed[0].__name__}")
+
+
+def _check_fields(document: dict[str, Any]) -> None:
+    _check_types(document, _TYPES)
     record = document["record"]
     for name, types in _RECORD_TYPES.items():
         if not isinstance(record.get(name), types):
-            raise _refuse(path, f"record[{name!r}] is missing or not {types[0].__name__}")
+            raise _Refused(f"record[{name!r}] is missing or not {types[0].__name__}")
     if record["status"] not in _STATUSES:
-        raise _refuse(path, f"record['status'] is {record['status']!r:.40}, not an end state")
+        raise _Refused(f"record['status'] is {record['status']!r:.40}, not an end state")
     tags = document["thinking_tags"]
     if tags is not None and (len(tags) != 2 or not all(isinstance(t, str) for t in tags)):
-        raise _refuse(path, "'thinking_tags' must be two strings, or null")
+        raise _Refused("'thinking_tags' must be two strings, or null")
     if len(document["tokens"]) > MAX_TOKENS:
-        raise _refuse(
-            path, f"it has {len(document['tokens'])} tokens, over the {MAX_TOKENS}-token limit"
+        raise _Refused(
+            f"it has {len(document['tokens'])} tokens, over the {MAX_TOKENS}-token limit"
         )
 
 
@@ -411,7 +677,8 @@ def _token(row: Any, traced: bool) -> RecordedToken | None:
     )  # fmt: skip
 
 
-def _recording(path: Path, document: dict[str, Any]) -> Recording:
+def _recording(document: dict[str, Any]) -> Recording:
+    _check_fields(document)
     traced = document["alternatives"] > 0
     tokens = []
     for index, row in enumerate(document["tokens"]):
@@ -420,7 +687,7 @@ def _recording(path: Path, document: dict[str, Any]) -> Recording:
             shape = "[id, piece, ms" + (
                 ", logprob, rank, alternatives, cut, text]" if traced else "]"
             )
-            raise _refuse(path, f"tokens[{index}] is not {shape}: {row!r:.80}")
+            raise _Refused(f"tokens[{index}] is not {shape}: {row!r:.80}")
         tokens.append(token)
     tags = document["thinking_tags"]
     version = document.get("nbstream")
@@ -437,14 +704,101 @@ def _recording(path: Path, document: dict[str, Any]) -> Recording:
     )
 
 
-def load(path: str | PathLike[str]) -> Recording:
-    """Read a recording written by ``run.save(path)``; nothing runs.
+_CHAT_TYPES: dict[str, tuple[type, ...]] = {
+    "system": (str, type(None)),
+    "settings": (dict,),
+    "messages": (list,),
+}
+_USER_TYPES: dict[str, tuple[type, ...]] = {"role": (str,), "content": (str,)}
+_ANSWER_TYPES: dict[str, tuple[type, ...]] = {
+    "role": (str,),
+    "content": (str,),
+    "status": (str,),
+    "kept": (bool,),
+}
+
+
+def _pairs(messages: list[Any]) -> Iterator[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """(index of the answer, user message, answer) of each turn, checked for shape."""
+    if len(messages) % 2:
+        raise _Refused(f"its {len(messages)} messages are not user and assistant pairs")
+    for index in range(0, len(messages), 2):
+        user, answer = messages[index], messages[index + 1]
+        for at, message, role, types in (
+            (index, user, "user", _USER_TYPES),
+            (index + 1, answer, "assistant", _ANSWER_TYPES),
+        ):
+            if not isinstance(message, dict):
+                raise _Refused(f"messages[{at}] is a {type(message).__name__}, not an object")
+            try:
+                _check_types(message, types)
+            except _Refused as exc:
+                raise _Refused(f"messages[{at}]: {exc}") from None
+            if message["role"] != role:
+                raise _Refused(f"messages[{at}] has role {message['role']!r:.20}, not {role!r}")
+        yield index + 1, user, answer
+
+
+def _turn(at: int, user: dict[str, Any], answer: dict[str, Any]) -> RecordedTurn:
+    embedded, record = answer.get("recording"), answer.get("record")
+    run = None
+    if embedded is not None:
+        if not isinstance(embedded, dict) or not isinstance(record, dict):
+            raise _Refused(f"messages[{at}]: 'recording' and 'record' must be objects")
+        shared = sorted(set(embedded) & set(_SHARED))
+        if shared:
+            raise _Refused(f"messages[{at}]['recording'] repeats {', '.join(shared)}")
+        try:
+            run = _recording({**embedded, "prompt": record.get("prompt"), "record": record})
+        except _Refused as exc:
+            raise _Refused(f"messages[{at}]['recording']: {exc}") from None
+        if run.text != answer["content"] or run.status != answer["status"]:
+            raise _Refused(
+                f"messages[{at}]: its content and status are not its recording's "
+                f"({run.status}, {len(run.text)} characters)"
+            )
+    elif answer["status"] != "complete":
+        raise _Refused(f"messages[{at}]: a {answer['status']!r:.20} answer has no recording")
+    if answer["kept"] and (run is None or run.status == "complete"):
+        raise _Refused(f"messages[{at}]: only a stopped or failed answer can be kept")
+    return RecordedTurn(user["content"], answer["content"], run, answer["kept"])
+
+
+def _chat(document: dict[str, Any]) -> ChatRecording:
+    _check_types(document, _CHAT_TYPES)
+    keep_thinking = document.get("keep_thinking", False)
+    if not isinstance(keep_thinking, bool):
+        raise _Refused(f"'keep_thinking' must be true or false, got {keep_thinking!r:.20}")
+    turns = [_turn(at, user, answer) for at, user, answer in _pairs(document["messages"])]
+    # Answers given as text (a seeded history) come first: a history set replaces every turn.
+    first_run = next((i for i, t in enumerate(turns) if t.recording is not None), len(turns))
+    late = next(
+        (i for i, t in enumerate(turns[first_run:], first_run) if t.recording is None), None
+    )
+    if late is not None:
+        raise _Refused(f"messages[{2 * late + 1}] has no recording, after answers that have one")
+    tokens = sum(len(run.tokens) for run in (t.recording for t in turns) if run is not None)
+    if tokens > MAX_TOKENS:
+        raise _Refused(f"it has {tokens} tokens, over the {MAX_TOKENS}-token limit")
+    version = document.get("nbstream")
+    return ChatRecording(
+        system=document["system"],
+        keep_thinking=keep_thinking,
+        settings=document["settings"],
+        turns=tuple(turns),
+        version=version if isinstance(version, str) else None,
+    )
+
+
+def load(path: str | PathLike[str]) -> Recording | ChatRecording:
+    """Read a recording written by ``run.save(path)`` or ``ChatWidget.save(path)``; nothing runs.
 
     Args:
         path: The recording's file.
 
     Returns:
-        The :class:`Recording`, for ``nbstream.replay``.
+        A run's :class:`Recording` (for ``nbstream.replay`` and ``StreamWidget``), or a
+        chat's :class:`ChatRecording` (for ``ChatWidget``).
 
     Raises:
         ValueError: The file is not a recording this nbstream can load (truncated, not
@@ -460,17 +814,36 @@ def load(path: str | PathLike[str]) -> Recording:
     """
     where = Path(path)
     document = _read(where)
-    _check_format(where, document)
-    _check_fields(where, document)
-    return _recording(where, document)
+    found = document.get("format") if isinstance(document, dict) else None
+    chat = isinstance(found, str) and found.startswith(CHAT_FORMAT.rsplit("/", 1)[0] + "/")
+    hint = _CHAT_HINT if chat else _HINT
+    try:
+        if _kind(document) == CHAT_FORMAT:
+            _check_minor(where, document, _CHAT_FIELDS, CHAT_MINOR)
+            return _chat(document)
+        _check_minor(where, document, _FIELDS, MINOR)
+        return _recording(document)
+    except _Refused as exc:
+        raise _refuse(where, str(exc), hint) from None
 
 
-def as_recording(recording: Recording | str | PathLike[str]) -> Recording:
-    """A :class:`Recording` from one, or from the path of its file."""
-    if isinstance(recording, Recording):
-        return recording
-    if isinstance(recording, (str, PathLike)):
-        return load(recording)
+def as_recording(recording: Recording | ChatRecording | str | PathLike[str]) -> Recording:
+    """A run's :class:`Recording` from one, or from the path of its file.
+
+    Raises:
+        TypeError: Neither a recording nor a path.
+        ValueError: A file that is not a run's recording (a chat's: the message says to
+            open it with ``ChatWidget``).
+    """
+    loaded = load(recording) if isinstance(recording, (str, PathLike)) else recording
+    if isinstance(loaded, Recording):
+        return loaded
+    if isinstance(loaded, ChatRecording):
+        raise ValueError(
+            f"this is a chat's recording ({len(loaded.turns)} turns), not one run's: "
+            "ChatWidget(nbstream.load(path)) replays it; nbstream.replay and StreamWidget "
+            "take one run's (its turns[i].recording, or run.save(path))"
+        )
     raise TypeError(
         "expected a recording (nbstream.load(path)) or the path of one, "
         f"got {type(recording).__name__}"

@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from ._console import (
@@ -41,6 +40,7 @@ from ._console import (
     settings_of,
 )
 from .conversation import Conversation, Turn, check_system, check_text
+from .recording import CHAT_FORMAT, ChatRecording, RecordedTurn, chat_document
 from .settings import SETTINGS, validate_settings
 
 __all__ = ["API_KEY_ENV", "ChatSession", "main", "parse_settings"]
@@ -51,8 +51,8 @@ logger = logging.getLogger(__name__)
 #: ``--api-key-env`` names another one. The key is never a flag: flags end up in shell
 #: histories and process lists.
 API_KEY_ENV = "NBSTREAM_API_KEY"
-#: What ``/save`` writes (a transcript; each answer from a run carries its run record).
-TRANSCRIPT_FORMAT = "nbstream.chat/1"
+#: What ``/save`` writes: a chat's recording (each answer carries its record and recording).
+TRANSCRIPT_FORMAT = CHAT_FORMAT
 #: What a refused over-long conversation tells the person at the terminal to do.
 ADVICE = "type /clear to start over, or lower max_new_tokens (/settings max_new_tokens=N)"
 # Redraw the Markdown of the growing answer at most this often: the engine already batches
@@ -67,7 +67,7 @@ Commands:
   /history               show what the model gets with the next message
   /keep                  keep the last stopped or failed answer in the conversation
   /system [TEXT]         show the system message, or set it (/system - removes it)
-  /save FILE             write the transcript, with each answer's state and run record (JSON)
+  /save FILE             write the transcript, each answer with its state, record and recording
   /settings [name=value ...]   show or change settings (name= unsets one), e.g.
                          /settings temperature=0.7 max_new_tokens=200 stop=["\\n\\n"]
   /help                  this list
@@ -346,6 +346,8 @@ def _status_line(turn: Turn) -> str:
             label += " (/keep keeps it)"
         elif run.error is not None:
             label += f": {type(run.error).__name__}: {run.error}"
+    if run.is_replay:  # a session given a recording's replay backend: never a live answer
+        label = f"replay of a recorded run, not a live model · {label}"
     return f"[{label}] {format_metrics(metrics)}"
 
 
@@ -498,35 +500,23 @@ class ChatSession:
         self.info.write(f"settings: {shown or '(the model defaults)'}\n")
 
     def transcript(self) -> dict[str, Any]:
-        """The conversation as ``/save`` writes it.
+        """The conversation as ``/save`` writes it: a chat's recording (``nbstream.chat/1``).
 
-        Every message, each answer's state and run record (``nbstream.rerun`` starts it again), and
-        the history.
+        Every message, each answer's state, run record (``nbstream.rerun`` starts it again)
+        and recording (``ChatWidget(nbstream.load(path))`` replays it), and the history.
         """
-        messages: list[dict[str, Any]] = []
+        turns = []
         for t in list(self.conversation.turns):
             run = t.run
-            messages.append({"role": "user", "content": t.user, "in_history": t.in_history})
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": t.text,
-                    "status": t.status,
-                    "partial": t.status != "complete",
-                    "kept": t.kept,
-                    "in_history": t.in_history,
-                    "finish_reason": run.metrics["finish_reason"] if run is not None else None,
-                    "record": run.record if run is not None else None,
-                }
-            )
-        return {
-            "format": TRANSCRIPT_FORMAT,
-            "saved_at": datetime.now(timezone.utc).isoformat(),
-            "system": self.conversation.system,
-            "settings": self.settings,
-            "messages": messages,
-            "history": self.conversation.history,
-        }
+            recording = None if run is None else run.to_recording()
+            turns.append(RecordedTurn(t.user, t.text, recording, t.kept))
+        chat = ChatRecording(
+            system=self.conversation.system,
+            keep_thinking=self.conversation.keep_thinking,
+            settings=self.settings,
+            turns=tuple(turns),
+        )
+        return chat_document(chat)
 
     def save(self, path: str) -> None:
         """``/save PATH``: write the conversation as JSON (raises _Refused if it cannot)."""

@@ -694,6 +694,7 @@ def test_a_running_runs_view_shows_the_end_of_a_long_answer_escaped():
     class Run:
         status, metrics = "running", {"tokens": 9000, "elapsed_s": 2.0}
         partial_text = "<b>" + "x" * 5000 + "</b>"
+        is_replay = False
 
     shown = _display.run_html(Run())
     assert "&lt;/b&gt;" in shown and "</b>" not in shown  # the model's text is never markup

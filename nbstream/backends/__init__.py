@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..recording import Recording
+from ..recording import ChatRecording, Recording
 from .base import Backend, Job, RunControl, TraceSource
 from .local import LocalBackend
 from .replay import ReplayBackend
@@ -18,9 +18,9 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
 
     Args:
         model: A :class:`Backend` (e.g. an :class:`~nbstream.Endpoint`), used as it is; a
-            loaded :class:`~nbstream.recording.Recording`, replayed at its recorded pace
-            (:class:`~nbstream.backends.replay.ReplayBackend`); or a loaded transformers
-            model, run in this process.
+            loaded :class:`~nbstream.recording.Recording` (or a chat's), replayed at its
+            recorded pace (:class:`~nbstream.backends.replay.ReplayBackend`); or a loaded
+            transformers model, run in this process.
         tokenizer: The model's tokenizer (a backend ignores it).
 
     Returns:
@@ -38,7 +38,7 @@ def resolve_backend(model: Any, tokenizer: Any) -> Backend:
     """
     if isinstance(model, Backend):
         return model  # already a backend (e.g. a remote endpoint)
-    if isinstance(model, Recording):
+    if isinstance(model, (Recording, ChatRecording)):
         return ReplayBackend(model)  # a widget given nbstream.load(path): its recorded pace
     if model is None:
         raise TypeError(

@@ -5,10 +5,11 @@ Its job puts the recorded text pieces into the buffer at the recorded pace divid
 recording did: a complete recording replays ``complete``, a cancelled one ``cancelled``,
 a failed one ``failed`` with :class:`RecordedFailure`. ``run.trace`` is the recorded trace.
 
-A widget given a recording (``StreamWidget(nbstream.load(path))``) runs it through this
-backend: it answers only the recorded prompt, shows the recorded tokens with the texts they
-were recorded with (:class:`RecordedTokenizer`), and refuses what needs the model (a
-branch, the sampling explainer's logits) in words that say so.
+A widget given a recording (``StreamWidget(nbstream.load(path))``, or a chat's in
+``ChatWidget``) runs it through this backend: it answers only the recorded prompts, shows
+the recorded tokens with the texts they were recorded with (:class:`RecordedTokenizer`),
+and refuses what needs the model (a branch, the sampling explainer's logits) in words
+that say so.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from ..recording import RecordedToken, Recording
+from ..recording import ChatRecording, RecordedToken, Recording
 from ..streaming import TokenBuffer
 from ..trace import TokenTrace
 from .base import Backend, Job, RunControl
@@ -72,7 +73,7 @@ class RecordedTokenizer:
     seen decodes as ``<id>``); no token is known to be special.
 
     Args:
-        recording: The recording whose token texts it knows.
+        recording: The recording whose token texts it knows (a chat's: every answer's).
 
     Example::
 
@@ -83,13 +84,14 @@ class RecordedTokenizer:
 
     all_special_ids: tuple[int, ...] = ()
 
-    def __init__(self, recording: Recording) -> None:
+    def __init__(self, recording: Recording | ChatRecording) -> None:
+        tokens = [token for run in _runs_of(recording) for token in run.tokens]
         texts: dict[int, str] = {}
-        for token in recording.tokens:
+        for token in tokens:
             for alt in token.alternatives:
                 if alt.id is not None:
                     texts.setdefault(alt.id, alt.text)
-        for token in recording.tokens:
+        for token in tokens:
             if token.id is not None:
                 texts[token.id] = token.text  # its own text wins over an alternative's
         self._texts = texts
@@ -101,6 +103,15 @@ class RecordedTokenizer:
     def convert_ids_to_tokens(self, token_id: int) -> None:
         """No vocabulary pieces were recorded: ``None``."""
         return None
+
+
+def _runs_of(recording: Recording | ChatRecording) -> list[Recording]:
+    """The runs of a recording: itself, or a chat's recorded answers."""
+    return recording.recordings if isinstance(recording, ChatRecording) else [recording]
+
+
+def _traced(run: Recording) -> bool:
+    return bool(run.alternatives) and all(token.id is not None for token in run.tokens)
 
 
 class _RecordedTrace:
@@ -185,10 +196,11 @@ class ReplayJob(Job):
 
 
 class ReplayBackend(Backend):
-    """Runs a recording, not a model: :meth:`prepare` takes only the recorded prompt.
+    """Runs a recording, not a model: :meth:`prepare` takes only the recorded prompts.
 
     Args:
-        recording: The recording to replay.
+        recording: The recording to replay: a run's, or a chat's (each answer's prompt is
+            the messages it was asked with).
         speed: The recorded pace is divided by it (``None``: instant).
 
     Example::
@@ -197,13 +209,11 @@ class ReplayBackend(Backend):
         >>> nbstream.stream(backend, None, backend.recording.prompt).wait()
     """
 
-    def __init__(self, recording: Recording, speed: float | None = 1.0) -> None:
+    def __init__(self, recording: Recording | ChatRecording, speed: float | None = 1.0) -> None:
         self.recording = recording
         self.speed = speed
         # The token views show a recording's tokens when it has their trace, with ids.
-        self.supports_alternatives = bool(recording.alternatives) and all(
-            token.id is not None for token in recording.tokens
-        )
+        self.supports_alternatives = any(_traced(run) for run in _runs_of(recording))
         self.tokenizer = RecordedTokenizer(recording)
 
     def check_alternatives(self, k: int) -> None:
@@ -228,7 +238,8 @@ class ReplayBackend(Backend):
 
     def describe(self) -> dict[str, Any] | None:
         """The recorded model, marked as replayed."""
-        model = dict(self.recording.record.get("model") or {})
+        runs = _runs_of(self.recording)
+        model = dict((runs[0].record.get("model") if runs else None) or {})
         model["replayed"] = True
         return model
 
@@ -246,6 +257,8 @@ class ReplayBackend(Backend):
         Raises:
             ValueError: ``prompt`` is not the recorded one (the message names it).
         """
+        if isinstance(self.recording, ChatRecording):
+            return self._chat_job(self.recording, prompt)
         recorded = self.recording.prompt
         if prompt != recorded:
             raise ValueError(
@@ -253,3 +266,14 @@ class ReplayBackend(Backend):
                 f"{recorded!r:.300}; replay that one, or run this prompt on the model"
             )
         return ReplayJob(self.recording, self.speed)
+
+    def _chat_job(self, chat: ChatRecording, prompt: Any) -> ReplayJob:
+        for run in chat.recordings:
+            if run.prompt == prompt:
+                return ReplayJob(run, self.speed)
+        asked = [turn.user for turn in chat.turns]
+        raise ValueError(
+            f"this chat's recording has no answer to {prompt!r:.200}: it recorded answers to "
+            f"{asked!r:.300}; replay it with ChatWidget(recording), or resume it on a model "
+            "with ChatWidget(model, tokenizer, history=recording)"
+        )

@@ -7,11 +7,17 @@ and assistant messages. ``transcript`` is every turn shown, whatever its end sta
 the newest answer streams; its text reaches the views as deltas of the current run (as in
 ``StreamWidget``), and the transcript trait changes only when a turn starts or ends.
 See PROTOCOL.md for every trait and message.
+
+A chat saves its transcript (:meth:`ChatWidget.save`, format ``nbstream.chat/1`` of
+:mod:`nbstream.recording`). ``ChatWidget(nbstream.load(path))`` replays it, turn by turn,
+without a model; ``ChatWidget(model, tokenizer, history=nbstream.load(path))`` resumes it:
+its turns are the recorded ones, and the model answers the next message.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any, overload
@@ -19,18 +25,24 @@ from typing import Any, overload
 import traitlets
 
 from .._errors import input_checked
-from ..conversation import Conversation, check_system, check_text
-from ..generation import TERMINAL, Generation
+from ..backends.replay import ReplayBackend
+from ..conversation import Conversation, Turn, check_system, check_text
+from ..generation import TERMINAL, Generation, replay
+from ..recording import ChatRecording, RecordedTurn, Recording, save_chat
 from .base import error_summary
 from .branches import BranchingWidget
 from .display import chat_fallback_bundle
 from .feed import thinking_state
+from .settings_panel import PANEL_SETTINGS
 
 __all__ = ["ChatWidget"]
 
 logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent.parent / "static"
+
+#: What a chat replaying a recording offers instead of a model's answer.
+RESUME = "resume it on a model: ChatWidget(model, tokenizer, history=nbstream.load(path))"
 
 
 class ChatWidget(BranchingWidget):
@@ -49,13 +61,25 @@ class ChatWidget(BranchingWidget):
     ``history`` and ``transcript``. A partial answer kept stays with its variant: showing
     that variant again puts it back in ``history``.
 
+    A saved chat (:meth:`save`) comes back two ways. ``ChatWidget(nbstream.load(path))``
+    replays it without a model: each message sent (an empty one, or :meth:`generate` with
+    no text, is the next recorded one) gets its recorded answer at its recorded pace,
+    marked as a replay; a message that was not recorded is refused, naming the recorded
+    one. ``ChatWidget(model, tokenizer, history=nbstream.load(path))`` resumes it: every
+    recorded turn is there, with its state, and the model answers the next message with
+    the recorded ``history``.
+
     Args:
         model: As for :class:`~nbstream.StreamWidget`: ``None`` (the default model), a
-            loaded causal LM with a chat template, a hub id or folder, or an
-            :class:`~nbstream.Endpoint`.
+            loaded causal LM with a chat template, a hub id or folder, an
+            :class:`~nbstream.Endpoint`, or a chat's recording (``nbstream.load(path)``:
+            replayed, no model).
         tokenizer: The loaded model's tokenizer (only with a loaded model).
-        system: The system message sent first; ``None`` for the chat template's default.
+        system: The system message sent first; ``None`` for the chat template's default
+            (or, replaying or resuming a recording, its system message).
         keep_thinking: Send a reasoning model's thinking back in its tags with ``history``.
+        history: The conversation to start from: a list of ``{"role", "content"}``
+            messages, or a chat's recording (``nbstream.load(path)``) to resume.
         **settings: The widget's settings (the names of :func:`nbstream.stream`) and the
             teaching views' toggles.
 
@@ -67,6 +91,7 @@ class ChatWidget(BranchingWidget):
         >>> chat.wait()                         # the answer, if it completed
         >>> chat.generate("And two more?")      # the model sees the first turn too
         >>> chat.history                        # exactly what the next generate gives the model
+        >>> chat.save("colors.json")            # later: nbstream.ChatWidget(nbstream.load(...))
     """
 
     _esm = _STATIC / "chat.js"
@@ -93,14 +118,36 @@ class ChatWidget(BranchingWidget):
         system: str | None = None,
         *,
         keep_thinking: bool = False,
+        history: Any = None,
         **settings: Any,
     ) -> None:
         if not isinstance(keep_thinking, bool):
             raise TypeError(f"keep_thinking must be True or False, got {keep_thinking!r:.80}")
+        if isinstance(model, ChatRecording):
+            model = ReplayBackend(model)  # replayed at its recorded pace
+        #: The chat this widget replays (no model), or None.
+        self._recorded = (
+            model.recording
+            if isinstance(model, ReplayBackend) and isinstance(model.recording, ChatRecording)
+            else None
+        )
+        if self._recorded is not None:
+            if history is not None:
+                raise TypeError(
+                    "a replayed chat has its recorded history; to resume it on a model, pass "
+                    "the model and the recording: ChatWidget(model, tokenizer, history=recording)"
+                )
+            system = self._recorded.system if system is None else system
+            keep_thinking = keep_thinking or self._recorded.keep_thinking
         # The turns and the rules of what the model gets, shared with the terminal chat.
         self._conversation = Conversation(system, keep_thinking=keep_thinking)
         super().__init__(model, tokenizer, **settings)
         self.system = self._conversation.system
+        self._replay_speed = model.speed if isinstance(model, ReplayBackend) else None
+        if self._recorded is not None:
+            self._replay_given_turns()
+        elif history is not None:
+            self.history = history
 
     @property
     def keep_thinking(self) -> bool:
@@ -119,13 +166,14 @@ class ChatWidget(BranchingWidget):
 
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
-    def generate(self, text: str, **settings: Any) -> Generation:
+    def generate(self, text: str | None = None, **settings: Any) -> Generation:
         """Add a user message; its answer streams into a new message.
 
         The model gets ``history`` plus this message.
 
         Args:
-            text: The user message.
+            text: The user message (replaying a recording: ``None``, or the next recorded
+                message, whose recorded answer is replayed).
             **settings: Override the widget's settings for this answer.
 
         Returns:
@@ -133,8 +181,9 @@ class ChatWidget(BranchingWidget):
 
         Raises:
             RuntimeError: An answer is queued or running.
-            ValueError: An empty message, or a conversation over the model's context;
-                nothing starts and the transcript is unchanged.
+            ValueError: An empty message, or a conversation over the model's context (or,
+                replaying a recording, a message it did not record); nothing starts and the
+                transcript is unchanged.
 
         Example:
             >>> chat.generate("Name two colors.").wait()
@@ -287,6 +336,9 @@ class ChatWidget(BranchingWidget):
         self.stop()
         with self._lock:
             self._conversation.clear()
+            if self._recorded is not None:
+                self._replay_given_turns()  # a replay starts over
+                return
             self._reset_turns()
 
     @property
@@ -295,19 +347,40 @@ class ChatWidget(BranchingWidget):
 
         The system message if any, then the user message and answer of every turn that
         completed or whose partial answer was kept, as ``{"role", "content"}`` dicts.
-        Settable, to seed a conversation: the transcript becomes these turns.
+        Settable, to seed a conversation: the transcript becomes these turns. Set to a
+        chat's recording (``nbstream.load(path)``), it resumes that chat: the transcript
+        becomes the recorded turns, each answer with its recorded state, and ``history``
+        is the recorded one.
         """
         with self._lock:
             return self._conversation.history
 
     @history.setter
     def history(self, messages: Any) -> None:
+        if self._recorded is not None:
+            raise RuntimeError(
+                "this chat replays a recording: its history is the recorded one; to go on "
+                f"from it, {RESUME}"
+            )
+        if isinstance(messages, (str, os.PathLike, Recording)):
+            raise TypeError(
+                "history must be a list of {'role': ..., 'content': ...} messages, or a "
+                "chat's recording: load a file saved by ChatWidget.save first "
+                "(history=nbstream.load(path))"
+            )
+        turns = self._resumed(messages) if isinstance(messages, ChatRecording) else None
         with self._lock:
             if self._busy():
                 raise RuntimeError(
                     "the chat is answering; call stop() or wait() before setting its history"
                 )
-            self._conversation.seed(messages)  # checked first: a bad one changes nothing
+            if turns is None:
+                self._conversation.seed(messages)  # checked first: a bad one changes nothing
+            else:
+                assert isinstance(messages, ChatRecording)
+                self._conversation.system = messages.system
+                self._conversation.keep_thinking = messages.keep_thinking
+                self._conversation.turns = turns
             self.system = self._conversation.system
             self._reset_turns()
 
@@ -322,7 +395,117 @@ class ChatWidget(BranchingWidget):
         with self._lock:
             return self._conversation.transcript
 
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the whole transcript to ``path``: a chat's recording (JSON).
+
+        Every turn is saved: the user's message and the answer shown, each answer with the
+        recording of its run (tokens, their times, alternatives, thinking, end state,
+        metrics and record), and whether it was kept; then the system message and the
+        settings. ``nbstream.load(path)`` reads it back: ``ChatWidget(recording)`` replays
+        it, ``ChatWidget(model, tokenizer, history=recording)`` resumes it. Of a branched
+        answer, the variant shown is saved.
+
+        Args:
+            path: Where to write it (the format is ``nbstream.chat/1``, see
+                :mod:`nbstream.recording`).
+
+        Returns:
+            The path written.
+
+        Raises:
+            RuntimeError: An answer is being generated.
+            ValueError: The system message is not one (an empty one): fix it first.
+
+        Example:
+            >>> chat.save("lesson.json")
+            >>> nbstream.ChatWidget(nbstream.load("lesson.json"))   # replays it, no model
+        """
+        with self._lock:
+            if self._busy():
+                raise RuntimeError("the chat is answering; call stop() or wait() before saving it")
+            chat = ChatRecording(
+                system=check_system(self._conversation.system),
+                keep_thinking=self.keep_thinking,
+                settings=self._saved_settings(),
+                turns=tuple(self._recorded_turn(turn) for turn in self._conversation.turns),
+            )
+        return save_chat(chat, path)
+
     # -- internals ------------------------------------------------------------------------------
+    def _saved_settings(self) -> dict[str, Any]:
+        """The widget's settings as a saved chat keeps them (those set, lock held)."""
+        panel = {setting: getattr(self, trait) for trait, setting in PANEL_SETTINGS.items()}
+        return {k: v for k, v in {**self._settings, **panel}.items() if v is not None}
+
+    @staticmethod
+    def _recorded_turn(turn: Turn) -> RecordedTurn:
+        if turn.run is None:
+            return RecordedTurn(turn.user, turn.answer)
+        return RecordedTurn(turn.user, turn.text, turn.run.to_recording(), turn.kept)
+
+    @staticmethod
+    def _turn_of(recorded: RecordedTurn, speed: float | None) -> Turn:
+        """A turn of the conversation for a recorded one: its answer replayed (or its text)."""
+        if recorded.recording is None:
+            return Turn(recorded.user, answer=recorded.answer)
+        turn = Turn(recorded.user, replay(recorded.recording, speed))
+        turn.kept = recorded.kept
+        return turn
+
+    def _resumed(self, chat: ChatRecording) -> list[Turn]:
+        """The recorded turns, each answer an ended replay of its recording (instant)."""
+        turns = [self._turn_of(recorded, None) for recorded in chat.turns]
+        for turn in turns:
+            if turn.run is not None:
+                turn.run.wait_done()
+        return turns
+
+    def _replay_given_turns(self) -> None:
+        """A replayed chat starts with the answers its history gave as text; the rest replay."""
+        assert self._recorded is not None
+        with self._lock:
+            given = []
+            for recorded in self._recorded.turns:
+                if recorded.recording is not None:
+                    break
+                given.append(Turn(recorded.user, answer=recorded.answer))
+            self._conversation.turns = given
+            self._reset_turns()
+
+    def _replay_turn(self, chat: ChatRecording, text: Any, replace_last: bool) -> Generation:
+        """Replay the next recorded answer (or the last again), if ``text`` is its message."""
+        if text not in (None, ""):
+            text = check_text(text)
+
+        def make_run() -> Generation:  # with the lock held, and no run in progress
+            turns = self._conversation.turns
+            if replace_last and not turns:
+                raise ValueError("there is no message to replay again yet; send one first")
+            index = len(turns) - (1 if replace_last else 0)
+            if index >= len(chat.turns):
+                raise ValueError(
+                    f"every recorded turn ({len(chat.turns)}) has been replayed: this chat "
+                    f"replays a recording and has no model to answer more; {RESUME}"
+                )
+            recorded = chat.turns[index]
+            if text not in (None, "") and text != recorded.user:
+                raise ValueError(
+                    f"this chat replays a recording and has no model to answer {text!r:.80}: "
+                    f"the next recorded message is {recorded.user!r:.200}; send it (or an "
+                    f"empty message) to replay its recorded answer, or {RESUME}"
+                )
+            if recorded.recording is None:
+                raise ValueError(
+                    "the recorded answer to this message was given as text in its history, "
+                    "not generated: there is nothing to replay"
+                )
+            turn = self._turn_of(recorded, self._replay_speed)
+            self._conversation.turns = [*turns[:index], turn]
+            assert turn.run is not None
+            return turn.run
+
+        return self._launch(make_run)
+
     @traitlets.validate("system")
     def _valid_system(self, proposal: dict[str, Any]) -> Any:
         value = proposal["value"]
@@ -348,6 +531,11 @@ class ChatWidget(BranchingWidget):
         return None
 
     def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
+        if self._recorded is not None:
+            # The recorded settings apply, as in a StreamWidget replaying a run.
+            return self._replay_turn(self._recorded, text, replace_last)
+        if text is None:
+            raise TypeError("generate(text): the user message is missing")
         text = check_text(text)
         merged = self._run_settings(settings)
 
@@ -462,6 +650,8 @@ class ChatWidget(BranchingWidget):
             message["finish_reason"] = (
                 run.metrics["finish_reason"] if run is not None and run.done else None
             )
+            # An answer replayed from a recording (a resumed chat's earlier turns) says so.
+            message["recorded"] = run is not None and run.is_replay
             # As in the views: an answer being generated is not "not in the conversation".
             pending = message["status"] not in TERMINAL
             question["in_history"] = message["in_history"] = message["in_history"] or pending
@@ -473,4 +663,9 @@ class ChatWidget(BranchingWidget):
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (the whole transcript); this one stays cheap.
-        return f"<ChatWidget status={self.status!r} turns={len(self._conversation.turns)}>"
+        turns = list(self._conversation.turns)
+        if self._recorded is not None:
+            return f"<ChatWidget replay status={self.status!r} turns={len(turns)}>"
+        recorded = sum(1 for t in turns if t.run is not None and t.run.is_replay)
+        of = f" ({recorded} replayed from a recording)" if recorded else ""
+        return f"<ChatWidget status={self.status!r} turns={len(turns)}{of}>"

@@ -19,6 +19,7 @@ from ..generation import COMPLETE, TERMINAL, Generation
 
 __all__ = [
     "LIVE_TAIL",
+    "RECORDED",
     "REPLAY_NOTE",
     "RUN_VIEW_THREAD",
     "WIDGET_VIEW",
@@ -143,6 +144,10 @@ def fallback_bundle(
 REPLAY_NOTE = "replay of a recorded run, not a live model"
 
 
+#: What a chat's saved output says of an answer replayed from a recording.
+RECORDED = "replayed from a recording"
+
+
 def replay_bundle(bundle: dict[str, str]) -> dict[str, str]:
     """``bundle`` (a widget's fallbacks) marked as a replay: :data:`REPLAY_NOTE` after its name.
 
@@ -173,7 +178,8 @@ def chat_fallback_bundle(
 
     Each answer that is not a complete one says so (and whether the model will see it),
     so a stopped answer is never read as a finished one; an answer (message) with
-    ``finish_reason == "length"`` says it stopped at max_new_tokens. A reasoning model's
+    ``finish_reason == "length"`` says it stopped at max_new_tokens, one with ``recorded``
+    that it was replayed from a recording (:data:`RECORDED`). A reasoning model's
     thinking comes before its answer, summarised (plain text) or folded (Markdown).
     """
     if not transcript:
@@ -206,8 +212,10 @@ def chat_fallback_bundle(
             plain_thinking, md_thinking = _thinking_parts(message["thinking"], {})
             plain.append(plain_thinking)
             markdown.append(md_thinking)
-        plain.append(f"Assistant ({note}): {text}" if note else f"Assistant: {text}")
-        markdown.append(f"**Assistant** (*{note}*): {text}" if note else f"**Assistant:** {text}")
+        # An answer replayed from a recording (``recorded``) is never passed off as live.
+        who = f"Assistant, {RECORDED}" if message.get("recorded") else "Assistant"
+        plain.append(f"{who} ({note}): {text}" if note else f"{who}: {text}")
+        markdown.append(f"**{who}** (*{note}*): {text}" if note else f"**{who}:** {text}")
     return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}
 
 
@@ -409,11 +417,14 @@ def _error_info(run: Generation) -> dict[str, str] | None:
 
 
 def run_bundle(run: Generation) -> tuple[str, dict[str, str]]:
-    """(the state, the text/plain and text/markdown fallbacks) of a run shown on its own."""
+    """(the state, the text/plain and text/markdown fallbacks) of a run shown on its own.
+
+    A replay (``nbstream.replay``) says so first: :data:`REPLAY_NOTE`.
+    """
     status = run.status  # read first: an ended run's text is final
     text = run.partial_text
     bundle = fallback_bundle(status, text, run.metrics, _error_info(run), thinking=run.thinking)
-    return status, bundle
+    return status, replay_bundle(bundle) if run.is_replay else bundle
 
 
 def run_html(run: Generation) -> str:
@@ -427,7 +438,10 @@ def run_html(run: Generation) -> str:
         state, note = status, None
         if len(text) > LIVE_TAIL:
             text = "…" + text[-LIVE_TAIL:]
-    words = " · ".join(["nbstream run", state, *([note] if note else []), *_figures(metrics)])
+    replayed = [REPLAY_NOTE] if run.is_replay else []
+    words = " · ".join(
+        ["nbstream run", *replayed, state, *([note] if note else []), *_figures(metrics)]
+    )
     body = (
         f'<pre class="nbstream-run-view-text" style="white-space: pre-wrap; margin: 0.25em 0 0">'
         f"{html.escape(text)}</pre>"
