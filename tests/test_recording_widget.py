@@ -163,13 +163,14 @@ def test_the_saved_output_says_it_is_a_replay_never_a_live_model(tiny, tmp_path)
         assert data["text/markdown"].startswith(
             "**nbstream** · *replay of a recorded run, not a live model* · **complete**"
         )
+        assert repr(w).startswith("<StreamWidget replay status=")
     finally:
         w.close()
     # A widget on the model says nothing of a replay.
     live = nbstream.StreamWidget(*tiny, max_new_tokens=3)
     try:
         assert "replay" not in live._repr_mimebundle_()[0]["text/plain"]
-        assert live.label == ""
+        assert live.label == "" and "replay" not in repr(live)
     finally:
         live.close()
     wait_followers()

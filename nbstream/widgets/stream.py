@@ -211,4 +211,5 @@ class StreamWidget(BranchingWidget):
 
     def __repr__(self) -> str:
         # The default repr serializes every trait; this one stays cheap.
-        return f"<StreamWidget status={self.status!r} run_id={self.run_id}>"
+        replay = " replay" if self._replaying is not None else ""
+        return f"<StreamWidget{replay} status={self.status!r} run_id={self.run_id}>"
