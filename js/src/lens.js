@@ -290,7 +290,10 @@ class LensSection {
     const details = h("details", "nbstream-lens-details");
     const summary = h("summary");
     summary.textContent = "Table of the numbers";
-    details.append(summary, lensTable(lens));
+    // A box of its own that scrolls (a model has dozens of layers), reachable by Tab.
+    const box = h("div", "nbstream-lens-table-box", { tabindex: "0", role: "region", "aria-label": "Table of the numbers" });
+    box.append(lensTable(lens));
+    details.append(summary, box);
     this.content.replaceChildren(head, chartSvg(lens, mode), axis, sentence, changesList(lens));
     this.drawAttribution(msg);
     this.content.append(details);
@@ -351,6 +354,8 @@ class LensPanel {
     const { scope } = o;
     scope.on(this.section.toggle, "click", () => this.flip());
     scope.on(this.section.modeBtn, "click", () => this.switchMode());
+    // The table opened or closed: the popover changed size (toggle does not bubble).
+    scope.on(this.section.el, "toggle", () => this.replace(), { capture: true });
     scope.onModel("msg:custom", (/** @type {any} */ msg) => {
       if (msg?.type === "lens") this.reply(msg);
     });
@@ -431,6 +436,13 @@ class LensPanel {
     if (Number(msg.step) === this.index && Number(msg.run_id) === Number(this.list?.runId)) this.show(msg);
   }
 
+  /** Keep the open popover inside the view (its size changed). */
+  replace() {
+    const t = this.list;
+    const s = t && t.openIndex === this.index ? t.span(this.index) : null;
+    if (t && s) t.place(s);
+  }
+
   /** Draw a reply, shade the earlier tokens, keep the popover in the view. @param {LensReply} msg */
   show(msg) {
     const t = this.list;
@@ -438,10 +450,7 @@ class LensPanel {
     this.section.draw(msg);
     this.unshade();
     if (msg.attribution) this.shade(t, msg.attribution);
-    if (t.openIndex === this.index) {
-      const s = t.span(this.index);
-      if (s) t.place(s);
-    }
+    this.replace();
   }
 
   /** Shade the answer's earlier tokens and the Prompt view's. @param {import("./tokens.js").TokenList} t @param {AttributionData} attr */
