@@ -189,8 +189,10 @@ def test_blind_labels_are_shuffled_per_round_and_recorded(two_models, monkeypatc
         assert expected != [0, 1, 2]  # this seed's shuffle moves the columns
         cw.generate()
         cw.wait(60)
-        # Position p on the page shows column expected[p], labelled LABELS[p].
-        assert [cw._row.children.index(cw.columns[i]) for i in expected] == [0, 1, 2]
+        # Position p on the page shows column expected[p], labelled LABELS[p]; the row keeps
+        # its children (moving them would re-create, and so close, their views).
+        assert [cw.columns[i].layout.order for i in expected] == ["0", "1", "2"]
+        assert list(cw._row.children) == cw.columns
         labels = cw.labels
         assert [labels[i] for i in expected] == list(LABELS[:3])
         assert cw._header.labels == ["A", "B", "C"]
@@ -372,3 +374,39 @@ def test_bad_models_arguments_raise_before_anything_is_created(kwargs, error, ma
 def test_models_and_a_model_are_not_both_given(tiny):
     with pytest.raises(TypeError, match="not both"):
         nbstream.CompareWidget(*tiny, models=[tiny, tiny])
+
+
+def test_three_models_the_default_one_among_them_end_in_their_own_states(real_model, fake):
+    tiny = tiny_model(one_line=True)
+    cw = nbstream.CompareWidget(
+        models=[None, tiny, nbstream.Endpoint(fake.url("drop"), "fake-model")],
+        prompt="Name a color.",
+        max_new_tokens=5,
+    )
+    try:
+        runs = cw.generate()
+        cw.wait(300)
+        assert [run.status for run in runs] == ["complete", "complete", "failed"]
+        assert cw.models[0] == "SmolLM2-135M-Instruct"
+        assert cw.records[0]["model"]["name"] == "SmolLM2-135M-Instruct"  # type: ignore[index]
+        assert [r["compare"]["model"] for r in cw.records] == cw.models  # type: ignore[index]
+        # Each model counts the prompt with its own tokenizer and template.
+        assert all(isinstance(run.prompt_tokens, int) for run in runs[:2])
+    finally:
+        cw.close()
+
+
+def test_where_two_models_part_each_token_has_its_own_model_s_odds(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=4)
+    try:
+        cw.generate()
+        cw.wait(60)
+        found = cw.divergence
+        assert found is not None and not isinstance(found, TextDivergence)  # one tokenizer
+        step, tokens = found
+        for i, column in enumerate(cw.columns):
+            own = column.run.distribution(step, temperature=1.0, top_k=0, top_p=1.0)
+            words = column.compare_mark["words"]  # type: ignore[index]
+            assert f"({own.prob(tokens[i], 'model'):.0%} to its model)" in words.split(";")[0]
+    finally:
+        cw.close()

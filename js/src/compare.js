@@ -111,7 +111,10 @@ class VoteRow {
       btn.title = open ? `Vote for answer ${label}` : "Votes open once every answer has ended (closed after Reveal)";
     }
     const mapping = Object.entries(revealed);
-    this.revealBtn.disabled = mapping.length > 0 || labels.length === 0;
+    // Reveal is for a blind round: once one ran (every column idle: nothing to reveal yet).
+    const statuses = model.get("statuses") ?? [];
+    this.revealBtn.hidden = !model.get("blind") && mapping.length === 0;
+    this.revealBtn.disabled = mapping.length > 0 || statuses.every((s) => s === "idle");
     const line = mapping.length ? `Revealed: ${mapping.map(([k, v]) => `${k} = ${v}`).join(" · ")}` : "";
     if (this.revealed.textContent !== line) this.revealed.textContent = line;
     this.revealed.hidden = !line;

@@ -483,6 +483,64 @@ def text_divergence(runs: Sequence[Generation], tokenizers: Sequence[Any]) -> Te
     return None
 
 
+def _own_odds(run: Any, step: int, token: int | None) -> float | None:
+    """The probability ``run``'s own model gave ``token`` at ``step``, where it can say."""
+    if run is None or token is None:
+        return None
+    try:
+        return float(
+            run.distribution(step, temperature=1.0, top_k=0, top_p=1.0).prob(token, "model")
+        )
+    except (ValueError, TypeError, IndexError, NotImplementedError):
+        trace = getattr(run, "trace", None)  # a server's run: its captured logprobs, if any
+        return trace[step].prob if trace is not None and len(trace) > step else None
+
+
+def divergence_words_by_model(
+    runs: Sequence[Any], tokenizer: Any, step: int, tokens: Sequence[int | None]
+) -> list[str]:
+    """Each column's line for where columns on different models (one tokenizer) part.
+
+    As :func:`divergence_words`, but each token's probability is its own column's model's:
+    different models give the same token different odds, so one model's would mislead.
+
+    Args:
+        runs: One run per column.
+        tokenizer: The columns' shared tokenizer.
+        step: Where they part (0-based).
+        tokens: Each column's token id there (``None``: its answer had ended).
+
+    Returns:
+        One line per column, e.g. ``"Columns part at token 3: this column took ' red' (41% to
+        its model); the other took ' blue' (22% to its model)"``.
+
+    Example:
+        >>> divergence_words_by_model(runs, tokenizer, *cw.divergence)
+    """
+    from .._tokens import TokenPieces
+
+    pieces = TokenPieces(tokenizer) if tokenizer is not None else None
+    odds = [_own_odds(run, step, token) for run, token in zip(runs, tokens, strict=True)]
+
+    def said(i: int) -> str:
+        token = tokens[i]
+        if token is None:
+            return "nothing (its answer had ended)"
+        text = pieces.text(token) if pieces is not None else str(token)
+        p = odds[i]
+        return f"{text!r}" + (f" ({p:.0%} to its model)" if p is not None else "")
+
+    lines = []
+    for i, token in enumerate(tokens):
+        others = [said(j) for j in range(len(tokens)) if j != i]
+        mine = "this column's answer had ended" if token is None else f"this column took {said(i)}"
+        lines.append(
+            f"Columns part at token {step + 1}: {mine}; "
+            f"the other{'s' if len(others) > 1 else ''} took {', '.join(others)}"
+        )
+    return lines
+
+
 def text_divergence_words(found: TextDivergence) -> list[str]:
     """Each column's line for where the answers part by text.
 
@@ -926,6 +984,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._names = _distinct_names(pairs)
         self._replays = [isinstance(m, Recording) for m, _ in pairs]
         self._competing = _competition(pairs) if by_model else ""
+        # Whether every column runs one model object: then its odds speak for every column
+        # where they part (a model and its adapter are two: their odds differ).
+        self._one_model = len({id(m) for m, _ in pairs}) == 1
         #: Position on the page (left to right) to column index; shuffled per blind round.
         self._order = list(range(len(pairs)))
         self._round = 0
@@ -1305,9 +1366,13 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                     "column": index,
                     "order": [self._names[i] for i in order],
                 }
-        shown = [self._columns[i] for i in order]
-        if list(self._row.children) != shown:
-            self._row.children = shown
+        # Moved on the page by CSS order, never by reordering the row's children: the row
+        # would then re-create those columns' views, and a column whose last view goes
+        # closes itself (its output looks cleared).
+        for position, index in enumerate(order):
+            layout = self._columns[index].layout
+            if layout.order != str(position):
+                layout.order = str(position)
         self._relabel()
 
     @input_checked
@@ -1643,7 +1708,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             if generation != self._mark_generation:
                 return  # the columns changed since: no forward pass for a stale mark
         try:
-            marks = divergence_words([c.run for c in self._columns], self._tokenizer, step, tokens)
+            runs = [c.run for c in self._columns]
+            words = divergence_words if self._one_model else divergence_words_by_model
+            marks = words(runs, self._tokenizer, step, tokens)
         except Exception as exc:  # a thread of the widget: never raise
             # No words, but still where the columns part: no mark would say they agree.
             logger.warning(

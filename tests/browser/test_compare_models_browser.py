@@ -26,6 +26,8 @@ BLIND = """\
 a, b = tiny_model(one_line=True, seed=0), tiny_model(one_line=True, seed=1)
 a[0].name_or_path, b[0].name_or_path = "zq" + "alpha", "zq" + "bravo"
 cw = nbstream.CompareWidget(models=[a, b], prompt="Hello", max_new_tokens=6, blind=True)
+import random
+cw._shuffler = random.Random(1)  # this seed swaps two columns: the test sees them move
 cw"""
 AGAIN = "cw"
 # What would give a model away: the names, the class, a chat template's marks.
@@ -59,8 +61,13 @@ def test_a_blind_round_hides_the_models_counts_votes_and_reveals(lab):
     vote_a = head.locator('.nbstream-compare-vote-btn[data-label="A"]')
     vote_b = head.locator('.nbstream-compare-vote-btn[data-label="B"]')
     expect(vote_a).to_be_enabled()
-    expect(roots.nth(0).locator(".nbstream-label")).to_have_text("A")
-    expect(roots.nth(1).locator(".nbstream-label")).to_have_text("B")
+    # The shuffle moves the columns on the screen (CSS order): A is left of B, whichever
+    # model each one is.
+    labels = [roots.nth(i).locator(".nbstream-label").inner_text() for i in range(2)]
+    assert sorted(labels) == ["A", "B"], labels
+    left = {label: roots.nth(i).bounding_box()["x"] for i, label in enumerate(labels)}
+    assert left["A"] < left["B"], left
+    assert labels == kval(nb, "cw.labels") == ["B", "A"]  # the DOM keeps the order given
 
     # Before Reveal: no model's name anywhere on the page, nor in the saved notebook.
     assert found(nb.page.evaluate(PAGE_WITHOUT_CODE)) == []
