@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from frontend_helpers import TOKENS, emit, frame, mount, popover, sent, spans, tokens_msg, view
+from frontend_helpers import (
+    FIRST,
+    TOKENS,
+    change_many,
+    emit,
+    frame,
+    mount,
+    popover,
+    sent,
+    spans,
+    tokens_msg,
+    view,
+)
 from playwright.sync_api import Page, expect
 
 #: The lens of step 2 (" a") on a model of four layers: " a" is the favourite at layer 3 only
@@ -181,3 +193,24 @@ def test_no_section_where_the_layers_cannot_be_read(fe_page: Page):
     spans(root).nth(1).click()
     expect(popover(root)).to_be_visible()
     expect(root.locator(".nbstream-lens")).to_have_count(0)
+
+
+def test_a_chat_answer_s_section_asks_for_its_run_and_shades_that_answer(chat_harness_page: Page):
+    page = chat_harness_page
+    state = {"_messages": FIRST, "status": "complete", "run_id": 1, "show_alternatives": True}
+    page.evaluate("([s]) => window.mount(s, null)", [{**state, "can_lens": True}])
+    root = page.locator(".host .nbstream").first
+    emit(page, tokens_msg(1, 0, TOKENS))
+    bubble = root.locator('.nbstream-message[data-role="assistant"]').first
+    expect(spans(bubble)).to_have_count(len(TOKENS))
+    spans(bubble).nth(2).click()
+    bubble.get_by_role("button", name="Inside the model").click()
+    ask = lens_asks(page)[-1]
+    assert (ask["run_id"], ask["step"]) == (1, 2)
+    last_reply(page, ask)
+    expect(bubble.locator(".nbstream-lens")).to_have_attribute("data-state", "ready")
+    expect(spans(bubble).nth(0)).to_have_attribute("data-attr-place", "2")
+    # The chat is cleared: the answer and its shading go, and nothing is left behind.
+    change_many(page, {"_messages": [], "status": "idle", "run_id": 3})
+    expect(root.locator(".nbstream-message")).to_have_count(0)
+    expect(root.locator("[data-attr-level]")).to_have_count(0)
