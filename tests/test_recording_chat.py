@@ -408,3 +408,11 @@ def test_the_terminal_marks_a_replayed_answer(tmp_path):
     assert session.ask("A color?") == "complete"
     assert "Green." in shown.getvalue()
     assert "[replay of a recorded run, not a live model · complete]" in shown.getvalue()
+
+
+def test_a_chat_refuses_one_runs_recording_saying_where_it_goes(tmp_path):
+    model, tokenizer = forced_model("Blue.")
+    run = nbstream.stream(model, tokenizer, "Name a color.", max_new_tokens=4)
+    run.wait()
+    with pytest.raises(TypeError, match=r"one run's recording .*StreamWidget\(recording\)"):
+        nbstream.ChatWidget(nbstream.load(run.save(tmp_path / "run.json")))

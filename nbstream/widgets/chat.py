@@ -125,6 +125,12 @@ class ChatWidget(BranchingWidget):
             raise TypeError(f"keep_thinking must be True or False, got {keep_thinking!r:.80}")
         if isinstance(model, ChatRecording):
             model = ReplayBackend(model)  # replayed at its recorded pace
+        if isinstance(model, Recording):
+            raise TypeError(
+                "this is one run's recording (run.save), not a chat's: "
+                "StreamWidget(recording) replays it; ChatWidget replays a chat saved with "
+                "chat.save(path)"
+            )
         #: The chat this widget replays (no model), or None.
         self._recorded = (
             model.recording
