@@ -296,3 +296,40 @@ def test_a_local_model_offers_the_lens_and_its_widget_answers_lens_requests(tiny
     finally:
         w.close()
     assert w._lens._closed
+
+
+def test_a_run_streams_and_stops_while_its_lens_is_computed(tiny_line):
+    """A lens held mid-computation: the run keeps making tokens, and Stop ends it at once."""
+    w = nbstream.StreamWidget(*tiny_line, max_new_tokens=4000, temperature=0)
+    try:
+        run = w.generate("Hi")
+        deadline = time.monotonic() + 60
+        while len(run.token_ids) < 2:
+            assert time.monotonic() < deadline, "the run made no tokens"
+            time.sleep(0.01)
+        held, inside = threading.Event(), threading.Event()
+
+        def lens(step: int) -> Any:  # the real one, held until the test lets it go
+            inside.set()
+            assert held.wait(60)
+            return type(run).lens(run, step)
+
+        run.lens = lens  # type: ignore[method-assign]
+        sent = Sent()
+        w._lens._send = sent
+        w._handle_message(
+            w, {"type": "lens", "view": "v1", "request": 1, "run_id": w.run_id, "step": 0}, []
+        )
+        assert inside.wait(30)
+        at_request = len(run.token_ids)
+        while len(run.token_ids) <= at_request + 5:
+            assert time.monotonic() < deadline, "the run stopped making tokens"
+            time.sleep(0.01)
+        w._handle_message(w, {"type": "stop"}, [])
+        with pytest.raises(nbstream.GenerationCancelled):
+            run.wait(30)
+        assert run.status == "cancelled" and len(run.token_ids) < 4000
+        held.set()
+        assert sent.reply(1)["error"] is None
+    finally:
+        w.close()
