@@ -241,7 +241,8 @@ class LensSection {
     this.el = h("section", "nbstream-lens", { role: "region", "aria-label": "Inside the model" });
     this.toggle = h("button", "nbstream-lens-toggle", { type: "button", "aria-expanded": "false", "aria-controls": `${id}-body` });
     this.toggle.textContent = "Inside the model";
-    this.toggle.title = "What each layer would have said, and which earlier tokens pushed toward this one";
+    this.toggle.title =
+      "What each layer would have said, and which earlier tokens pushed toward this one (key: i on a token)";
     this.body = h("div", "nbstream-lens-body", { id: `${id}-body` });
     this.body.hidden = true;
     this.modeBtn = h("button", "nbstream-lens-mode", { type: "button", "aria-pressed": "false" });
