@@ -369,3 +369,31 @@ def test_the_default_model(real_model, no_leftover_runs):
     for step in (0, 6, len(run.token_ids) - 1):
         check_lens(run, model, tokenizer, step, MODEL_TOL)
     check_attribution(run, model, tokenizer, 6, rel=1e-3)
+
+
+def test_an_offloaded_model_waits_its_turn(tiny, no_leftover_runs):
+    # accelerate moves an offloaded model's weights as it runs: no second forward beside a run.
+    tokenizer = tiny[1]
+    config = family_configs(tokenizer)["llama"]
+    config.max_position_embeddings = 8192
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.hf_device_map = {"model.layers.0": "cpu", "model.layers.1": "disk"}
+    run = nbstream.stream(model, tokenizer, PROMPT, max_new_tokens=8000, alternatives=2)
+    assert run.wait_for_progress(0, 60) and run.wait_for_progress(4, 60)
+    seen: dict[str, Any] = {}
+
+    def compute() -> None:
+        seen["lens"] = run.lens(3)
+        seen["status"] = run.status  # the lens had its turn only once the run let go
+
+    worker = threading.Thread(target=compute, daemon=True)
+    worker.start()
+    queue = run._queue
+    while not queue.snapshot()[1] and worker.is_alive():
+        worker.join(0.01)
+    assert queue.snapshot()[1], "the lens never took a place in the model's queue"
+    run.stop()
+    worker.join(60)
+    assert not worker.is_alive() and seen["status"] == "cancelled"
+    check_lens(run, model, tokenizer, 3)
