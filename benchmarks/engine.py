@@ -1006,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens, rounds = plan["tiny"]
         tiny, tiny_tokenizer = tiny_model(one_line=True)
         if placement:
-            tiny = tiny.to(args.device, placement.get("dtype"))
+            tiny = tiny.to(device=args.device, dtype=placement.get("dtype"))
         cases.append(
             Case(
                 "tiny",
