@@ -375,3 +375,37 @@ def test_the_default_model_read_directly_equals_from_pretrained(real_model):
     assert type(tokenizer) is type(reference)
     assert tokenizer.chat_template == reference.chat_template
     assert tokenizer.encode("Name two colors. 色") == reference.encode("Name two colors. 色")
+
+
+def test_load_model_renders_the_chat_template_once_ahead(tiny_folder, tmp_path, monkeypatch):
+    import shutil
+
+    from transformers import PreTrainedTokenizerBase
+
+    folder = tmp_path / "chat"
+    shutil.copytree(tiny_folder, folder)
+    rendered = []
+    real = PreTrainedTokenizerBase.apply_chat_template
+
+    def spy(self, conversation, *args, **kwargs):
+        rendered.append(conversation)
+        return real(self, conversation, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "apply_chat_template", spy)
+    _, tokenizer = nbstream.load_model(folder)
+    assert tokenizer.chat_template and rendered == [[{"role": "user", "content": "Hi"}]]
+    nbstream.load_model(folder)  # loaded once, rendered once
+    assert len(rendered) == 1
+
+
+def test_a_template_that_refuses_the_warm_up_still_loads(tiny_folder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "strict"
+    shutil.copytree(tiny_folder, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('system message first') }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    _, tokenizer = nbstream.load_model(folder)
+    assert "raise_exception" in tokenizer.chat_template
