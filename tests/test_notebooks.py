@@ -201,6 +201,10 @@ def check_claims(name: str, outputs: str) -> None:
         assert "refused: A recording cannot branch" in outputs
         assert "refused: A recording has no logits" in outputs
         assert "refused: this recording has no answer to 'Name a vegetable.'" in outputs
+        # A saved chat: both turns, the history the next answer would get, each answer a run.
+        assert "Model (complete): The capital of Italy is Rome." in outputs
+        assert "the next answer would get: ['user', 'assistant', 'user', 'assistant']" in outputs
+        assert "an answer replays like any run: True" in outputs
         assert "models loaded: []" in outputs
     if name == "inside-the-model.ipynb":
         # The lens's last layer is the run's own number; the shares sum to 1; the branch keeps
