@@ -67,6 +67,7 @@ __all__ = [
     "ResetMessage",
     "RunRecord",
     "RunRequest",
+    "RunSnapshot",
     "RunWidgetMessage",
     "RunWidgetTraits",
     "SamplingSettings",
@@ -414,6 +415,30 @@ class CompareMark(TypedDict):
     words: str
 
 
+class _SnapshotThinking(TypedDict, total=False):
+    #: A reasoning model's run with ``tokens``: how many of its first tokens are thinking.
+    thinking_tokens: int
+
+
+class RunSnapshot(_SnapshotThinking):
+    """An ended run as a saved notebook shows it without a kernel (the ``snapshot`` trait)."""
+
+    #: The format (1); a view ignores a snapshot whose ``v`` it does not know.
+    v: int
+    #: The run it is of: a view uses it only while ``run_id`` is this.
+    run_id: int
+    #: The answer's text (the final text of ``reset``).
+    text: str
+    #: A reasoning model's thinking, without its tags; null for any other run.
+    thinking: str | None
+    #: Per token, ``dt_ms, grown``: ms since the token before (the first: since the run
+    #: started) and how many UTF-16 code units the answer grew by; flat.
+    steps: list[int]
+    #: The token views' entries (as in ``tokens``) when a token view was on, else null;
+    #: their alternatives only when the Alternatives view was on.
+    tokens: list[TokenEntry] | None
+
+
 class StreamWidgetOwnTraits(TypedDict):
     """The ``StreamWidget``'s own synced traits (nbstream/widgets/stream.py)."""
 
@@ -425,6 +450,8 @@ class StreamWidgetOwnTraits(TypedDict):
     show_prompt: bool
     #: In a compare column: where its tokens part from the others'.
     compare_mark: CompareMark | None
+    #: The last ended run, for a view with no kernel to answer it; null while a run goes.
+    snapshot: RunSnapshot | None
 
 
 class StreamWidgetTraits(RunWidgetTraits, BranchTraits, StreamWidgetOwnTraits):
@@ -444,6 +471,8 @@ class _AnswerFields(TypedDict, total=False):
     finish_reason: FinishReason | None
     #: A reasoning model's thinking, once the answer has ended.
     thinking: ThinkingState
+    #: Replayed from a recording, not a live model's: the view marks it "replay".
+    replayed: bool
 
 
 class ChatMessage(_AnswerFields):

@@ -79,6 +79,8 @@ export interface ChatMessage {
   finish_reason?: FinishReason | null;
   /** A reasoning model's thinking, once the answer has ended. */
   thinking?: ThinkingState;
+  /** Replayed from a recording, not a live model's: the view marks it "replay". */
+  replayed?: boolean;
 }
 
 /** The `ChatWidget`'s own synced traits (nbstream/widgets/chat.py). */
@@ -436,6 +438,24 @@ export interface RunRequest {
   prompt?: string;
 }
 
+/** An ended run as a saved notebook shows it without a kernel (the `snapshot` trait). */
+export interface RunSnapshot {
+  /** The format (1); a view ignores a snapshot whose `v` it does not know. */
+  v: number;
+  /** The run it is of: a view uses it only while `run_id` is this. */
+  run_id: number;
+  /** The answer's text (the final text of `reset`). */
+  text: string;
+  /** A reasoning model's thinking, without its tags; null for any other run. */
+  thinking: string | null;
+  /** Per token, `dt_ms, grown`: ms since the token before (the first: since the run started) and how many UTF-16 code units the answer grew by; flat. */
+  steps: number[];
+  /** The token views' entries (as in `tokens`) when a token view was on, else null; their alternatives only when the Alternatives view was on. */
+  tokens: TokenEntry[] | null;
+  /** A reasoning model's run with `tokens`: how many of its first tokens are thinking. */
+  thinking_tokens?: number;
+}
+
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
 export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply;
 
@@ -575,6 +595,8 @@ export interface StreamWidgetOwnTraits {
   show_prompt: boolean;
   /** In a compare column: where its tokens part from the others'. */
   compare_mark: CompareMark | null;
+  /** The last ended run, for a view with no kernel to answer it; null while a run goes. */
+  snapshot: RunSnapshot | null;
 }
 
 /** What a `StreamWidget`'s view sends. */

@@ -54,6 +54,7 @@ import {
 } from "./common.js";
 import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
+import { Replayer, currentSnapshot, kernelWatch, replayRow, snapshotMessages } from "./replay.js";
 import { compareMarkView } from "./sampling.js";
 import { TextRenderer } from "./incremental.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
@@ -156,6 +157,81 @@ class StreamView {
     this.thinkingRun = this.thinking.runId;
     this.frames = this.scope.frames(() => this.draw());
     this.savePrompt = syncedText(this.scope, model, prompt, "prompt");
+    // Without a kernel (a saved notebook): the last run from its snapshot, and Replay.
+    this.saved = replayRow();
+    promptRow.after(this.saved.row);
+    this.offline = false;
+    this.replayer = this.makeReplayer();
+  }
+
+  // ---- without a kernel (js/src/replay.js) ----------------------------------------
+
+  makeReplayer() {
+    return new Replayer(
+      this.scope,
+      (at) => this.showSnapshot(at),
+      () => this.replayEnded(),
+    );
+  }
+
+  /**
+   * Show the current run's snapshot as the kernel's messages would, up to `at` (a replay's
+   * point; all of it by default). False when there is none for the current run.
+   * @param {{length?: number, count?: number, from?: number}} [at]
+   */
+  showSnapshot(at) {
+    const s = currentSnapshot(this.model);
+    if (!s) return false;
+    const { reset, tokens } = snapshotMessages(s, at);
+    if ((at?.from ?? 0) === 0) this.thinking.receive(reset);
+    this.live.reset(reset);
+    if (tokens && this.tokens) {
+      if (tokens.offset === 0) this.tokens.reset(s.run_id);
+      this.onTokens(tokens);
+    }
+    this.schedule();
+    this.updateChrome();
+    return true;
+  }
+
+  /** An ended run with no text yet (no kernel has answered): drawn from its snapshot. */
+  drawSnapshot() {
+    if (this.active() || this.live.text.length > 0 || this.replayer.playing) return;
+    if (this.showSnapshot()) this.frames.now();
+  }
+
+  /** @param {boolean} offline no kernel answers this view */
+  setOffline(offline) {
+    if (offline && !currentSnapshot(this.model)) return; // nothing saved to show
+    this.offline = offline;
+    if (!offline) this.replayer.stop();
+    this.root.toggleAttribute("data-saved", offline);
+    this.saved.row.hidden = !offline;
+    this.controls.prompt.readOnly = offline;
+    this.updateChrome();
+  }
+
+  toggleReplay() {
+    if (this.replayer.playing) {
+      this.replayer.stop();
+      return;
+    }
+    const s = currentSnapshot(this.model);
+    if (!s) return;
+    this.tokens.close();
+    this.follow.on = true;
+    this.root.setAttribute("data-replay", "playing");
+    this.out.output.setAttribute("aria-busy", "true");
+    this.saved.button.textContent = "■ Stop replay";
+    this.replayer.start(s);
+  }
+
+  replayEnded() {
+    this.root.removeAttribute("data-replay");
+    this.out.output.setAttribute("aria-busy", "false");
+    this.saved.button.textContent = "▶ Replay";
+    this.showSnapshot();
+    this.frames.now();
   }
 
   status() {
@@ -244,7 +320,8 @@ class StreamView {
     const st = { parsed: 0, nodes: 0 };
     const text = this.live.text;
     // The Markdown is brought up to date when it is shown again (it is incremental).
-    if (!this.tv.shown) this.renderer.update(text, this.active(), st);
+    const streaming = this.active() || this.replayer.playing;
+    if (!this.tv.shown) this.renderer.update(text, streaming, st);
     const t1 = performance.now();
     this.follow.stick();
     logFrame(t0, t1, text.length, st);
@@ -266,6 +343,11 @@ class StreamView {
     markOutput(this.out, s, this.live.text.length > 0, () => this.model.get("error_info"));
     markCut(output, cutEl, cut);
     this.copyBtn.disabled = this.live.text.length === 0;
+    // No kernel: nothing can run; Replay plays the saved run instead.
+    if (this.offline) {
+      this.controls.runBtn.disabled = true;
+      this.controls.stopBtn.disabled = true;
+    }
     this.updateThinking();
     this.updateInputError();
     this.updateMetrics();
@@ -413,6 +495,8 @@ class StreamView {
     on(stopBtn, "click", stop);
     // Esc anywhere in the view stops the run (a popover or the settings panel open takes it first).
     stopOnEscape(scope, root, () => !stopBtn.disabled, stop);
+    on(this.saved.button, "click", () => this.toggleReplay());
+    onModel("change:snapshot", () => this.drawSnapshot());
     onModel("change:label", () => this.updateLabel());
     onModel("change:show_prompt", () => this.updateLabel());
     // The answer as the kernel holds it: the run's text, exactly (deltas only append to it).
@@ -431,6 +515,8 @@ class StreamView {
     this.tv.update();
     this.updateChrome();
     this.live.sync();
+    this.drawSnapshot();
+    kernelWatch(this.scope, { none: () => this.setOffline(true), some: () => this.setOffline(false) });
     this.scope.defer(watchRemoval(this.el, (m) => this.model.send(m), this.viewId));
   }
 }

@@ -23,6 +23,7 @@ from .base import error_summary
 from .branches import BranchingWidget
 from .display import fallback_bundle
 from .feed import FRAME_RATE, VIEW_THREAD_PREFIX
+from .snapshot import run_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ class StreamWidget(BranchingWidget):
     #: where this column's tokens differ from the other columns' and that said in words;
     #: None when there is nothing to mark.
     compare_mark = traitlets.Dict(default_value=None, allow_none=True).tag(sync=True)
+    #: The last ended run as a saved notebook shows it without a kernel (widgets/snapshot.py):
+    #: set when a run ends, None while one goes. Sent once per run, never per frame.
+    snapshot = traitlets.Dict(default_value=None, allow_none=True).tag(sync=True)
 
     def __init__(self, model: Any = None, tokenizer: Any = None, **settings: Any) -> None:
         # The prompt's answers: the original, then its branches in the order made.
@@ -174,6 +178,25 @@ class StreamWidget(BranchingWidget):
 
     def _variant_runs(self) -> list[Generation]:
         return self._variants
+
+    # -- the saved notebook's copy of the run --------------------------------------------------
+    def _on_start(self, run: Generation, run_id: int) -> None:
+        super()._on_start(run, run_id)
+        self.snapshot = None  # type: ignore[assignment]  # the views must not show the last run's
+
+    def _run_ended(self, run: Generation, run_id: int) -> None:
+        super()._run_ended(run, run_id)
+        # After the end state and the saved output, in a message of its own: making it takes
+        # a few ms, and a cell that ends at run.wait() must not lose the end state for it.
+        token_view = self._token_options()
+        snapshot = run_snapshot(
+            run,
+            run_id,
+            self._tokenizer,
+            tokens=token_view is not None,
+            alternatives=bool(token_view),
+        )
+        self._set_if_current(run_id, snapshot=snapshot)
 
     # -- from the views -----------------------------------------------------------------------
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
