@@ -390,6 +390,7 @@ def test_the_newest_answer_streams_as_deltas_and_the_transcript_changes_per_turn
         "kept": False,
         "error": None,
         "finish_reason": "length",  # 300 tokens of a model that never ends on its own
+        "replayed": False,
     }
     # A view opened now (or reloaded) asks for the text so far: the newest answer's.
     chat._handle_message(chat, {"type": "sync", "view": "v1"}, [])

@@ -253,6 +253,35 @@ def test_a_resumed_chat_continues_with_the_recorded_history(saved_chat):
     wait_followers()
 
 
+def replayed_flags(chat: nbstream.ChatWidget) -> list[bool]:
+    """Each answer's ``replayed`` flag, as the views get it (``_messages``)."""
+    return [m["replayed"] for m in chat._messages if m["role"] == "assistant"]
+
+
+def test_the_page_is_told_which_answers_are_replayed(saved_chat):
+    chat, path = saved_chat
+    loaded = nbstream.load(path)
+    assert isinstance(loaded, ChatRecording)
+    assert replayed_flags(chat) == [False] * 4  # the original chat's answers are live
+    replayed = nbstream.ChatWidget(ReplayBackend(loaded, speed=None))
+    model, tokenizer = forced_model("Purple.")
+    resumed = nbstream.ChatWidget(model, tokenizer, history=loaded, max_new_tokens=8)
+    try:
+        replayed.generate().wait_done(HANG_S)
+        wait_status(replayed, "complete")
+        assert replayed_flags(replayed) == [True]
+        # A resumed chat: its recorded answers are replays, the model's new one is not.
+        assert replayed_flags(resumed) == [True] * 4
+        resumed.generate("Name a last one.").wait_done(HANG_S)
+        wait_status(resumed, "complete")
+        assert replayed_flags(resumed) == [True] * 4 + [False]
+        assert all("replayed" not in m for m in resumed._messages if m["role"] == "user")
+    finally:
+        replayed.close()
+        resumed.close()
+    wait_followers()
+
+
 def test_history_takes_a_chat_recording_and_refuses_a_path(saved_chat):
     chat, path = saved_chat
     model, tokenizer = forced_model("Ok.")

@@ -19,6 +19,9 @@ import { makeNote } from "./tokens.js";
 /** Beside Regenerate when the next run is greedy (next_run_samples false). */
 const GREEDY_NOTE = "Greedy decoding: Regenerate gives the same answer again. Set a temperature in Settings to sample.";
 
+/** What an answer replayed from a recording is, in words (its mark's title and hidden text). */
+const REPLAYED = "replayed from a recording, not a live model";
+
 /**
  * The key of a message's element: the element is made once per key and reused while its
  * message stays (an edited last message, or a history set from code, keeps the keys of the
@@ -36,7 +39,11 @@ class ChatMessage {
     this.key = keyOf(m);
     this.msg = m;
     this.el = h("div", "nbstream-message");
-    this.who = h("div", "nbstream-message-role"); // "You" / "Assistant"
+    this.who = h("div", "nbstream-message-role");
+    this.whoText = h("span"); // "You" / "Assistant"
+    this.who.append(this.whoText);
+    /** @type {HTMLElement | null} assistant: "replay", shown for an answer replayed from a recording */
+    this.replayMark = null;
     this.el.append(this.who);
     /** @type {HTMLElement | null} user: the message's text */
     this.text = null;
@@ -71,12 +78,33 @@ class ChatMessage {
     const m = this.msg;
     if (this.el.getAttribute("data-role") !== m.role) this.el.setAttribute("data-role", m.role);
     const who = m.role === "user" ? "You" : "Assistant";
-    if (this.who.textContent !== who) this.who.textContent = who;
+    if (this.whoText.textContent !== who) this.whoText.textContent = who;
     this.el.setAttribute("data-in-history", String(!!m.in_history));
+    this.markReplay(m.role === "assistant" && m.replayed === true);
     if (m.role === "user") {
       const content = String(m.content ?? "");
       if (this.text && this.text.textContent !== content) this.text.textContent = content;
     }
+  }
+
+  /**
+   * An answer replayed from a recording says so beside "Assistant" (its accessible name
+   * too): a replay is never passed off as a live model's answer.
+   * @param {boolean} replayed
+   */
+  markReplay(replayed) {
+    this.el.toggleAttribute("data-replayed", replayed);
+    if (replayed && !this.replayMark) {
+      this.replayMark = h("span", "nbstream-replayed", { title: REPLAYED });
+      // Hidden words around "replay": read after "Assistant", they make a sentence.
+      const [comma, why] = [h("span", "nbstream-replayed-why"), h("span", "nbstream-replayed-why")];
+      comma.textContent = ", ";
+      why.textContent = ` (${REPLAYED})`;
+      this.replayMark.append(comma, "replay", why);
+    }
+    if (!this.replayMark) return;
+    if (replayed && !this.replayMark.isConnected) this.who.append(this.replayMark);
+    else if (!replayed && this.replayMark.isConnected) this.replayMark.remove();
   }
 
   /** Show `want` (the token list, the raw text or the rendered Markdown) in the output. @param {Node} want */

@@ -609,6 +609,9 @@ class ChatWidget(BranchingWidget):
                     "finish_reason": (
                         t.run.metrics["finish_reason"] if t.run is not None and ended else None
                     ),
+                    # Replayed from a recording (a replayed chat, or a resumed chat's earlier
+                    # answers): the view marks it, never passing it off as a live model's.
+                    "replayed": t.run is not None and t.run.is_replay,
                 }
             )
             # A reasoning model's thinking, once its answer ended (the live one's streams

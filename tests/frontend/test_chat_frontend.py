@@ -318,3 +318,30 @@ def test_an_answer_cut_at_max_new_tokens_is_marked(chat_page: Page) -> None:
     change(page, _messages=[], status="idle", run_id=3, metrics={})
     expect(badge.locator(".nbstream-badge-text")).to_have_text("idle")
     expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
+
+
+def test_a_replayed_answer_is_marked_and_a_live_one_is_not(chat_page: Page) -> None:
+    page = chat_page
+    why = "replayed from a recording, not a live model"
+    # A resumed chat: its first answer replayed from a recording, the next one live.
+    recorded = [user(0, "Hi"), answer(0, "Hello.", "complete", 1, replayed=True)]
+    mount(page, _messages=recorded, status="complete", run_id=1)
+    first = messages(page).nth(1)
+    expect(first).to_have_attribute("data-replayed", "")
+    mark = first.locator(".nbstream-message-role .nbstream-replayed")
+    expect(mark).to_be_visible()
+    expect(mark).to_have_attribute("title", why)
+    # Its accessible text says what it is, not only "replay".
+    expect(first.locator(".nbstream-message-role")).to_have_text(f"Assistant, replay ({why})")
+    expect(messages(page).nth(0).locator(".nbstream-replayed")).to_have_count(0)
+    live = answer(1, "", "running", 2, replayed=False)
+    change(page, _messages=[*recorded, user(1, "More"), live], status="running", run_id=2)
+    stream(page, "Once upon a", run_id=2)
+    newest = messages(page).nth(3)
+    expect(newest.locator(".nbstream-replayed")).to_have_count(0)
+    expect(newest).not_to_have_attribute("data-replayed", "")
+    expect(newest.locator(".nbstream-message-role")).to_have_text("Assistant")
+    expect(mark).to_be_visible()  # the recorded one stays marked
+    # An answer with no flag (a kernel that does not send it) is not marked either.
+    change(page, _messages=FIRST, status="complete", run_id=3)
+    expect(root(page).locator(".nbstream-replayed")).to_have_count(0)
