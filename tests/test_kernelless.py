@@ -115,3 +115,13 @@ def test_its_size_per_run_stays_small() -> None:
     # Each token's id, text, kind, logprob, rank and its 5 alternatives (the same fields):
     # bounded, not growing with the answer so far.
     assert entries < 400 * tokens, entries / tokens
+
+
+def test_a_thinking_run_keeps_its_thinking_apart_from_the_answer() -> None:
+    w = nbstream.StreamWidget(*forced_model("<think>Two plus two.</think>It is 4."))
+    ended(w, "What is 2+2?", max_new_tokens=40)
+    s = w.snapshot
+    assert s["text"] == "It is 4." and s["thinking"] == "Two plus two."
+    # The thinking's tokens add nothing to the answer: the course grows only by the answer.
+    grown = s["steps"][1::2]
+    assert sum(grown) == len("It is 4.") and grown[0] == 0
