@@ -890,11 +890,13 @@ function markCut(output, cutEl, cut) {
 
 /**
  * Why `el` (in a view) can ask the kernel nothing, or "": its view is disconnected
- * (watchConnection marks the root data-connection="lost").
+ * (watchConnection marks the root data-connection="lost"), or it shows a saved run that no
+ * running kernel holds (replay.js: the root has data-saved).
  * @param {Element} el
  */
 function disconnected(el) {
-  return el.closest('[data-connection="lost"]') ? `Disconnected: ${DISCONNECTED}` : "";
+  if (el.closest('[data-connection="lost"]')) return `Disconnected: ${DISCONNECTED}`;
+  return el.closest("[data-saved]") ? "Saved output: no running kernel holds this widget" : "";
 }
 
 /**

@@ -193,6 +193,9 @@ def _check_views(page: Page, snapshots: dict[str, dict[str, Any]], where: str) -
     expect(pop).to_be_visible()
     assert pop.locator("tbody tr").count() >= 2, where
     expect(pop.locator(".nbstream-alt-chosen")).to_have_count(1)
+    # Continuing from another token needs the model: not offered, and said why.
+    expect(pop.locator(".nbstream-branch-continue")).to_have_count(0)
+    expect(pop.locator(".nbstream-branch-unavailable")).to_contain_text("Saved output")
     page.keyboard.press("Escape")
     expect(pop).to_have_count(0)
     assert_accessible(page, f"a saved StreamWidget without a kernel ({where})")
