@@ -12,14 +12,11 @@ answer from a kernel draws from it (js/src/replay.js). PROTOCOL.md defines the f
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
 from typing import Any, cast
 
 from .._tokens import TokenPieces, token_entries
 from ..generation import Generation
 from ..protocol import RunSnapshot, TokenEntry
-from ..recording import Recording, load
 
 __all__ = ["SNAPSHOT_VERSION", "run_snapshot"]
 
@@ -59,10 +56,7 @@ def _steps(text: str, pieces: list[str], times_s: list[float]) -> list[int]:
 
 def _timeline(run: Generation) -> tuple[list[str], list[float]]:
     """Each token's piece of the stream and when it came, as the run's recording has them."""
-    with tempfile.TemporaryDirectory(prefix="nbstream-snapshot-") as folder:
-        recording = load(run.save(Path(folder) / "run.json"))
-    if not isinstance(recording, Recording):
-        raise ValueError("a run's recording is not a chat's")
+    recording = run.to_recording()
     return [token.piece for token in recording.tokens], [t.time_s for t in recording.tokens]
 
 
