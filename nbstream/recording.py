@@ -18,12 +18,15 @@ A chat's transcript (``ChatWidget.save(path)``, the terminal chat's ``/save``) i
 kind of document, ``"nbstream.chat/1"``: the system message, the settings, and every
 message, each answer with its run's ``record`` and its ``recording`` (the fields above but
 ``format``, ``minor``, ``nbstream``, ``prompt`` and ``record``, which it shares with its
-message and the document). :func:`load` reads either: a :class:`Recording` or a
-:class:`ChatRecording`.
+message and the document). Each prompt is stored once: ``prompts`` says, per turn, how
+its answer's prompt and prompt text are rebuilt from the turns before it (minor 1; minor
+0 stored them whole in every answer, and still loads). :func:`load` reads either: a
+:class:`Recording` or a :class:`ChatRecording`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -66,7 +69,8 @@ FORMAT = "nbstream.recording/1"
 MINOR = 0
 #: A chat's transcript: its name and major version, and its minor version.
 CHAT_FORMAT = "nbstream.chat/1"
-CHAT_MINOR = 0
+#: Minor 1 stores each answer's prompt by reference to the turns before it (``prompts``).
+CHAT_MINOR = 1
 #: The largest file :func:`load` reads (a 500-token run with 5 alternatives is ~0.1 MiB).
 MAX_BYTES = 64 * 1024 * 1024
 #: The most tokens a recording may hold.
@@ -93,6 +97,7 @@ _CHAT_FIELDS = (
     "keep_thinking",
     "settings",
     "messages",
+    "prompts",
     "history",
 )
 _STATUSES = ("complete", "failed", "cancelled")
@@ -286,21 +291,7 @@ class ChatRecording:
     @property
     def history(self) -> list[dict[str, str]]:
         """What the next answer would get: the shared rules of :mod:`nbstream.conversation`."""
-        history = [] if self.system is None else [{"role": "system", "content": self.system}]
-        for turn in self.turns:
-            if turn.in_history:
-                history.append({"role": "user", "content": turn.user})
-                history.append({"role": "assistant", "content": self._answer_of(turn)})
-        return history
-
-    def _answer_of(self, turn: RecordedTurn) -> str:
-        run = turn.recording
-        if not self.keep_thinking or run is None or run.thinking is None:
-            return turn.answer
-        if run.thinking_tags is None:
-            return turn.answer
-        opening, closing = run.thinking_tags
-        return f"{opening}{run.thinking}{closing}\n\n{turn.answer}"
+        return _history(self.system, self.keep_thinking, self.turns)
 
     @property
     def recordings(self) -> list[Recording]:
@@ -312,6 +303,26 @@ class ChatRecording:
         """The messages the first recorded answer was asked with (``None``: none recorded)."""
         runs = self.recordings
         return runs[0].prompt if runs else None
+
+
+def _history(
+    system: str | None, keep_thinking: bool, turns: Sequence[RecordedTurn]
+) -> list[dict[str, str]]:
+    """The messages an answer after ``turns`` gets (``ChatRecording.history``'s rules)."""
+    history = [] if system is None else [{"role": "system", "content": system}]
+    for turn in turns:
+        if turn.in_history:
+            history.append({"role": "user", "content": turn.user})
+            history.append({"role": "assistant", "content": _answer_of(turn, keep_thinking)})
+    return history
+
+
+def _answer_of(turn: RecordedTurn, keep_thinking: bool) -> str:
+    run = turn.recording
+    if not keep_thinking or run is None or run.thinking is None or run.thinking_tags is None:
+        return turn.answer
+    opening, closing = run.thinking_tags
+    return f"{opening}{run.thinking}{closing}\n\n{turn.answer}"
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -454,12 +465,42 @@ def save_run(recording: Recording, path: str | PathLike[str]) -> Path:
     return _write(_document(recording), path)
 
 
-def _answer_message(turn: RecordedTurn) -> dict[str, Any]:
+def _shared_messages(before: list[dict[str, str]], prompt: Any) -> int:
+    """How many of ``prompt``'s first messages are the history's first ones."""
+    if not isinstance(prompt, list):
+        return 0
+    shared = 0
+    for earlier, message in zip(before, prompt, strict=False):
+        if earlier != message:
+            break
+        shared += 1
+    return shared
+
+
+def _shared_chars(earlier: str, text: str) -> int:
+    """How many of ``text``'s first characters are ``earlier``'s first ones."""
+    if text.startswith(earlier):  # a chat's next prompt: the one before, and more
+        return len(earlier)
+    shared = 0
+    for a, b in zip(earlier, text, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def _answer_message(
+    turn: RecordedTurn, before: list[dict[str, str]], earlier: tuple[int, str] | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An answer as the document holds it, and how its prompt is rebuilt (``prompts``).
+
+    Its record's prompt keeps only the messages after those it shares with the history
+    before the turn (``before``), and its ``prompt_text`` only what follows the part it
+    shares with an earlier answer's (``earlier``: that turn's index and prompt text): a
+    chat's file grows with each turn's own text, not with the conversation so far.
+    """
     run = turn.recording
-    embedded = None
-    if run is not None:
-        embedded = {k: v for k, v in _document(run).items() if k not in _SHARED}
-    return {
+    message: dict[str, Any] = {
         "role": "assistant",
         "content": turn.answer,
         "status": turn.status,
@@ -467,9 +508,27 @@ def _answer_message(turn: RecordedTurn) -> dict[str, Any]:
         "kept": turn.kept,
         "in_history": turn.in_history,
         "finish_reason": None if run is None else run.finish_reason,
-        "record": None if run is None else run.record,
-        "recording": embedded,
+        "record": None,
+        "recording": None,
     }
+    if run is None:
+        return message, None
+    embedded = {k: v for k, v in _document(run).items() if k not in _SHARED}
+    record = dict(run.record)
+    shared = _shared_messages(before, record.get("prompt"))
+    if shared:
+        record["prompt"] = record["prompt"][shared:]
+    text_ref = None
+    if earlier is not None and run.prompt_text is not None:
+        index, earlier_text = earlier
+        keep = _shared_chars(earlier_text, run.prompt_text)
+        if keep:
+            text_ref = [index, keep, run.prompt_text[keep:]]
+            embedded["prompt_text"] = None
+    message["record"], message["recording"] = record, embedded
+    if not shared and text_ref is None:
+        return message, None
+    return message, {"history": shared, "text": text_ref}
 
 
 def chat_document(chat: ChatRecording) -> dict[str, Any]:
@@ -481,7 +540,8 @@ def chat_document(chat: ChatRecording) -> dict[str, Any]:
     Returns:
         The document: ``format``, ``minor``, ``nbstream``, ``saved_at``, ``system``,
         ``keep_thinking``, ``settings``, ``messages`` (each answer with its ``record`` and
-        ``recording``) and ``history``.
+        ``recording``), ``prompts`` (per turn, how its answer's prompt is rebuilt from the
+        turns before it, or null) and ``history``.
 
     Example::
 
@@ -489,10 +549,17 @@ def chat_document(chat: ChatRecording) -> dict[str, Any]:
         'nbstream.chat/1'
     """
     messages: list[dict[str, Any]] = []
-    for turn in chat.turns:
+    prompts: list[dict[str, Any] | None] = []
+    earlier: tuple[int, str] | None = None  # the last answer's prompt text, and its turn
+    for index, turn in enumerate(chat.turns):
         used = turn.in_history
         messages.append({"role": "user", "content": turn.user, "in_history": used})
-        messages.append(_answer_message(turn))
+        before = _history(chat.system, chat.keep_thinking, chat.turns[:index])
+        answer, prompt = _answer_message(turn, before, earlier)
+        messages.append(answer)
+        prompts.append(prompt)
+        if turn.recording is not None and turn.recording.prompt_text is not None:
+            earlier = (index, turn.recording.prompt_text)
     return {
         "format": CHAT_FORMAT,
         "minor": CHAT_MINOR,
@@ -502,6 +569,7 @@ def chat_document(chat: ChatRecording) -> dict[str, Any]:
         "keep_thinking": chat.keep_thinking,
         "settings": chat.settings,
         "messages": messages,
+        "prompts": prompts,
         "history": chat.history,
     }
 
@@ -764,6 +832,69 @@ def _turn(at: int, user: dict[str, Any], answer: dict[str, Any]) -> RecordedTurn
     return RecordedTurn(user["content"], answer["content"], run, answer["kept"])
 
 
+def _with_prompts(
+    document: dict[str, Any], keep_thinking: bool, turns: list[RecordedTurn]
+) -> list[RecordedTurn]:
+    """The turns with their answers' prompts whole again, rebuilt as ``prompts`` says."""
+    prompts = document.get("prompts")
+    if prompts is None:  # minor 0: every prompt is stored whole
+        return turns
+    if not isinstance(prompts, list) or len(prompts) != len(turns):
+        raise _Refused(f"'prompts' must be a list of one entry per turn ({len(turns)})")
+    rebuilt: list[RecordedTurn] = []
+    for index, (turn, ref) in enumerate(zip(turns, prompts, strict=True)):
+        if ref is not None:
+            try:
+                turn = _rebuilt_turn(turn, ref, document["system"], keep_thinking, rebuilt)
+            except _Refused as exc:
+                raise _Refused(f"prompts[{index}]: {exc}") from None
+        rebuilt.append(turn)
+    return rebuilt
+
+
+def _rebuilt_turn(
+    turn: RecordedTurn,
+    ref: Any,
+    system: str | None,
+    keep_thinking: bool,
+    earlier: list[RecordedTurn],
+) -> RecordedTurn:
+    """``turn`` with its prompt and prompt text rebuilt from the turns before it."""
+    run = turn.recording
+    if run is None:
+        raise _Refused("its answer has no recording to rebuild the prompt of")
+    shared = ref.get("history") if isinstance(ref, dict) else None
+    if not _optional_int(shared) or shared is None or shared < 0:
+        raise _Refused(f"expected {{'history': a count, 'text': ...}}, got {ref!r:.80}")
+    before = _history(system, keep_thinking, earlier)
+    if shared > len(before) or (shared and not isinstance(run.prompt, list)):
+        raise _Refused(f"its prompt cannot share {shared} messages of a history of {len(before)}")
+    prompt = [*before[:shared], *run.prompt] if shared else run.prompt
+    text, prompt_text = ref.get("text"), run.prompt_text
+    if text is not None:
+        prompt_text = _rebuilt_text(text, prompt_text, earlier)
+    record = {**run.record, "prompt": prompt}
+    recording = dataclasses.replace(run, prompt=prompt, prompt_text=prompt_text, record=record)
+    return dataclasses.replace(turn, recording=recording)
+
+
+def _rebuilt_text(text: Any, stored: str | None, earlier: list[RecordedTurn]) -> str:
+    """The prompt text ``[turn, keep, rest]`` says: an earlier turn's first ``keep``, ``rest``."""
+    whole: str | None = None
+    if isinstance(text, list) and len(text) == 3 and stored is None:
+        at, keep, rest = text
+        if _optional_int(at) and at is not None and 0 <= at < len(earlier):
+            source = earlier[at].recording
+            whole = None if source is None else source.prompt_text
+        ok = _optional_int(keep) and keep is not None and isinstance(rest, str)
+        if whole is not None and ok and 0 < keep <= len(whole):
+            return whole[:keep] + str(rest)
+    raise _Refused(
+        "'text' must be [an earlier turn, how many characters of its prompt text start "
+        f"this one, the rest], with this answer's prompt_text null; got {text!r:.80}"
+    )
+
+
 def _chat(document: dict[str, Any]) -> ChatRecording:
     _check_types(document, _CHAT_TYPES)
     keep_thinking = document.get("keep_thinking", False)
@@ -777,6 +908,7 @@ def _chat(document: dict[str, Any]) -> ChatRecording:
     )
     if late is not None:
         raise _Refused(f"messages[{2 * late + 1}] has no recording, after answers that have one")
+    turns = _with_prompts(document, keep_thinking, turns)
     tokens = sum(len(run.tokens) for run in (t.recording for t in turns) if run is not None)
     if tokens > MAX_TOKENS:
         raise _Refused(f"it has {tokens} tokens, over the {MAX_TOKENS}-token limit")

@@ -107,8 +107,49 @@ def test_save_load_round_trips_every_turn(saved_chat):
     assert [t.status for t in loaded.turns] == ["complete", "cancelled", "complete", "cancelled"]
     assert [t.kept for t in loaded.turns] == [False, True, False, False]
     document = json.loads(path.read_text(encoding="utf-8"))
-    assert document["format"] == "nbstream.chat/1" and document["minor"] == 0
+    assert document["format"] == "nbstream.chat/1" and document["minor"] == 1
     assert document["history"] == chat.history
+
+
+def test_each_prompt_is_stored_once_not_again_in_each_later_turn(saved_chat):
+    _chat, path = saved_chat
+    text = path.read_text(encoding="utf-8")
+    # The first message is in its turn, the history, and the first answer's prompt and
+    # prompt text: never again in a later answer's, however many turns follow.
+    first = json.dumps("Name two colors.", ensure_ascii=False)[1:-1]
+    assert text.count(first) == 4
+    document = json.loads(text)
+    # The first answer shares the system message; each later one, the prompt text before.
+    assert document["prompts"][0] == {"history": 1, "text": None}
+    assert all(ref["text"][0] == i for i, ref in enumerate(document["prompts"][1:]))
+    for answer in document["messages"][1::2]:
+        assert answer["record"]["prompt"][0]["role"] == "user"  # its own message only
+    for answer in document["messages"][3::2]:
+        assert answer["recording"]["prompt_text"] is None
+
+
+def as_minor_0(document: dict[str, Any], chat: nbstream.ChatWidget) -> dict[str, Any]:
+    """The chat's document as minor 0 wrote it: every prompt whole in its answer."""
+    for answer, run in zip(document["messages"][1::2], runs_of(chat), strict=True):
+        answer["record"]["prompt"] = run.prompt
+        answer["recording"]["prompt_text"] = run.prompt_text
+    del document["prompts"]
+    return {**document, "minor": 0}
+
+
+def test_a_file_of_minor_0_still_loads_whole(saved_chat, tmp_path):
+    chat, path = saved_chat
+    old = as_minor_0(json.loads(path.read_text(encoding="utf-8")), chat)
+    older = tmp_path / "minor0.json"
+    older.write_text(json.dumps(old), encoding="utf-8")
+    assert older.stat().st_size > path.stat().st_size
+    for file in (older, path):
+        loaded = nbstream.load(file)
+        assert isinstance(loaded, ChatRecording) and loaded.history == chat.history
+        for turn, run in zip(loaded.turns, runs_of(chat), strict=True):
+            assert turn.recording is not None
+            assert turn.recording.prompt == turn.recording.record["prompt"] == run.prompt
+            assert turn.recording.prompt_text == run.prompt_text
 
 
 def test_a_chat_replays_each_turn_as_recorded(saved_chat):
@@ -345,6 +386,11 @@ def _answer(d: dict[str, Any], index: int = 1) -> dict[str, Any]:
         (lambda d: _answer(d).update(recording=None, status="cancelled"), "has no recording"),
         (lambda d: _answer(d)["record"].update(status="running"), "not an end state"),
         (lambda d: d.update(keep_thinking="no"), "'keep_thinking' must be true or false"),
+        (lambda d: d.update(prompts=[]), "'prompts' must be a list of one entry per turn"),
+        (lambda d: d["prompts"].__setitem__(1, "all"), r"prompts\[1\]: expected"),
+        (lambda d: d["prompts"][1].update(history=99), r"prompts\[1\]: .*cannot share 99"),
+        (lambda d: d["prompts"][1]["text"].__setitem__(0, 1), r"prompts\[1\]: 'text' must be"),
+        (lambda d: d["prompts"][1]["text"].__setitem__(1, 10**6), "an earlier turn"),
     ],
 )
 def test_a_tampered_chat_is_refused_with_what_is_wrong(tmp_path, document, tamper, message):
@@ -363,9 +409,10 @@ def test_an_answer_without_its_recording_after_recorded_ones_is_refused(tmp_path
 
 
 def test_a_newer_minor_version_warns_naming_what_it_cannot_show(tmp_path, document):
-    document["minor"] = recording_module.CHAT_MINOR + 1
+    newer = recording_module.CHAT_MINOR + 1
+    document["minor"] = newer
     document["branches"] = []
-    with pytest.warns(UserWarning, match=r"cannot show .*minor 1.*: branches"):
+    with pytest.warns(UserWarning, match=rf"cannot show .*minor {newer}.*: branches"):
         loaded = nbstream.load(write(tmp_path, document))
     assert isinstance(loaded, ChatRecording) and len(loaded.turns) == 4
 

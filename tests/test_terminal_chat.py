@@ -26,6 +26,7 @@ import pyte
 import pytest
 
 import nbstream
+from nbstream.recording import ChatRecording
 from nbstream.terminal import API_KEY_ENV, ChatSession, parse_settings
 from nbstream.testing.servers import free_port
 
@@ -109,6 +110,13 @@ def piped(*args: str, stdin: str, env: dict[str, str] | None = None) -> subproce
 def saved(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     assert data["format"] == "nbstream.chat/1"
+    # The file keeps each prompt once (an answer's record holds its own messages): the
+    # records whole are the loaded ones.
+    loaded = nbstream.load(path)
+    assert isinstance(loaded, ChatRecording)
+    for answer, turn in zip(data["messages"][1::2], loaded.turns, strict=True):
+        if turn.recording is not None:
+            answer["record"] = turn.recording.record
     return data
 
 
