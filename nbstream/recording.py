@@ -100,6 +100,18 @@ _CHAT_FIELDS = (
     "prompts",
     "history",
 )
+#: A chat message's fields (a user message's are the first three).
+_MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "in_history",
+    "status",
+    "partial",
+    "kept",
+    "finish_reason",
+    "record",
+    "recording",
+)
 _STATUSES = ("complete", "failed", "cancelled")
 _HINT = "save the run again with run.save(path)"
 _CHAT_HINT = "save the chat again with chat.save(path)"
@@ -651,6 +663,22 @@ def _check_minor(path: Path, document: dict[str, Any], fields: Sequence[str], ne
         warnings.warn(message, UserWarning, stacklevel=4)
 
 
+def _check_message_fields(path: Path, document: dict[str, Any]) -> None:
+    """Warn, naming them, of message fields a newer minor version added: they are skipped."""
+    messages = document.get("messages")
+    if not isinstance(messages, list):
+        return  # refused with what is wrong when the chat is read
+    found = {key for m in messages if isinstance(m, dict) for key in m}
+    unknown = sorted(found - set(_MESSAGE_FIELDS))
+    if unknown:
+        message = (
+            f"{path}: this nbstream ({__version__}) cannot show these fields of the chat's "
+            f"messages (minor {document.get('minor')!r:.20}): {', '.join(unknown)}; "
+            "they are skipped"
+        )
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt": (str, list),
     "prompt_text": (str, type(None)),
@@ -952,6 +980,7 @@ def load(path: str | PathLike[str]) -> Recording | ChatRecording:
     try:
         if _kind(document) == CHAT_FORMAT:
             _check_minor(where, document, _CHAT_FIELDS, CHAT_MINOR)
+            _check_message_fields(where, document)
             return _chat(document)
         _check_minor(where, document, _FIELDS, MINOR)
         return _recording(document)

@@ -417,6 +417,14 @@ def test_a_newer_minor_version_warns_naming_what_it_cannot_show(tmp_path, docume
     assert isinstance(loaded, ChatRecording) and len(loaded.turns) == 4
 
 
+def test_a_newer_minor_names_the_message_fields_it_adds(tmp_path, document):
+    document["minor"] = recording_module.CHAT_MINOR + 1
+    _answer(document)["rating"] = 5
+    with pytest.warns(UserWarning, match=r"cannot show .*the chat's messages.*: rating"):
+        loaded = nbstream.load(write(tmp_path, document))
+    assert isinstance(loaded, ChatRecording) and len(loaded.turns) == 4
+
+
 def test_a_chat_is_not_a_run_recording_and_says_where_it_goes(saved_chat):
     _chat, path = saved_chat
     with pytest.raises(ValueError, match=r"a chat's recording \(4 turns\).*ChatWidget"):
