@@ -31,7 +31,7 @@ from . import recording
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend
+from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend, ReplayJob
 from .distribution import Distribution
 from .lens import Attribution, Lens, attribution_at, lens_at
 from .protocol import FinishReason, Metrics, RunRecord, Status
@@ -1063,23 +1063,26 @@ class Generation:
 
         Example:
             >>> lens = run.lens(3)
-            >>> lens.probs[-1] == run.trace[3].prob  # to float rounding
+            >>> lens.probs[-1] == run.trace[3].prob  # the trace's own number
             >>> print(lens.describe())
         """
-        return lens_at(self._backend, self._job, self.token_ids, step, self._queue.turn)
+        trace = self.trace
+        record = trace[step] if isinstance(trace, list) and step < len(trace) else None
+        return lens_at(self._backend, self._job, self.token_ids, step, self._queue.turn, record)
 
     @input_checked
     def attribution(self, step: int) -> Attribution:
         """Each earlier token's share of the push toward the token at ``step``.
 
-        Gradient × input on the input embeddings (one forward and one backward pass, beside any
-        run of the model, as :meth:`lens`). See :mod:`nbstream.lens` for the method and its limits.
+        Signed gradient · input on the input embeddings (one forward and one backward pass,
+        beside any run of the model, as :meth:`lens`). See :mod:`nbstream.lens` for the method
+        and its limits.
 
         Args:
             step: The step (0-based, into ``token_ids``).
 
         Returns:
-            An :class:`~nbstream.lens.Attribution`: ``tokens``, ``shares`` (summing to 1).
+            An :class:`~nbstream.lens.Attribution`: ``tokens``, ``shares`` (signed; sizes sum to 1).
 
         Raises:
             LensUnavailable: As :meth:`lens`.
@@ -1529,6 +1532,13 @@ class Generation:
             pieces[-1] += rest
         start = self._started if self._started is not None else self._created
         times = [max(0.0, at - start) for at in self._buffer.times[:count]]
+        if isinstance(self._job, ReplayJob):
+            # A replay keeps the recorded pace and figures, whatever speed it played at:
+            # played through, it is the recording it played; stopped, that recording's start.
+            source = self._job.recording
+            if self._status == source.status and count == len(source.tokens):
+                return source
+            times = [token.time_s for token in source.tokens[:count]]
         return recording.from_run(self, pieces=pieces, times=times)
 
     @property

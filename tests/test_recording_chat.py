@@ -294,6 +294,32 @@ def test_a_resumed_chat_continues_with_the_recorded_history(saved_chat):
     wait_followers()
 
 
+def test_a_resumed_chat_saved_again_keeps_the_recorded_pace(tmp_path):
+    model, tokenizer = forced_model("Blue, red and green.")
+    chat = nbstream.ChatWidget(model, tokenizer, max_new_tokens=12)
+    chat.generate("Name three colors.").wait(HANG_S)
+    loaded = nbstream.load(chat.save(tmp_path / "first.json"))
+    chat.close()
+    assert isinstance(loaded, ChatRecording) and loaded.turns[0].recording is not None
+    # A pace no instant replay could show, to tell the recorded times from the replay's.
+    slow = spread_out(loaded.turns[0].recording)
+    loaded = dataclasses.replace(
+        loaded, turns=(dataclasses.replace(loaded.turns[0], recording=slow),)
+    )
+    resumed = nbstream.ChatWidget(*forced_model("Purple."), history=loaded, max_new_tokens=4)
+    try:
+        resumed.generate("And one more?").wait(HANG_S)
+        again = nbstream.load(resumed.save(tmp_path / "again.json"))
+    finally:
+        resumed.close()
+    assert isinstance(again, ChatRecording) and len(again.turns) == 2
+    first = again.turns[0].recording
+    assert first is not None
+    assert [token.time_s for token in first.tokens] == [token.time_s for token in slow.tokens]
+    assert first.metrics == slow.metrics and first.text == slow.text
+    wait_followers()
+
+
 def replayed_flags(chat: nbstream.ChatWidget) -> list[bool]:
     """Each answer's ``replayed`` flag, as the views get it (``_messages``)."""
     return [m["replayed"] for m in chat._messages if m["role"] == "assistant"]
