@@ -225,21 +225,26 @@ class ServerInfo(TypedDict):
     context: int | None
 
 
-class CompareRecord(TypedDict):
+class _CompareRevealed(TypedDict, total=False):
+    """What a compare column's record holds back while its blind round is not revealed."""
+
+    #: The column's model in words.
+    model: str
+    #: Every column's model, left to right as the round showed them.
+    order: list[str]
+
+
+class CompareRecord(_CompareRevealed):
     """What a compare column's record says of the comparison (``record["compare"]``)."""
 
     #: The Run all it was part of, counted from 1.
     round: int
-    #: Its label on the page (A, B, ...): in a blind round, where the shuffle put it.
+    #: Its label on the page (A, B, ...), left to right.
     label: str
     #: Whether the round was blind.
     blind: bool
-    #: The column's model in words.
-    model: str
-    #: The column's index in the order given (0-based).
+    #: The column's place on the page, left to right (0-based).
     column: int
-    #: Every column's model, left to right as the round showed them.
-    order: list[str]
 
 
 class _RecordExtras(TypedDict, total=False):

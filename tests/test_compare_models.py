@@ -8,6 +8,7 @@ The header is driven the way its front end drives it (custom messages and synced
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import nbstream
 from nbstream.testing import forced_model, tiny_model
-from nbstream.widgets.compare import LABELS, TextDivergence
+from nbstream.widgets.compare import HIDDEN_ERROR, HIDDEN_LENS, HIDDEN_RUN, LABELS, TextDivergence
 
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
 
@@ -98,7 +99,7 @@ def test_each_record_names_its_model_and_the_prompt_view_shows_each_template(two
         records = cw.records
         assert all(record is not None for record in records)
         names = [record["compare"]["model"] for record in records]  # type: ignore[index]
-        assert names == cw.models
+        assert names == cw.model_names
         assert len(set(names)) == 3
         assert names[2] == f"fake-model on 127.0.0.1:{fake.server_address[1]}"
         assert records[2]["model"]["name"] == "fake-model"  # type: ignore[index]
@@ -177,35 +178,168 @@ def test_a_server_without_token_ids_parts_by_text(fake):
         cw.close()
 
 
-def test_blind_labels_are_shuffled_per_round_and_recorded(two_models, monkeypatch):
+def test_a_blind_round_moves_the_models_between_columns_that_stay_in_place(two_models):
     third = tiny_model(one_line=True, seed=2)
     cw = nbstream.CompareWidget(
-        models=[*two_models, third], prompt="Hi", max_new_tokens=2, blind=True
+        models=[*two_models, third],
+        settings=[{}, {"max_new_tokens": 1}, {}],
+        prompt="Hi",
+        max_new_tokens=3,
+        blind=True,
     )
     try:
         cw._shuffler = random.Random(7)
         expected = list(range(3))
         random.Random(7).shuffle(expected)
-        assert expected != [0, 1, 2]  # this seed's shuffle moves the columns
+        assert expected != [0, 1, 2]  # this seed's shuffle moves the models
+        runs = cw.generate()
+        cw.wait(60)
+        # The columns stay where they are (A, B, C left to right in the DOM and the saved
+        # state); no CSS order puts them elsewhere.
+        assert list(cw._row.children) == cw.columns
+        assert all(column.layout.order is None for column in cw.columns)
+        assert cw.labels == ["A", "B", "C"] == cw._header.labels
+        # Column p ran model expected[p], with that model's own settings.
+        assert [run.metrics["tokens"] for run in runs] == [1 if i == 1 else 3 for i in expected]
+        for position, record in enumerate(cw.records):
+            note = record["compare"]  # type: ignore[index]
+            # Held back until Reveal: which model, and the order.
+            assert note == {
+                "round": 1,
+                "label": LABELS[position],
+                "blind": True,
+                "column": position,
+            }
+        mapping = cw.reveal()
+        # Label to model, with the model's own settings where it has some.
+        assert {label: words.split(" · ")[0] for label, words in mapping.items()} == {
+            LABELS[p]: cw.model_names[i] for p, i in enumerate(expected)
+        }
+        assert mapping[LABELS[expected.index(1)]].endswith("max new tokens 1")
+        for position, record in enumerate(cw.records):
+            note = record["compare"]  # type: ignore[index]
+            assert note["model"] == cw.model_names[expected[position]]
+            assert note["order"] == [cw.model_names[i] for i in expected]
+        # A non-blind round gives every model its own column again, in the order given.
+        cw.blind = False
+        runs = cw.generate()
+        cw.wait(60)
+        assert [run.metrics["tokens"] for run in runs] == [3, 1, 3]
+        assert [r["compare"]["model"] for r in cw.records] == cw.model_names  # type: ignore[index]
+    finally:
+        cw.close()
+
+
+def test_a_hidden_round_covers_defaults_prompt_tokens_and_capabilities(two_models, fake):
+    second, tokenizer = tiny_model(one_line=True, seed=1)
+    # Other generation defaults, as another family's checkpoint ships them (on a copy: the
+    # test models are shared).
+    second = copy.deepcopy(second)
+    config = second.generation_config
+    config.temperature, config.top_p, config.top_k, config.do_sample = 0.7, 0.8, 20, True
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    cw = nbstream.CompareWidget(
+        models=[two_models[0], (second, tokenizer), endpoint],
+        prompt="Hi",
+        max_new_tokens=3,
+        blind=True,
+    )
+    covered = ("settings_defaults", "prompt_tokens", "can_trace", "can_explain", "can_lens")
+    try:
         cw.generate()
         cw.wait(60)
-        # Position p on the page shows column expected[p], labelled LABELS[p]; the row keeps
-        # its children (moving them would re-create, and so close, their views).
-        assert [cw.columns[i].layout.order for i in expected] == ["0", "1", "2"]
-        assert list(cw._row.children) == cw.columns
-        labels = cw.labels
-        assert [labels[i] for i in expected] == list(LABELS[:3])
-        assert cw._header.labels == ["A", "B", "C"]
-        records = cw.records
-        for i, record in enumerate(records):
-            note = record["compare"]  # type: ignore[index]
-            assert note["label"] == labels[i] and note["blind"] is True and note["round"] == 1
-            assert note["model"] == cw.models[i]
-            assert note["order"] == [cw.models[j] for j in expected]
-        mapping = cw.reveal()
-        assert mapping == {
-            labels[i]: cw.models[i] for i in sorted(range(3), key=labels.__getitem__)
-        }
+        states = [{k: c.get_state()[k] for k in covered} for c in cw.columns]
+        assert states[0] == states[1] == states[2]  # nothing tells the columns apart
+        assert states[0]["prompt_tokens"] is None and states[0]["can_lens"] is False
+        cw.reveal()
+        shown = {c.run.record["model"]["name"]: c for c in cw.columns}  # type: ignore[index]
+        local = [c for c in cw.columns if c.prompt_tokens is not None]
+        assert len(local) == 2 and all(c.can_lens and c.can_explain for c in local)
+        assert local[0].settings_defaults != local[1].settings_defaults
+        assert shown["fake-model"].can_explain is False
+    finally:
+        cw.close()
+
+
+def synced(column) -> str:
+    """The column's synced traits as JSON, its front end's code left out."""
+    state = column.get_state()
+    return json.dumps({k: v for k, v in state.items() if k not in ("_esm", "_css")}, default=str)
+
+
+def test_a_hidden_round_says_no_error_s_words_until_reveal(two_models, fake):
+    endpoint = nbstream.Endpoint(fake.url("404"), "secret-model-name")
+    cw = nbstream.CompareWidget(
+        models=[two_models[0], endpoint], prompt="Hi", max_new_tokens=3, blind=True
+    )
+    try:
+        cw.generate()
+        cw.wait(60)
+        failed = next(c for c in cw.columns if c.status == "failed")
+        assert failed.error_info == {"type": "RunFailed", "message": HIDDEN_ERROR}
+        saved = json.dumps(cw._fallback())
+        for word in ("404", "127.0.0.1", "secret-model-name", "http"):
+            assert word not in saved and word not in synced(failed)
+        cw.reveal()
+        assert "404" in failed.error_info["message"]  # type: ignore[index]
+        assert "404" in json.dumps(cw._fallback())
+    finally:
+        cw.close()
+
+
+def lens_replies(column) -> list[dict]:
+    """What the column sends its views, kept (the lens replies among them)."""
+    sent: list[dict] = []
+    column._send_msg = sent.append
+    return sent
+
+
+def test_a_hidden_round_offers_no_lens_and_refuses_one_asked_for(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=3, blind=True)
+    try:
+        cw.generate()
+        cw.wait(60)
+        column = cw.columns[0]
+        assert column.can_lens is False
+        sent = lens_replies(column)
+        ask = {"type": "lens", "view": "v", "request": 1, "run_id": column.run_id, "step": 1}
+        column._handle_message(column, ask, [])
+        replies = [m for m in sent if m.get("type") == "lens"]
+        assert [r["error"] for r in replies] == [HIDDEN_LENS]
+        said = json.dumps(sent)
+        assert "im_start" not in said and "layers" not in said
+        # Once revealed, the section shows, with the templated prompt (its tokens joined:
+        # a name can be split across tokens).
+        cw.reveal()
+        assert column.can_lens is True
+        column._handle_message(column, {**ask, "request": 2}, [])
+        reply = wait_until(
+            lambda: next((m for m in sent if m.get("request") == 2 and m.get("attribution")), None),
+            what="the lens after Reveal",
+        )
+        assert reply["error"] is None and reply["lens"]["layers"] == 2
+        # The chat template's marks, split across tokens: what the hidden round held back.
+        assert "<|im_start|>" in "".join(reply["attribution"]["tokens"])
+    finally:
+        cw.close()
+
+
+def test_a_column_s_own_run_is_refused_while_its_round_is_hidden(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=2, blind=True)
+    try:
+        runs = cw.generate()
+        cw.wait(60)
+        column = cw.columns[1]
+        column._handle_message(column, {"type": "run", "prompt": "Hi"}, [])
+        assert column.input_error == HIDDEN_RUN
+        with pytest.raises(RuntimeError, match="blind round is hidden"):
+            column.generate()
+        with pytest.raises(RuntimeError, match="blind round is hidden"):
+            column.branch(0, 5)
+        assert column.run is runs[1]  # the round's answer is the one voted on
+        cw.reveal()
+        column.generate().wait(60)
+        assert column.run is not runs[1]
     finally:
         cw.close()
 
@@ -254,15 +388,15 @@ def test_a_reveal_is_final_for_its_round(two_models):
         cw.vote("B")
         send(cw, {"type": "reveal"})
         mapping = cw._header.revealed
-        assert sorted(mapping.values()) == sorted(cw.models)
+        assert sorted(mapping.values()) == sorted(cw.model_names)
         assert cw.reveal() == mapping  # the same answer again
         with pytest.raises(RuntimeError, match="this round is revealed"):
             cw.vote("A")
         assert cw._header.can_vote is False
         assert cw.votes == {"A": 0, "B": 1}
         # The columns now name their models, after their letters.
-        for column, label, name in zip(cw.columns, cw.labels, cw.models, strict=True):
-            assert column.label == f"{label} · {name}"
+        for column, label in zip(cw.columns, cw.labels, strict=True):
+            assert column.label == f"{label} · {mapping[label]}"
             assert column.prompt_text == column.run.prompt_text
         assert "Revealed: A = " in cw._fallback()["text/plain"]
     finally:
@@ -292,7 +426,7 @@ def test_blind_mode_names_no_model_in_repr_state_or_saved_output(two_models, fak
         models=[*two_models, endpoint, MISSING], prompt="Hi", max_new_tokens=3, blind=True
     )
     try:
-        hidden = [*cw.models, "LlamaForCausalLM", "fake-model", "127.0.0.1", "no-such-org"]
+        hidden = [*cw.model_names, "LlamaForCausalLM", "fake-model", "127.0.0.1", "no-such-org"]
         runs = cw.generate()
         cw.wait(60)
         shown = [
@@ -308,8 +442,8 @@ def test_blind_mode_names_no_model_in_repr_state_or_saved_output(two_models, fak
         # No chat template in the Prompt view (it names a model family) until Reveal.
         assert all(column.prompt_text is None for column in cw.columns)
         cw.reveal()
-        assert names_in(repr(cw), cw.models) == cw.models
-        assert names_in(json.dumps(cw._fallback()), cw.models) == cw.models
+        assert names_in(repr(cw), cw.model_names) == cw.model_names
+        assert names_in(json.dumps(cw._fallback()), cw.model_names) == cw.model_names
     finally:
         cw.close()
 
@@ -346,7 +480,7 @@ def test_saved_columns_replay_side_by_side(two_models, tmp_path):
     replay = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
     try:
         assert replay.prompt == "Hi"  # the recorded prompt
-        assert all(name.startswith("replay of ") for name in replay.models)
+        assert all(name.startswith("replay of ") for name in replay.model_names)
         replay.generate()
         assert replay.wait(60) == texts
         assert all(r["model"]["replayed"] for r in replay.records)  # type: ignore[index]
@@ -387,9 +521,9 @@ def test_three_models_the_default_one_among_them_end_in_their_own_states(real_mo
         runs = cw.generate()
         cw.wait(300)
         assert [run.status for run in runs] == ["complete", "complete", "failed"]
-        assert cw.models[0] == "SmolLM2-135M-Instruct"
+        assert cw.model_names[0] == "SmolLM2-135M-Instruct"
         assert cw.records[0]["model"]["name"] == "SmolLM2-135M-Instruct"  # type: ignore[index]
-        assert [r["compare"]["model"] for r in cw.records] == cw.models  # type: ignore[index]
+        assert [r["compare"]["model"] for r in cw.records] == cw.model_names  # type: ignore[index]
         # Each model counts the prompt with its own tokenizer and template.
         assert all(isinstance(run.prompt_tokens, int) for run in runs[:2])
     finally:

@@ -51,7 +51,7 @@ function blindControl(blindId) {
   const box = /** @type {HTMLInputElement} */ (h("input", "nbstream-compare-blind", { type: "checkbox", id: blindId }));
   const label = h("label", "nbstream-compare-blind-label", { for: blindId });
   label.textContent = "Blind";
-  label.title = "Name the columns only A, B, C, in a shuffled order, until Reveal";
+  label.title = "Name the columns only A, B, C, each running a model drawn anew per round, until Reveal";
   const group = h("span", "nbstream-compare-seed");
   group.append(box, label);
   return { group, box };

@@ -30,7 +30,7 @@ import traitlets
 from .._errors import input_checked
 from ..backends.base import Backend, Job, RunControl
 from ..generation import QUEUED, RUNNING, Generation, GenerationError
-from ..protocol import CompareRecord, RunRecord
+from ..protocol import CompareRecord, LensReply, RunRecord
 from ..recording import Recording
 from ..settings import samples, validate_settings
 from ..streaming import TokenBuffer
@@ -661,7 +661,7 @@ class _Header(anywidget.AnyWidget):
     prompt = traitlets.Unicode("").tag(sync=True)
     #: The "Same seed" checkbox.
     same_seed = traitlets.Bool(False).tag(sync=True)
-    #: The "Blind" checkbox: columns named only A, B, C, in an order shuffled per run.
+    #: The "Blind" checkbox: columns named only A, B, C, each running a model drawn per run.
     blind = traitlets.Bool(False).tag(sync=True)
     # -- kernel to page ---------------------------------------------------------------------
     #: Each column's state, left to right.
@@ -706,11 +706,28 @@ class _Header(anywidget.AnyWidget):
         return f"<CompareWidget header statuses={self.statuses!r}>"
 
 
+#: Said for a column's error while its blind round is hidden (a message can name the model).
+HIDDEN_ERROR = "this column's run failed (details at Reveal)"
+#: Said when a column's own run, a branch or "Inside the model" is asked for during a hidden
+#: blind round.
+HIDDEN_RUN = (
+    "this blind round is hidden: a column's own run would change its answer unseen; "
+    "Run all starts a new round, or Reveal first"
+)
+HIDDEN_LENS = "Inside the model shows after Reveal: it would tell the models apart"
+# What a column's model brings to it, swapped between columns in a blind round (the
+# columns stay where they are on the page, left to right: A, B, C).
+_SLOT_STATE = ("_model", "_tokenizer", "_replaying", "_server_tokens", "_settings", "_own")
+_SLOT_TRAITS = ("settings_defaults", "can_trace", "can_explain", "can_lens")
+
+
 class _Column(StreamWidget):
     """A column of a CompareWidget: a StreamWidget whose runs take the compare's shared seed.
 
     Its own Run button (and ``generate``) reruns this column alone, with the seed the
-    compare last shared while "same seed" is on.
+    compare last shared while "same seed" is on. In a blind round the compare hands each
+    column another model (:meth:`slot`, :meth:`serve`); while the round is hidden, the traits
+    that would tell the models apart are covered (:meth:`relabel`).
     """
 
     def __init__(self, model: Any, tokenizer: Any, own: dict[str, Any], **settings: Any) -> None:
@@ -720,14 +737,17 @@ class _Column(StreamWidget):
         self._created = settings
         self._shared_seed: Callable[[], int | None] = lambda: None
         # The compare's heading for this column, from its settings in words (the model's
-        # name, a letter in a vote); whether its Prompt view hides the chat template (a
-        # blind round: a template names a model family).
+        # name, a letter in a vote); whether the round hides what the column runs; what the
+        # hidden round shows of the columns' capabilities; this column's record["compare"].
         self._dress: Callable[[_Column, str], str] = lambda _column, words: words
         self._hides_template: Callable[[], bool] = lambda: False
+        self._covered_caps: Callable[[], dict[str, bool]] = dict
+        self._note: Callable[[_Column], CompareRecord | None] = lambda _column: None
         self._words = ""
-        #: What this column's record says of the comparison (``record["compare"]``).
-        self.compare_note: CompareRecord | None = None
+        # The model's own values of the covered traits (settings_defaults, can_*).
+        self._real: dict[str, Any] = {}
         super().__init__(model, tokenizer, **settings)
+        self._real = {name: getattr(self, name) for name in _SLOT_TRAITS}
 
     #: Whether this column's current run was started by the compare's Run all (or
     #: ``cw.generate()``): the compare header then says the runs' start and end once, for
@@ -736,6 +756,30 @@ class _Column(StreamWidget):
     #: say. Set before the run's first state (its own message, so a view has it when the
     #: run's status comes), and never while a run is queued or running.
     in_run_all = traitlets.Bool(False).tag(sync=True)
+
+    # -- the model this column runs ---------------------------------------------------------
+    def slot(self) -> dict[str, Any]:
+        """What this column's model brings: model, tokenizer, settings and capabilities."""
+        with self._lock:
+            state = {name: getattr(self, name) for name in _SLOT_STATE}
+            panel = {trait: getattr(self, trait) for trait in PANEL_SETTINGS}
+            return {**state, "created": self._created, "panel": panel, "real": dict(self._real)}
+
+    def serve(self, slot: dict[str, Any]) -> None:
+        """Run another model from the next run on (never while a run is queued or running)."""
+        with self._lock, self.hold_sync():
+            for name in _SLOT_STATE:
+                setattr(self, name, slot[name])
+            self._created = slot["created"]
+            self._real = dict(slot["real"])
+            # The views' token pieces come from the model's own tokenizer.
+            self._feed._tokenizer = self._tokenizer
+            self._feed._pieces = None
+            self._explainer.close()
+            self._explainer = self._make_explainer()
+            for trait, value in slot["panel"].items():
+                if getattr(self, trait) != value:
+                    setattr(self, trait, value)
 
     def _set_in_run_all(self, value: bool) -> None:
         with self._lock:
@@ -756,7 +800,7 @@ class _Column(StreamWidget):
         """
         call = call or {}
         settings = {name: self._setting(name, call) for name in ("temperature", "do_sample")}
-        default = self.settings_defaults.get("do_sample")
+        default = (self._real.get("settings_defaults") or self.settings_defaults).get("do_sample")
         try:
             return bool(samples(settings, default if isinstance(default, bool) else True))
         except ValueError:  # contradicting settings: the run itself refuses them
@@ -774,7 +818,10 @@ class _Column(StreamWidget):
         return describe_settings(shown, seed)
 
     def generate(self, prompt: Any = None, **settings: Any) -> Generation:
-        # A run of this column alone (its Run button, code): its views say it.
+        # A run of this column alone (its Run button, code): its views say it. Refused in a
+        # hidden blind round: the round's answer would change without anyone seeing it.
+        if self._hides_template():
+            raise RuntimeError(HIDDEN_RUN)
         return self._generate(False, prompt, **settings)
 
     def _generate(self, run_all: bool, prompt: Any = None, **settings: Any) -> Generation:
@@ -792,28 +839,47 @@ class _Column(StreamWidget):
             self.label = self._dress(self, self._words)
             return run
 
+    # -- what a hidden blind round covers -----------------------------------------------------
+    def _covered(self) -> dict[str, Any]:
+        """The traits that tell the models apart: neutral while hidden, else the model's own."""
+        run = self.run
+        if self._hides_template():
+            return {
+                "settings_defaults": {},
+                "prompt_text": None,
+                "prompt_tokens": None,
+                "can_lens": False,
+                **self._covered_caps(),
+            }
+        return {
+            **self._real,
+            "prompt_text": None if run is None else run.prompt_text,
+            "prompt_tokens": None if run is None else run.prompt_tokens,
+        }
+
+    def _cover(self) -> None:
+        """Set the covered traits (inside ``hold_sync``)."""
+        for name, value in self._covered().items():
+            if getattr(self, name) != value:
+                setattr(self, name, value)
+
     def relabel(self) -> None:
-        """Write the heading again (a reveal, a new round), and the Prompt view's text."""
+        """Write the heading again (a reveal, a new round), and what the round covers."""
         with self.hold_sync():
             self.label = self._dress(self, self._words or self.describe())
+            self._cover()
             run = self.run
-            shown = None if run is None or self._hides_template() else run.prompt_text
-            if self.prompt_text != shown:
-                self.prompt_text = shown
             if run is not None and run.done and self.status not in (QUEUED, RUNNING):
                 error = self.error_words(run)
                 if self.error_info != error:
                     self.error_info = error  # type: ignore[assignment]
 
     def error_words(self, run: Generation) -> dict[str, str] | None:
-        """``run``'s error as the views show it (a model's load error unnamed while hidden)."""
+        """``run``'s error as the views show it (while hidden, without its words)."""
         error = error_summary(run.error)
-        unloadable = isinstance(run.error, ModelLoadFailed)
-        if error is not None and unloadable and self._hides_template():
-            error = {
-                "type": "ModelLoadFailed",
-                "message": "this column's model could not be loaded (its name shows at Reveal)",
-            }
+        if error is not None and self._hides_template():
+            # A message names a model, a server's URL or an architecture.
+            error = {"type": "RunFailed", "message": HIDDEN_ERROR}
         return error
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
@@ -821,21 +887,52 @@ class _Column(StreamWidget):
 
     def _on_start(self, run: Generation, run_id: int) -> None:
         super()._on_start(run, run_id)
-        if self._hides_template():
-            self.prompt_text = None
+        if self._server_tokens:  # a server's run decides can_trace (its logprobs asked for)
+            self._real["can_trace"] = self.can_trace
+        self._cover()
+
+    def _handle_view_message(self, content: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "lens" and self._hides_template():
+            self._refuse_lens(content)
+            return
+        super()._handle_view_message(content)
+
+    def _refuse_lens(self, content: dict[str, Any]) -> None:
+        """Answer a lens request while hidden: it shows the templated prompt and the layers."""
+        view, request = content.get("view"), content.get("request")
+        if not isinstance(view, str) or isinstance(request, bool) or not isinstance(request, int):
+            return
+        run_id, step = content.get("run_id"), content.get("step")
+        reply: LensReply = {
+            "type": "lens",
+            "view": view,
+            "request": request,
+            "run_id": run_id if isinstance(run_id, int) else None,
+            "step": step if isinstance(step, int) else None,
+            "error": HIDDEN_LENS,
+        }
+        self._send_msg(reply)
+
+    @property
+    def compare_note(self) -> CompareRecord | None:
+        """What this column's record says of the comparison (``record["compare"]``)."""
+        return self._note(self)
 
     @property
     def record(self) -> RunRecord | None:
         """The run's record, with what it was in the comparison (``record["compare"]``)."""
         record = super().record
-        if record is None or self.compare_note is None:
+        note = self.compare_note
+        if record is None or note is None:
             return record
         copy = record.copy()
-        copy["compare"] = self.compare_note.copy()
+        copy["compare"] = note
         return copy
 
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
         # A branch is this column's own run (Continue in its popover): its views say it.
+        if self._hides_template():
+            raise RuntimeError(HIDDEN_RUN)
         with self._lock:
             self._set_in_run_all(False)
             return super().branch(step, token, **settings)
@@ -903,7 +1000,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         tokenizer: The loaded model's tokenizer (only with a loaded model).
         prompt: The prompt every column answers (the shared prompt box).
         settings: Two to four dicts of settings (the names of :func:`nbstream.stream`),
-            one per column, left to right.
+            one per column, left to right (with ``models=``: one per model).
+        models: Two to four models, one per column (a hub id or folder, ``None``, a
+            ``(model, tokenizer)`` pair, an :class:`~nbstream.Endpoint` or a loaded
+            recording), instead of ``model``.
+        blind: Blind rounds: columns named A, B, C, each running a model drawn anew per
+            round, with nothing that tells the models apart shown until :meth:`reveal`.
         same_seed: Give every sampled column the same seed; ``None`` turns it on when
             ``seed`` is given.
         seed: The shared seed; ``None`` draws one at each :meth:`generate`.
@@ -954,29 +1056,35 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         try:
             for (m, t), own, clean in zip(pairs, columns, merged, strict=True):
                 self._columns.append(self._make_column(m, t, own, clean, views, prompt))
-            self._header = _Header(
-                prompt=prompt,
-                same_seed=same_seed,
-                blind=blind,
-                voting=self._lettered(),
-                statuses=[c.status for c in self._columns],
-                in_run_all=[c.in_run_all for c in self._columns],
-            )
-            self._row = ipywidgets.HBox(
-                self._columns,
-                layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
-            )
+            self._make_parts(prompt, same_seed, blind)
         except BaseException:
             for column in self._columns:
                 column.close()
             raise
-        self._row.add_class("nbstream-compare-columns")
+        # Each model's column as created: a blind round hands them out anew.
+        self._slots: list[dict[str, Any]] = [column.slot() for column in self._columns]
         self._wire()
         super().__init__([self._header, self._row])
         self.add_class("nbstream-compare-widget")
         self._closing = False
         self._relabel()
         self._refresh()
+
+    def _make_parts(self, prompt: str, same_seed: bool, blind: bool) -> None:
+        """The header and the row of columns (left to right: A, B, C)."""
+        self._header = _Header(
+            prompt=prompt,
+            same_seed=same_seed,
+            blind=blind,
+            voting=self._lettered(),
+            statuses=[c.status for c in self._columns],
+            in_run_all=[c.in_run_all for c in self._columns],
+        )
+        self._row = ipywidgets.HBox(
+            self._columns,
+            layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
+        )
+        self._row.add_class("nbstream-compare-columns")
 
     def _init_vote(self, pairs: list[tuple[Any, Any]], by_model: bool, blind: bool) -> None:
         """The columns' models in words, and the vote's state (no round yet)."""
@@ -987,7 +1095,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # Whether every column runs one model object: then its odds speak for every column
         # where they part (a model and its adapter are two: their odds differ).
         self._one_model = len({id(m) for m, _ in pairs}) == 1
-        #: Position on the page (left to right) to column index; shuffled per blind round.
+        #: Column (left to right on the page) to the index of the model it runs, in the
+        #: order given; shuffled per blind round.
         self._order = list(range(len(pairs)))
         self._round = 0
         self._round_blind = False
@@ -1031,6 +1140,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         column._shared_seed = self._seed_for_run
         column._dress = self._dress
         column._hides_template = self._hidden
+        column._covered_caps = self._covered_caps
+        column._note = self._note
         column.prompt = prompt
         column.label = column.describe()
         column.show_prompt = False
@@ -1159,16 +1270,20 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     # -- models, blind rounds and votes -------------------------------------------------------
     @property
-    def models(self) -> list[str]:
-        """Each column's model in words, in the order given (whatever the page shows)."""
+    def model_names(self) -> list[str]:
+        """Each model in words, in the order given to ``models=`` (not the columns' order).
+
+        Which column runs which model in a blind round shows at :meth:`reveal`.
+        """
         return list(self._names)
 
     @property
     def blind(self) -> bool:
-        """Whether rounds are blind (the **Blind** checkbox): columns named A, B, C, shuffled.
+        """Whether rounds are blind (the **Blind** checkbox): columns named A, B, C, models drawn.
 
         Turned on, the columns' model names and settings are hidden at once, and the next
-        :meth:`generate` shuffles the columns; turned off during a blind round, it reveals it.
+        :meth:`generate` draws which model each column runs; turned off during a blind round, it
+        reveals it.
         """
         return bool(self._header.blind)
 
@@ -1180,9 +1295,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def labels(self) -> list[str]:
-        """Each column's label (A, B, ...), in the order given: where the round put it."""
-        with self._view_lock:
-            return [LABELS[self._order.index(i)] for i in range(len(self._columns))]
+        """Each column's label, left to right: ``["A", "B", ...]``."""
+        return [LABELS[p] for p in range(len(self._columns))]
 
     @property
     def votes(self) -> dict[str, int]:
@@ -1260,12 +1374,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _mapping(self) -> dict[str, str]:
         """Label to model in words, in label order (``_view_lock`` held)."""
-        return {LABELS[p]: self._model_words(i) for p, i in enumerate(self._order)}
+        return {LABELS[p]: self._model_words(p) for p in range(len(self._order))}
 
-    def _model_words(self, index: int) -> str:
-        column = self._columns[index] if index < len(self._columns) else None
+    def _model_words(self, position: int) -> str:
+        column = self._columns[position] if position < len(self._columns) else None
         words = column._words if column is not None else ""
-        name = self._names[index]
+        name = self._names[self._order[position]]
         if column is not None and (column._own or not self._by_model) and words:
             return f"{name} · {words}"
         return name
@@ -1278,10 +1392,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
         Args:
             path: The folder (created if missing); the files are ``column-1.json``, ...,
-                in the order the columns were given.
+                one per model, in the order given to ``models=``.
 
         Returns:
-            The files written, in column order.
+            The files written, in that order.
 
         Raises:
             RuntimeError: A column has no run, or one still running.
@@ -1290,7 +1404,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             >>> paths = cw.save("lesson")
             >>> replayed = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
         """
-        runs = [column.run for column in self._columns]
+        with self._view_lock:
+            runs = [self._columns[self._order.index(i)].run for i in range(len(self._order))]
         missing = [i + 1 for i, run in enumerate(runs) if run is None or not run.done]
         if missing:
             raise RuntimeError(
@@ -1318,8 +1433,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _dress(self, column: _Column, words: str) -> str:
         """A column's heading: its letter, then (unless hidden) its model and settings."""
         with self._view_lock:
-            index = self._columns.index(column) if column in self._columns else len(self._columns)
-            position = self._order.index(index) if index in self._order else index
+            position = self._columns.index(column) if column in self._columns else len(self._order)
+            index = self._order[position] if position < len(self._order) else position
             letter = LABELS[position] if position < len(LABELS) else "?"
             replay = index < len(self._replays) and self._replays[index]
             if self._hidden():
@@ -1347,33 +1462,51 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         self._refresh()
 
     def _new_round(self) -> None:
-        """A Run all: a new round, its order shuffled when blind (``_run_lock`` held)."""
+        """A Run all: a new round; blind, each column gets a model drawn anew (``_run_lock``)."""
+        # What each model's column holds now (its panel's edits follow the model); taken
+        # before _view_lock, as a column's lock always is.
+        held = [column.slot() for column in self._columns]
         with self._view_lock:
             self._round += 1
             self._round_blind = self.blind
             self._revealed = False
+            for slot, index in zip(held, self._order, strict=True):
+                self._slots[index] = slot
             order = list(range(len(self._columns)))
             if self._round_blind:
                 self._shuffler.shuffle(order)
+            moved = [p for p, index in enumerate(order) if index != self._order[p]]
             self._order = order
             self._votes = {LABELS[p]: 0 for p in range(len(order))}
-            for position, index in enumerate(order):
-                self._columns[index].compare_note = {
-                    "round": self._round,
-                    "label": LABELS[position],
-                    "blind": self._round_blind,
-                    "model": self._names[index],
-                    "column": index,
-                    "order": [self._names[i] for i in order],
-                }
-        # Moved on the page by CSS order, never by reordering the row's children: the row
-        # would then re-create those columns' views, and a column whose last view goes
-        # closes itself (its output looks cleared).
-        for position, index in enumerate(order):
-            layout = self._columns[index].layout
-            if layout.order != str(position):
-                layout.order = str(position)
+        # The columns stay in place on the page (A, B, C left to right, as the DOM, the saved
+        # state and a screen reader read them); the models move between them.
+        for position in moved:
+            self._columns[position].serve(self._slots[order[position]])
         self._relabel()
+
+    def _note(self, column: _Column) -> CompareRecord | None:
+        """``column``'s ``record["compare"]``: its model and the order held back while hidden."""
+        with self._view_lock:
+            if self._round == 0 or column not in self._columns:
+                return None
+            position = self._columns.index(column)
+            note: CompareRecord = {
+                "round": self._round,
+                "label": LABELS[position],
+                "blind": self._round_blind,
+                "column": position,
+            }
+            if not self._hidden():
+                note["model"] = self._names[self._order[position]]
+                note["order"] = [self._names[i] for i in self._order]
+            return note
+
+    def _covered_caps(self) -> dict[str, bool]:
+        """What a hidden round shows of every column's capabilities: the same for all."""
+        with self._view_lock:
+            real = [column._real for column in self._columns]
+        names = ("can_trace", "can_explain")
+        return {name: all(bool(caps.get(name)) for caps in real) for name in names}
 
     @input_checked
     def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
@@ -1787,9 +1920,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _fallback(self) -> dict[str, str]:
         """The text/plain and text/markdown fallbacks: each column's label, state and text."""
         entries: list[tuple[str, str, str, Mapping[str, Any] | None, dict[str, str] | None]] = []
-        with self._view_lock:
-            shown = [self._columns[i] for i in self._order]  # as the page shows them
-        for column in shown:
+        for column in self._columns:
             run = column.run
             if run is None:
                 entries.append((column.label, "idle", "", {}, None))

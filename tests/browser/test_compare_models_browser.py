@@ -27,7 +27,7 @@ a, b = tiny_model(one_line=True, seed=0), tiny_model(one_line=True, seed=1)
 a[0].name_or_path, b[0].name_or_path = "zq" + "alpha", "zq" + "bravo"
 cw = nbstream.CompareWidget(models=[a, b], prompt="Hello", max_new_tokens=6, blind=True)
 import random
-cw._shuffler = random.Random(1)  # this seed swaps two columns: the test sees them move
+cw._shuffler = random.Random(1)  # this seed swaps the two models: the test sees it
 cw"""
 AGAIN = "cw"
 # What would give a model away: the names, the class, a chat template's marks.
@@ -61,13 +61,14 @@ def test_a_blind_round_hides_the_models_counts_votes_and_reveals(lab):
     vote_a = head.locator('.nbstream-compare-vote-btn[data-label="A"]')
     vote_b = head.locator('.nbstream-compare-vote-btn[data-label="B"]')
     expect(vote_a).to_be_enabled()
-    # The shuffle moves the columns on the screen (CSS order): A is left of B, whichever
-    # model each one is.
+    # The columns stay in place, A then B in the DOM as on the screen (a screen reader reads
+    # them in that order); the shuffle moves the models between them.
     labels = [roots.nth(i).locator(".nbstream-label").inner_text() for i in range(2)]
-    assert sorted(labels) == ["A", "B"], labels
-    left = {label: roots.nth(i).bounding_box()["x"] for i, label in enumerate(labels)}
-    assert left["A"] < left["B"], left
-    assert labels == kval(nb, "cw.labels") == ["B", "A"]  # the DOM keeps the order given
+    assert labels == kval(nb, "cw.labels") == ["A", "B"], labels
+    left = [roots.nth(i).bounding_box()["x"] for i in range(2)]
+    assert left[0] < left[1], left
+    # No "Inside the model" while hidden: it would show the template and the layers.
+    assert kval(nb, "[c.can_lens for c in cw.columns]") == [False, False]
 
     # Before Reveal: no model's name anywhere on the page, nor in the saved notebook.
     assert found(nb.page.evaluate(PAGE_WITHOUT_CODE)) == []
@@ -101,7 +102,8 @@ def test_a_blind_round_hides_the_models_counts_votes_and_reveals(lab):
     for label, model in records:
         expect(revealed).to_contain_text(f"{label} = {model}")
         assert model in ("zqalpha", "zqbravo")
-    assert kval(nb, "cw.reveal()") == dict(records)
+    assert kval(nb, "cw.reveal()") == dict(records) == {"A": "zqbravo", "B": "zqalpha"}
+    assert kval(nb, "[c.can_lens for c in cw.columns]") == [True, True]
     expect(vote_a).to_be_disabled()
     for i in range(2):
         label = roots.nth(i).locator(".nbstream-label")
