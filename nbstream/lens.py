@@ -10,23 +10,28 @@ through the model's own final norm and output layer (and Gemma 2's final logit s
 which token would the model have said had it stopped there? ``lens.probs[i]`` is the chosen
 token's probability after decoder layer ``i + 1``; there is one entry per decoder layer and the
 embeddings (``hidden_states[0]``, what no layer has touched yet) are left out. The last entry is
-the model's own output (its logits, not a re-reading of them), so it is the run's
-``run.trace[step].logprob``: the same formula (``log_softmax`` of the raw logits in float32,
-before any repetition penalty, temperature or filter), equal to float rounding (the run read
-the sequence one token at a time through its cache, the lens in one pass).
+the model's output. When the run has a trace (``alternatives=k``), that entry is the trace's
+own: ``logprobs[-1]``, ``ranks[-1]`` and the top of the last layer are exactly
+``run.trace[step]``'s numbers (what the model output at that step, through the run's cache).
+Without a trace it is the lens's pass's logits, read by the same formula (``log_softmax`` of
+the raw logits in float32, before any repetition penalty, temperature or filter). The other
+layers come from one full pass, not the run's cache: they match a fresh pass to float32
+rounding, and a cached step to about 1e-4 nats in float32, 1e-2 in float16 and 0.15 in
+bfloat16 (the cache and the full pass add in another order, and 16-bit formats keep 8 to 11
+bits). Ranks count from 1, as ``run.trace[step].rank``: 1 is the top token.
 
-**Attribution** (:class:`Attribution`, ``run.attribution(step)``). Gradient × input on the input
-embeddings: one forward and one backward pass give the gradient of the chosen token's
-log-probability (the same number as the lens's last layer) with respect to each earlier token's
-input embedding; a token's score is the L2 norm of that gradient times the embedding, element by
-element, and its share is its score over the sum of all scores (non-negative, summing to 1).
+**Attribution** (:class:`Attribution`, ``run.attribution(step)``). Gradient · input on the input
+embeddings, signed: one forward and one backward pass give the gradient of the chosen token's
+log-probability with respect to each earlier token's input embedding; a token's score is the
+dot product of that gradient with the embedding (summed over the hidden dimension). Positive:
+the token pushed toward the chosen token; negative: away from it. Its share is its score over
+the sum of all scores' sizes, so the shares' sizes sum to 1 and their signs keep the direction.
 
-Known limits of gradient × input: it is a first-order, local reading (where the output is
-sensitive around this input), not what removing or changing a token would do (a branch, or an
-ablation, says that); it has no sign here (a token that pushed away from the chosen token
-scores as high as one that pushed toward it); it saturates (where the model is already sure, the
-softmax is flat and the gradients small, so a decisive token can score low); and large-norm
-embeddings (a beginning-of-text or template token) often take a large share.
+Known limits of gradient · input: it is a first-order, local reading (the output's slope
+around this input, times the input), not what removing or changing a token would do (a branch,
+or an ablation, says that); it saturates (where the model is already sure, the softmax is flat
+and the gradients small, so a decisive token can score low); and large-norm embeddings (a
+beginning-of-text or template token) often take a large share.
 
 **Families.** The final norm and output layer are found by the model's ``model_type``: Llama
 (SmolLM, SmolLM2), SmolLM3, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Phi, Phi-3 and
@@ -35,17 +40,21 @@ GPT-2. Any other is refused by name: a reading through a norm or head nbstream d
 
 **Beside a run.** Both are computed on the calling thread, alongside any run of the same model:
 neither waits in the model's queue, so a streaming run goes on and its Stop is never delayed
-(the lens holds nothing the run needs). They share the processor with it for the time they take
-(``benchmarks/lens.py`` measures the stream's rate meanwhile). torch's grad mode is per thread:
-the attribution's backward pass turns gradients on for its own thread only, and the run's
-``no_grad`` does not reach it. A model whose weights accelerate moves in and out of the device
-while it runs (offloaded to the CPU or disk) is the exception: there the lens waits its turn
-in the queue.
+(the lens holds nothing the run needs, and reads no cache: ``use_cache=False``). They share the
+processor with it for the time they take (``benchmarks/lens.py`` measures the stream's rate
+meanwhile). torch's grad mode is per thread: the attribution's backward pass turns gradients on
+for its own thread only, and the run's ``no_grad`` does not reach it. Two kinds of model are
+the exception, and there the lens waits its turn in the queue: one whose weights accelerate
+moves in and out of the device while it runs (offloaded to the CPU or disk), and one whose
+rotary embedding rewrites its frequencies on each forward pass (``"dynamic"`` and
+``"longrope"`` rope types, e.g. Phi-3-128k): a pass beside the run would change the numbers the
+run reads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -57,7 +66,7 @@ from ._tokens import TokenPieces
 from .backends.base import Backend, Job
 from .backends.local import LocalJob
 from .backends.replay import ReplayBackend
-from .trace import running_module
+from .trace import TokenTrace, running_module
 
 __all__ = [
     "FAMILIES",
@@ -91,8 +100,9 @@ FAMILIES: dict[str, tuple[str, str]] = {
 
 #: What :class:`Attribution` measures, in words (its ``method``).
 METHOD = (
-    "gradient × input on the input embeddings: per earlier token, the L2 norm of its embedding "
-    "times the gradient of the chosen token's log-probability; shares are these over their sum"
+    "gradient · input on the input embeddings: per earlier token, the dot product of its "
+    "embedding with the gradient of the chosen token's log-probability (positive: toward the "
+    "token, negative: away); shares are these over the sum of their sizes"
 )
 
 _VIEW_TOP = 5  # the top tokens per layer Lens.to_dict gives a view
@@ -214,6 +224,16 @@ def _check_step(step: Any, length: int) -> int:
     return step
 
 
+def _rope_moves(model: Any) -> bool:
+    """True when a rotary embedding re-registers its frequencies on each forward pass."""
+    for module in model.modules():
+        kind = getattr(module, "rope_type", None)
+        kinds = kind.values() if isinstance(kind, dict) else [kind]
+        if any(isinstance(k, str) and ("dynamic" in k or k == "longrope") for k in kinds):
+            return True
+    return False
+
+
 def _offloaded(model: Any) -> bool:
     """True when accelerate moves this model's weights in and out of the device as it runs."""
     placement = getattr(model, "hf_device_map", None)
@@ -244,15 +264,19 @@ def _explained_step(
         chosen=int(ids[step]),
         prompt_tokens=int(local.prompt_tokens or 0),
         pieces=TokenPieces(local.backend.tokenizer),
-        turn=turn if _offloaded(model) else beside,
+        turn=turn if _offloaded(model) or _rope_moves(model) else beside,
     )
 
 
 def _forward_options(model: Any) -> dict[str, Any]:
-    """Only the last position's logits, where the model can be asked for that."""
+    """The options of a lens's forward pass: no cache, and one position's logits where possible.
+
+    One pass has nothing to keep in a cache; only the last position's logits are read.
+    """
+    options: dict[str, Any] = {"use_cache": False}
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        return {"logits_to_keep": 1}
-    return {}
+        options["logits_to_keep"] = 1
+    return options
 
 
 # -- the logit lens ------------------------------------------------------------------------
@@ -262,7 +286,8 @@ class Lens:
 
     ``probs[i]``, ``logprobs[i]`` and ``ranks[i]`` are the chosen token's after decoder layer
     ``i + 1`` (0-based lists; ``describe()`` counts layers from 1); the last entry is the
-    model's own output, the run's ``trace[step]`` (there ``rank`` is ``ranks[-1] + 1``).
+    model's output, the run's ``trace[step]`` itself when the run has a trace
+    (``ranks[-1] == trace[step].rank``, ``logprobs[-1] == trace[step].logprob``).
 
     Example:
         >>> run = nbstream.stream(model, tokenizer, "The capital of France is", max_new_tokens=5)
@@ -278,7 +303,8 @@ class Lens:
     token_id: int
     #: Per layer, the chosen token's natural log-probability there.
     logprobs: tuple[float, ...]
-    #: Per layer, how many tokens stood above the chosen one (0 = it was the top).
+    #: Per layer, the chosen token's rank: 1 + how many tokens stood above it (1 = the top), as
+    #: ``TokenTrace.rank``.
     ranks: tuple[int, ...]
     #: The model's family (its ``model_type``).
     family: str
@@ -334,6 +360,11 @@ class Lens:
 
         Returns:
             A few sentences, layers counted from 1.
+
+        Example:
+            >>> print(run.lens(0).describe())
+            Step 0 chose ' Paris': 71% at the model's output (the top token), read after each of
+            its 30 layers. It becomes the top token at layer 21 of 30 ...
         """
         n, probs, ranks = self.layers, self.probs, self.ranks
         words = [
@@ -387,21 +418,22 @@ class Lens:
 
 
 def _rank_words(rank: int) -> str:
-    return "the top token" if rank == 0 else f"{rank} token{'s' if rank > 1 else ''} above it"
+    above = rank - 1
+    return "the top token" if above == 0 else f"{above} token{'s' if above > 1 else ''} above it"
 
 
 def _top_from(ranks: Sequence[int]) -> int | None:
     """The 1-based layer from which the chosen token stays the top one; None if it is not."""
-    if ranks[-1] != 0:
+    if ranks[-1] != 1:
         return None
     first = len(ranks)
-    while first > 1 and ranks[first - 2] == 0:
+    while first > 1 and ranks[first - 2] == 1:
         first -= 1
     return first
 
 
 def _rise_words(ranks: Sequence[int], n: int) -> str:
-    first_top = next((i + 1 for i, rank in enumerate(ranks) if rank == 0), None)
+    first_top = next((i + 1 for i, rank in enumerate(ranks) if rank == 1), None)
     if first_top is None:
         return (
             "It is not the top token at any layer, the output included: the run's settings "
@@ -413,7 +445,7 @@ def _rise_words(ranks: Sequence[int], n: int) -> str:
     said = f"It becomes the top token at layer {first_top} of {n}"
     if stays != first_top:
         said += f" and stays there from layer {stays}"
-    first_ten = next(i + 1 for i, rank in enumerate(ranks) if rank < 10)
+    first_ten = next(i + 1 for i, rank in enumerate(ranks) if rank <= 10)
     if first_ten < first_top:
         said += f"; it enters the top 10 at layer {first_ten}"
     return said + "."
@@ -430,6 +462,7 @@ def lens_at(
     ids: Sequence[int],
     step: int,
     turn: Callable[[], AbstractContextManager[Any]],
+    record: object = None,
 ) -> Lens:
     """The :class:`Lens` of ``step`` of a run (what ``run.lens(step)`` returns).
 
@@ -439,6 +472,8 @@ def lens_at(
         ids: The run's token ids so far.
         step: The step to read (0-based, into ``ids``).
         turn: The model's queue's ``turn``: taken only where the lens cannot run beside a run.
+        record: The run's :class:`~nbstream.trace.TokenTrace` of ``step``, if it has one: the
+            last layer's numbers are then its own.
 
     Returns:
         The lens, every layer computed.
@@ -468,9 +503,9 @@ def lens_at(
         logits = torch.cat([*rows, output.logits[0, -1:]]).float()
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logprobs[:, where.chosen : where.chosen + 1]
-    ranks = (logprobs > chosen).sum(dim=1)
+    ranks = (logprobs > chosen).sum(dim=1) + 1
     top_logprobs, top_ids = logprobs.topk(min(TOP_KEPT, logprobs.shape[-1]), dim=-1)
-    return Lens(
+    lens = Lens(
         step=where.step,
         token_id=where.chosen,
         logprobs=tuple(chosen[:, 0].tolist()),
@@ -480,19 +515,46 @@ def lens_at(
         _top_logprobs=tuple(tuple(row) for row in top_logprobs.tolist()),
         _pieces=where.pieces,
     )
+    if not isinstance(record, TokenTrace) or record.id != where.chosen:
+        return lens
+    return _with_output(lens, record)
+
+
+def _with_output(lens: Lens, record: TokenTrace) -> Lens:
+    """``lens`` with its last layer the run's own numbers (``record``: its trace of the step).
+
+    The trace keeps the top k, first; the lens's own top fills the rest of the list (its
+    numbers from the full pass, within the module's tolerance of the run's).
+    """
+    top = list(zip(record.alternative_ids, record.alternative_logprobs, strict=True))
+    traced = set(record.alternative_ids)
+    top += [
+        pair
+        for pair in zip(lens._top_ids[-1], lens._top_logprobs[-1], strict=True)
+        if pair[0] not in traced
+    ]
+    top = top[:TOP_KEPT]
+    return dataclasses.replace(
+        lens,
+        logprobs=(*lens.logprobs[:-1], record.logprob),
+        ranks=(*lens.ranks[:-1], record.rank),
+        _top_ids=(*lens._top_ids[:-1], tuple(token for token, _ in top)),
+        _top_logprobs=(*lens._top_logprobs[:-1], tuple(logprob for _, logprob in top)),
+    )
 
 
 # -- attribution -----------------------------------------------------------------------------
 @dataclass(frozen=True, repr=False)
 class Attribution:
-    """How much each earlier token pushed the model toward the chosen one (see the module).
+    """How much each earlier token pushed the model toward the chosen one, or away (see the module).
 
     ``tokens[i]`` and ``shares[i]`` go together: the prompt's tokens as the model read them
     (chat template and special tokens included), then the answer's tokens before the step.
+    A positive share pushed toward the chosen token, a negative one away from it.
 
     Example:
         >>> attr = run.attribution(3)
-        >>> sum(attr.shares)  # 1, up to rounding
+        >>> sum(abs(share) for share in attr.shares)  # 1, up to rounding
         >>> print(attr.describe())
     """
 
@@ -502,7 +564,7 @@ class Attribution:
     token_id: int
     #: The earlier tokens' ids: the prompt's, then the answer's before the step.
     token_ids: tuple[int, ...]
-    #: Each token's score: the L2 norm of its gradient × input.
+    #: Each token's score: its gradient · input (signed: positive pushed toward the token).
     scores: tuple[float, ...]
     #: How many of ``token_ids`` are the prompt's.
     prompt_tokens: int
@@ -522,28 +584,38 @@ class Attribution:
 
     @property
     def shares(self) -> list[float]:
-        """Each token's share: its score over the sum of all (summing to 1; all 0 if none)."""
-        total = sum(self.scores)
+        """Each token's share: its score over the sum of all scores' sizes, signed.
+
+        The sizes sum to 1 (all 0 if every score is); positive: toward the chosen token.
+        """
+        total = sum(abs(score) for score in self.scores)
         return [score / total if total > 0 else 0.0 for score in self.scores]
 
     def strongest(self, n: int = 5) -> list[tuple[int, str, float]]:
-        """The ``n`` tokens with the largest shares, largest first.
+        """The ``n`` tokens with the largest shares in size (either sign), largest first.
 
         Args:
             n: How many.
 
         Returns:
-            A list of ``(position in tokens, text, share)``.
+            A list of ``(position in tokens, text, share)``; a negative share pushed away.
+
+        Example:
+            >>> run.attribution(3).strongest(2)
+            [(5, ' capital', 0.21), (1, 'user', -0.08)]
         """
         shares, tokens = self.shares, self.tokens
-        order = sorted(range(len(shares)), key=lambda i: -shares[i])[:n]
+        order = sorted(range(len(shares)), key=lambda i: -abs(shares[i]))[:n]
         return [(i, tokens[i], shares[i]) for i in order]
 
     def describe(self) -> str:
-        """In words: which earlier tokens pushed most, and how much came from the prompt.
+        """In words: which earlier tokens pushed most, which way, and the prompt's part.
 
         Returns:
             A few sentences.
+
+        Example:
+            >>> print(run.attribution(3).describe())
         """
         shares = self.shares
         if not any(shares):
@@ -552,22 +624,25 @@ class Attribution:
                 "certain to the precision of its numbers), so no token gets a share."
             )
         strongest = ", ".join(
-            f"{text!r} {share:.0%} ({'prompt' if i < self.prompt_tokens else 'answer'})"
+            f"{text!r} {'toward' if share >= 0 else 'away'} {abs(share):.0%} "
+            f"({'prompt' if i < self.prompt_tokens else 'answer'})"
             for i, text, share in self.strongest(5)
         )
-        prompt = sum(shares[: self.prompt_tokens])
+        prompt = sum(abs(share) for share in shares[: self.prompt_tokens])
         return (
-            f"Step {self.step} chose {self.token!r}. By gradient × input (shares summing to 1), "
-            f"the earlier tokens that weighed most: {strongest}. The prompt holds {prompt:.0%}, "
-            f"the answer so far {1 - prompt:.0%}. A local, first-order reading: where the output "
-            "is sensitive, not what removing a token would do (a branch shows that)."
+            f"Step {self.step} chose {self.token!r}. By gradient · input (shares' sizes summing "
+            f"to 1; toward the token or away from it), the earlier tokens that weighed most: "
+            f"{strongest}. The prompt holds {prompt:.0%}, the answer so far {1 - prompt:.0%}. A "
+            "local, first-order reading: the output's slope times the input, not what removing "
+            "a token would do (a branch shows that)."
         )
 
     def to_dict(self) -> dict[str, Any]:
         """What a view needs, JSON-ready.
 
         Returns:
-            ``{"step", "token", "tokens", "shares", "prompt_tokens", "method"}``.
+            ``{"step", "token", "tokens", "shares", "prompt_tokens", "method"}``; ``shares``
+            signed (positive: toward the token).
         """
         return {
             "step": self.step,
@@ -579,7 +654,7 @@ class Attribution:
         }
 
     def __repr__(self) -> str:
-        top = ", ".join(f"{text!r} {share:.0%}" for _i, text, share in self.strongest(3))
+        top = ", ".join(f"{text!r} {share:+.0%}" for _i, text, share in self.strongest(3))
         return f"Attribution(step={self.step}, token={self.token!r}, strongest=[{top}])"
 
 
@@ -626,7 +701,7 @@ def attribution_at(
         )
         logprob = torch.log_softmax(output.logits[0, -1].float(), dim=-1)[where.chosen]
         (gradient,) = torch.autograd.grad(logprob, embedded)
-    scores = (gradient[0].float() * embedded[0].detach().float()).norm(dim=-1)
+    scores = (gradient[0].float() * embedded[0].detach().float()).sum(dim=-1)
     return Attribution(
         step=where.step,
         token_id=where.chosen,

@@ -79,8 +79,9 @@ def shaken() -> Iterator[None]:
 
 
 def run_threads() -> set[threading.Thread]:
-    """The engine's worker threads that are alive now."""
-    return {t for t in threading.enumerate() if t.name.startswith(RUN_THREAD_PREFIX)}
+    """The engine's worker threads that are alive now (runs, and the lens's worker)."""
+    prefixes = (RUN_THREAD_PREFIX, "nbstream-lens")
+    return {t for t in threading.enumerate() if t.name.startswith(prefixes)}
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 
 import nbstream
 from nbstream.protocol import AttributionData, LensData, keys
-from nbstream.widgets.lens_view import CACHE_STEPS, LensViewer
+from nbstream.widgets.lens_view import CACHE_STEPS, THREAD_NAME, LensViewer
 
 LAYERS = 3
 
@@ -66,6 +66,7 @@ class StandIn:
         self.hold.set()
         self.started = threading.Event()
         self.calls = 0
+        self.attribution_calls = 0
         self.attribution_fails = attribution_fails
         self.refuse = refuse
 
@@ -78,6 +79,7 @@ class StandIn:
         return StandInLens(step)
 
     def attribution(self, step: int) -> StandInAttribution:
+        self.attribution_calls += 1
         if self.attribution_fails:
             raise RuntimeError("out of memory")
         return StandInAttribution(step)
@@ -144,8 +146,9 @@ def test_a_step_asked_again_is_answered_from_what_was_kept():
     sent, run = Sent(), StandIn()
     viewer = LensViewer(lambda: {1: run}, sent)
     ask(viewer, 1)
+    first = sent.reply(1)  # answered before the second is asked: nothing overtakes it
     ask(viewer, 2)
-    first, second = sent.reply(1), sent.reply(2)
+    second = sent.reply(2)
     viewer.close()
     assert run.calls == 1 and viewer.computed == 1
     assert first == {**second, "request": 1}
@@ -264,6 +267,40 @@ def test_a_request_after_close_starts_no_thread():
         t.name.startswith("nbstream-lens") and t.name not in before for t in threading.enumerate()
     )
     assert sent.items == []
+
+
+def lens_workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
+
+
+def test_close_drops_what_waits_skips_the_attribution_and_bounds_its_wait():
+    sent, run = Sent(), StandIn()
+    run.hold.clear()
+    viewer = LensViewer(lambda: {1: run}, sent)
+    ask(viewer, 1)
+    ask(viewer, 1, view="v2")  # waits behind the first: dropped by close
+    assert run.started.wait(30)
+    assert viewer.close(timeout=0.05) is False  # a lens under way: close does not wait it out
+    run.hold.set()
+    for worker in lens_workers():
+        worker.join(30)
+    assert not lens_workers()
+    assert sent.items == []  # the widget is gone: no reply
+    assert (run.calls, run.attribution_calls) == (1, 0)
+    assert viewer.close() is True
+
+
+def test_the_worker_ends_once_no_request_waits():
+    sent, run = Sent(), StandIn()
+    viewer = LensViewer(lambda: {1: run}, sent)
+    ask(viewer, 1)
+    assert sent.reply(1)["error"] is None
+    for worker in lens_workers():
+        worker.join(30)
+    assert not lens_workers()  # nothing left running, though the widget is still open
+    ask(viewer, 2, step=3)  # a new request starts a new worker
+    assert sent.reply(2)["step"] == 3
+    assert viewer.close() is True and not lens_workers()
 
 
 def test_a_request_without_view_or_id_is_ignored():

@@ -7,7 +7,8 @@
 // layers, the layers where the top token changed with their top few, the tokens that pushed
 // most, and a table of the same numbers for screen readers (the chart is a picture of it).
 // The earlier tokens are shaded by their share in the answer and in the Prompt view, each
-// share also written (title, table) and the strongest numbered: never colour alone. Once
+// share also written with its direction in words (toward the token, or away; a dashed
+// underline marks away) and the strongest numbered: never colour alone. Once
 // expanded it stays so for the view's next popovers. The kernel answers on a thread of its
 // own: nothing here waits, and the stream and Stop go on.
 //
@@ -43,9 +44,14 @@ function percent(p) {
   return v < 10 ? `${v.toFixed(1)}%` : `${Math.round(v)}%`;
 }
 
-/** A 0-based rank as the page writes it (1: the favourite). @param {unknown} r */
+/** A rank as the kernel sends it and the page writes it (1: the favourite). @param {unknown} r */
 function place(r) {
-  return isNum(r) ? Number(r) + 1 : Number.NaN;
+  return isNum(r) ? Number(r) : Number.NaN;
+}
+
+/** A signed share in words: its direction, then its size. @param {number} share */
+function pushWords(share) {
+  return `${share < 0 ? "away" : "toward"} ${percent(Math.abs(share))}`;
 }
 
 /** A token's text, whitespace visible (a heading or a table cell). @param {unknown} text */
@@ -119,7 +125,7 @@ function lensSentence(lens) {
   const n = ranks.length;
   if (!n) return "";
   let from = n;
-  while (from > 0 && ranks[from - 1] === 0) from -= 1;
+  while (from > 0 && ranks[from - 1] === 1) from -= 1;
   const token = quoted(lens.token);
   const p = percent(Number(probs[n - 1]) || 0);
   const out = `${p} at the output`;
@@ -225,7 +231,7 @@ function pushersList(attr, levels) {
     const tok = h("span", "nbstream-lens-tok");
     tok.textContent = quoted(attr.tokens?.[k]);
     const where = k < attr.prompt_tokens ? "prompt" : "answer";
-    li.append(tok, ` ${share < 0 ? "\u2212" : ""}${percent(Math.abs(share))} (${where})`);
+    li.append(tok, ` ${pushWords(share)} (${where})`);
     list.append(li);
   }
   const method = h("p", "nbstream-lens-method");
@@ -307,7 +313,7 @@ class LensSection {
   /** @param {LensReply} msg */
   drawAttribution(msg) {
     const title = h("p", "nbstream-lens-subtitle");
-    title.textContent = "The earlier tokens that pushed most toward it";
+    title.textContent = "The earlier tokens that pushed most, toward it or away";
     if (msg.pending) {
       const note = h("p", "nbstream-lens-note nbstream-lens-pending");
       note.textContent = "Working out which earlier words pushed it\u2026";
@@ -499,10 +505,10 @@ class LensPanel {
 function markToken(s, l) {
   s.setAttribute("data-attr-level", String(l.level));
   s.setAttribute("data-attr-share", l.share.toFixed(4));
-  if (l.share < 0) s.setAttribute("data-attr-sign", "negative");
+  s.setAttribute("data-attr-sign", l.share < 0 ? "negative" : "positive");
   if (l.place > 0) s.setAttribute("data-attr-place", String(l.place));
   s.dataset.titleBeforeAttr = s.title;
-  s.title = `${s.title}\npushed this step's token: ${l.share < 0 ? "\u2212" : ""}${percent(Math.abs(l.share))}`;
+  s.title = `${s.title}\n${percent(Math.abs(l.share))} of the push, ${l.share < 0 ? "away from" : "toward"} this step's token`;
 }
 
 /** @param {HTMLElement} s */
@@ -526,7 +532,7 @@ function promptStrip(attr, levels, step) {
   for (let k = 0; k < attr.prompt_tokens && k < levels.length; k++) {
     const s = h("span", "nbstream-lens-prompt-token");
     s.textContent = String(attr.tokens?.[k] ?? "");
-    s.title = `${quoted(attr.tokens?.[k])}: ${percent(Math.abs(levels[k].share))}`;
+    s.title = `${quoted(attr.tokens?.[k])}: ${pushWords(levels[k].share)}`;
     markToken(s, levels[k]);
     toks.append(s);
   }
@@ -559,4 +565,4 @@ function lensSections(o) {
   };
 }
 
-export { UNAVAILABLE, attributionLevels, changes, chartPoints, lensSections, lensSentence, percent };
+export { UNAVAILABLE, attributionLevels, changes, chartPoints, lensSections, lensSentence, percent, pushWords };

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { attributionLevels, changes, chartPoints, lensSentence, percent } from "../src/lens.js";
+import { attributionLevels, changes, chartPoints, lensSentence, percent, pushWords } from "../src/lens.js";
 
 /** A lens of four layers: " Paris" becomes the favourite at layer 3. */
 const LENS = {
@@ -12,7 +12,7 @@ const LENS = {
   token: " Paris",
   layers: 4,
   probs: [0.01, 0.05, 0.4, 0.9],
-  ranks: [39, 6, 0, 0],
+  ranks: [40, 7, 1, 1],
   top: [
     [[" the", 0.2], [" a", 0.1]],
     [[" France", 0.3], [" the", 0.1]],
@@ -70,7 +70,7 @@ test("shading levels follow each share beside the largest; the five largest are 
     tokens: ["a", "b", "c", "d", "e", "f", "g"],
     shares: [0.5, 0.2, 0.04, -0.3, 0, 0.01, 0.02],
     prompt_tokens: 5,
-    method: "gradient x input",
+    method: "gradient · input",
   };
   const levels = attributionLevels(attr);
   assert.deepEqual(
@@ -87,8 +87,8 @@ test("shading levels follow each share beside the largest; the five largest are 
 
 test("the sentence says where the token became the favourite and stayed", () => {
   assert.equal(lensSentence(LENS), '" Paris" becomes the favourite at layer 3 of 4 and stays so (90% at the output).');
-  assert.match(lensSentence({ ...LENS, ranks: [0, 0, 0, 0] }), /from the first layer on/);
-  assert.match(lensSentence({ ...LENS, ranks: [0, 1, 2, 1] }), /never the layers' favourite \(at the output: rank 2, 90%\)/);
+  assert.match(lensSentence({ ...LENS, ranks: [1, 1, 1, 1] }), /from the first layer on/);
+  assert.match(lensSentence({ ...LENS, ranks: [1, 2, 3, 2] }), /never the layers' favourite \(at the output: rank 2, 90%\)/);
   assert.equal(lensSentence({ ...LENS, ranks: [] }), "");
 });
 
@@ -99,4 +99,10 @@ test("percentages are never rounded to 0% or 100% when they are neither", () => 
   assert.equal(percent(0.9995), ">99.9%");
   assert.equal(percent(1), "100%");
   assert.equal(percent(Number.NaN), "0%");
+});
+
+test("a share's direction is written in words, not only drawn", () => {
+  assert.equal(pushWords(0.3), "toward 30%");
+  assert.equal(pushWords(-0.05), "away 5.0%");
+  assert.equal(pushWords(0), "toward 0%");
 });

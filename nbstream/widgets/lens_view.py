@@ -6,14 +6,17 @@ step as dicts (``to_dict()``), their words, and how long they took: the lens fir
 ``pending`` true), then both. See PROTOCOL.md.
 
 They cost a forward pass with hidden states and a backward pass, so they are computed on one
-worker thread of their own, never on the comm handler's (a Stop is handled there, and the
-stream's frames are sent by the view thread: neither waits for a lens). Requests are answered
-in order; one that a newer request of the same view has overtaken is skipped (its page would
-drop the reply). The replies of the last few (run, step) pairs are kept, so a section opened
-again on a step is answered at once. Nothing raises into the comm handler: a bad request, a
-run that cannot be read (a server, an architecture the lens does not know, a replay) or a
-failure is answered with an ``error`` the section shows in words; an attribution that fails
-alone leaves the lens shown, with ``attribution_error``.
+worker thread of their own (``nbstream-lens``, started on demand and ended once no request
+waits), never on the comm handler's (a Stop is handled there, and the stream's frames are sent
+by the view thread: neither waits for a lens). Closing the widget drops the waiting requests
+and skips an attribution not yet started; a pass already under way cannot be cut short (torch
+has no way to), so ``close`` waits for it at most :data:`CLOSE_WAIT_S` seconds and its reply is
+dropped. Requests are answered in order; one that a newer request of the same view has
+overtaken is skipped (its page would drop the reply). The replies of the last few (run, step)
+pairs are kept, so a section opened again on a step is answered at once. Nothing raises into
+the comm handler: a bad request, a run that cannot be read (a server, an architecture the lens
+does not know, a replay) or a failure is answered with an ``error`` the section shows in words;
+an attribution that fails alone leaves the lens shown, with ``attribution_error``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from ..protocol import AttributionData, LensData, LensReply
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 CACHE_STEPS = 16
 #: How many views' newest request ids are kept (as the sampling panel's).
 MAX_VIEWS = 64
+#: The longest ``close`` waits for a lens or an attribution under way (seconds).
+CLOSE_WAIT_S = 5.0
+#: The worker thread's name (tests look for leftovers by it).
+THREAD_NAME = "nbstream-lens"
 
 
 class LensViewer:
@@ -65,7 +71,8 @@ class LensViewer:
         # while the entry lives, and a hit is checked by identity.
         self._cache: OrderedDict[tuple[int, int], tuple[Any, dict[str, Any]]] = OrderedDict()
         self._latest: OrderedDict[str, int] = OrderedDict()
-        self._worker: ThreadPoolExecutor | None = None
+        self._pending: deque[dict[str, Any]] = deque()
+        self._worker: threading.Thread | None = None
         self._closed = False
         #: How many steps were computed (not answered from the cache); tests read it.
         self.computed = 0
@@ -93,27 +100,52 @@ class LensViewer:
                 self._latest.move_to_end(view)
                 while len(self._latest) > MAX_VIEWS:
                     self._latest.popitem(last=False)
+                self._pending.append(dict(content))
                 if self._worker is None:
-                    self._worker = ThreadPoolExecutor(1, thread_name_prefix="nbstream-lens")
-                worker = self._worker
-            worker.submit(self._answer, dict(content))
+                    self._worker = threading.Thread(
+                        target=self._drain, name=THREAD_NAME, daemon=True
+                    )
+                    self._worker.start()
         except Exception:  # the comm handler must never see an exception
             logger.exception("nbstream: queuing a lens request failed")
 
-    def close(self) -> None:
-        """Stop taking requests (the widget closed); one being answered finishes."""
+    def close(self, timeout: float = CLOSE_WAIT_S) -> bool:
+        """Stop taking requests (the widget closed) and wait, at most ``timeout``, for the worker.
+
+        Waiting requests are dropped and an attribution not yet started is skipped; a pass
+        under way ends on its own (its reply is dropped).
+
+        Args:
+            timeout: The longest wait, in seconds.
+
+        Returns:
+            True when no worker is left running.
+        """
         with self._lock:
             self._closed = True
-            worker, self._worker = self._worker, None
+            self._pending.clear()
+            worker = self._worker
             self._cache.clear()
             self._latest.clear()
-        if worker is not None:
-            worker.shutdown(wait=False, cancel_futures=True)
+        if worker is None or worker is threading.current_thread():
+            return worker is None
+        worker.join(timeout)
+        return not worker.is_alive()
 
     # -- on the worker thread -------------------------------------------------------------
+    def _drain(self) -> None:
+        """Answer the waiting requests in order; end once none waits (or the widget closed)."""
+        while True:
+            with self._lock:
+                if self._closed or not self._pending:
+                    self._worker = None
+                    return
+                content = self._pending.popleft()
+            self._answer(content)
+
     def _overtaken(self, view: str, request: int) -> bool:
         with self._lock:
-            return request < self._latest.get(view, -1)
+            return self._closed or request < self._latest.get(view, -1)
 
     def _answer(self, content: dict[str, Any]) -> None:
         view, request = content["view"], content["request"]
@@ -145,6 +177,8 @@ class LensViewer:
             )
 
     def _reply(self, reply: LensReply) -> None:
+        if self._closed:
+            return  # the widget is gone
         try:
             self._send(reply)
         except Exception:

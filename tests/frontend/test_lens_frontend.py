@@ -25,13 +25,13 @@ from frontend_helpers import (
 from playwright.sync_api import Page, expect
 
 #: The lens of step 2 (" a") on a model of four layers: " a" is the favourite at layer 3 only
-#: (ranks are 0-based, as ``Lens.ranks``).
+#: (ranks count from 1, as ``Lens.ranks`` and the trace's).
 LENS = {
     "step": 2,
     "token": " a",
     "layers": 4,
     "probs": [0.01, 0.05, 0.4, 0.25],
-    "ranks": [39, 6, 0, 1],
+    "ranks": [40, 7, 1, 2],
     "top": [
         [[" the", 0.2], [" an", 0.1]],
         [[" my", 0.3], [" the", 0.1]],
@@ -40,14 +40,14 @@ LENS = {
     ],
     "changed": [1, 2, 3],
 }
-#: Three prompt tokens, then the answer's two before the step.
+#: Three prompt tokens, then the answer's two before the step; signed shares (negative: away).
 ATTRIBUTION = {
     "step": 2,
     "token": " a",
     "tokens": ["Say", " hello", ".", "Hello", ","],
-    "shares": [0.1, 0.5, 0.02, 0.3, 0.08],
+    "shares": [0.1, 0.5, -0.02, 0.3, -0.08],
     "prompt_tokens": 3,
-    "method": "gradient \u00d7 input on the embeddings",
+    "method": "gradient \u00b7 input on the embeddings",
 }
 
 
@@ -115,13 +115,22 @@ def test_a_token_s_section_draws_the_layers_then_shades_the_tokens_that_pushed(f
     last_reply(page, ask)
     expect(section).to_have_attribute("data-state", "ready")
     expect(section.locator(".nbstream-lens-pushers-list li").first).to_contain_text(
-        '" hello" 50% (prompt)'
+        '" hello" toward 50% (prompt)'
+    )
+    expect(section.locator(".nbstream-lens-pushers-list li[data-index='4']")).to_contain_text(
+        '"," away 8.0% (answer)'
     )
     # The answer's tokens before the step: shaded, numbered, their share in words.
     expect(spans(root).nth(0)).to_have_attribute("data-attr-place", "2")
     expect(spans(root).nth(0)).to_have_attribute("data-attr-level", "2")
     expect(spans(root).nth(1)).to_have_attribute("data-attr-level", "1")
-    assert "pushed this step's token: 30%" in (spans(root).nth(0).get_attribute("title") or "")
+    title = spans(root).nth(0).get_attribute("title") or ""
+    assert "30% of the push, toward this step's token" in title
+    # Away from the token: said in words and drawn dashed, not by colour alone.
+    expect(spans(root).nth(1)).to_have_attribute("data-attr-sign", "negative")
+    expect(spans(root).nth(0)).to_have_attribute("data-attr-sign", "positive")
+    title = spans(root).nth(1).get_attribute("title") or ""
+    assert "8.0% of the push, away from this step's token" in title
     expect(spans(root).nth(2)).to_have_attribute("data-attr-target", "true")
     # The Prompt view: the prompt's tokens, shaded the same way.
     strip = root.locator(".nbstream-prompt-view .nbstream-lens-prompt-token")
