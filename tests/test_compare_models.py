@@ -267,6 +267,27 @@ def synced(column) -> str:
     return json.dumps({k: v for k, v in state.items() if k not in ("_esm", "_css")}, default=str)
 
 
+def test_a_local_column_s_tokens_come_at_reveal_when_a_server_hid_them(two_models, fake):
+    endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
+    cw = nbstream.CompareWidget(
+        models=[two_models[0], endpoint], prompt="Hi", max_new_tokens=3, blind=True
+    )
+    try:
+        cw.show_tokens = True
+        cw.generate()
+        cw.wait(60)
+        # A server sends no logits: while hidden, no column shows tokens (it would say which).
+        assert [c.can_trace for c in cw.columns] == [False, False]
+        local = next(c for c in cw.columns if c.run.record["model"]["class"])  # type: ignore[index]
+        sent = lens_replies(local)
+        cw.reveal()
+        assert local.can_trace is True
+        tokens = [m for m in sent if m.get("type") == "tokens"]
+        assert tokens and tokens[-1]["run_id"] == local.run_id
+    finally:
+        cw.close()
+
+
 def test_a_hidden_round_says_no_error_s_words_until_reveal(two_models, fake):
     endpoint = nbstream.Endpoint(fake.url("404"), "secret-model-name")
     cw = nbstream.CompareWidget(

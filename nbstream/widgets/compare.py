@@ -857,22 +857,28 @@ class _Column(StreamWidget):
             "prompt_tokens": None if run is None else run.prompt_tokens,
         }
 
-    def _cover(self) -> None:
-        """Set the covered traits (inside ``hold_sync``)."""
+    def _cover(self) -> bool:
+        """Set the covered traits (inside ``hold_sync``); True if the tokens can show again."""
+        traced = self.can_trace
         for name, value in self._covered().items():
             if getattr(self, name) != value:
                 setattr(self, name, value)
+        return self.can_trace and not traced
 
     def relabel(self) -> None:
         """Write the heading again (a reveal, a new round), and what the round covers."""
         with self.hold_sync():
             self.label = self._dress(self, self._words or self.describe())
-            self._cover()
+            traced = self._cover()
             run = self.run
             if run is not None and run.done and self.status not in (QUEUED, RUNNING):
                 error = self.error_words(run)
                 if self.error_info != error:
                     self.error_info = error  # type: ignore[assignment]
+        if traced:
+            # Held back while hidden (a server's column had none): the views get them now,
+            # after the state that lets them show.
+            self._send_all_tokens()
 
     def error_words(self, run: Generation) -> dict[str, str] | None:
         """``run``'s error as the views show it (while hidden, without its words)."""
