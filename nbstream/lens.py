@@ -362,9 +362,7 @@ class Lens:
             A few sentences, layers counted from 1.
 
         Example:
-            >>> print(run.lens(0).describe())
-            Step 0 chose ' Paris': 71% at the model's output (the top token), read after each of
-            its 30 layers. It becomes the top token at layer 21 of 30 ...
+            >>> print(run.lens(0).describe())  # the layer it rose at, the layers' top tokens
         """
         n, probs, ranks = self.layers, self.probs, self.ranks
         words = [
@@ -601,8 +599,8 @@ class Attribution:
             A list of ``(position in tokens, text, share)``; a negative share pushed away.
 
         Example:
-            >>> run.attribution(3).strongest(2)
-            [(5, ' capital', 0.21), (1, 'user', -0.08)]
+            >>> for position, text, share in run.attribution(3).strongest(2):
+            ...     print(position, repr(text), "toward" if share >= 0 else "away", abs(share))
         """
         shares, tokens = self.shares, self.tokens
         order = sorted(range(len(shares)), key=lambda i: -abs(shares[i]))[:n]

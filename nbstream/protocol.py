@@ -663,7 +663,7 @@ class LensData(TypedDict):
     layers: int
     #: The chosen token's probability, read through the final norm and output layer.
     probs: list[float]
-    #: Its rank there (0: that layer's favourite).
+    #: Its rank there, from 1 (1: that layer's favourite), as ``TokenTrace.rank``.
     ranks: list[int]
     #: Per layer, its top few ``[text, probability]``, best first.
     top: list[list[tuple[str, float]]]
@@ -672,13 +672,13 @@ class LensData(TypedDict):
 
 
 class AttributionData(TypedDict):
-    """How much each earlier token pushed toward a step's token (``run.attribution``)."""
+    """How much each earlier token pushed toward a step's token, or away (``run.attribution``)."""
 
     step: int
     token: str
     #: The earlier tokens' texts: the prompt's, then the answer's before the step.
     tokens: list[str]
-    #: One share per token.
+    #: One signed share per token (negative: away); their sizes sum to 1.
     shares: list[float]
     #: How many of ``tokens`` are the prompt's.
     prompt_tokens: int
@@ -877,6 +877,8 @@ ChatWidgetRequest = (
     | BranchToAlternative
     | ShowBranchRequest
 )
+
+
 class CompareVoteRequest(TypedDict):
     """A vote button (a compare header's)."""
 
