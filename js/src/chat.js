@@ -52,6 +52,7 @@ import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { ChatMessage, keyOf } from "./chat_message.js";
 import { ClearChat, Composer } from "./chat_composer.js";
+import { kernelWatch, replayRow } from "./replay.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking } from "./thinking.js";
 import { sayCapture, tokenViews } from "./tokens.js";
@@ -100,6 +101,9 @@ class ChatView {
     this.updateInputError = inputErrorView(model, this.viewId, message, promptRow, (m) => this.settings.blame(m));
     this.stopWaiting = stopNotice(this.scope, promptRow, active);
     this.root.append(this.bar, this.settings.panel, this.templated.view, this.tv.head, this.list, promptRow);
+    this.saved = savedRow();
+    promptRow.after(this.saved.row);
+    this.offline = false;
     el.append(this.root);
     // What a screen reader hears: each answer's state changes once, its end once (announce.js).
     this.announce = announcer(this.root, this.scope);
@@ -444,6 +448,21 @@ class ChatView {
     if (editing && (active || !this.entries.some((e) => e.msg.role === "user"))) composer.setEditing(false);
     this.updateInputError();
     this.updateMetrics();
+    // No kernel: the saved turns show, and nothing can be sent.
+    if (this.offline) {
+      composer.sendBtn.disabled = true;
+      composer.stopBtn.disabled = true;
+    }
+  }
+
+  /** @param {boolean} offline no kernel answers this view (a saved notebook) */
+  setOffline(offline) {
+    if (offline && this.entries.length === 0) return; // an empty chat: nothing saved to show
+    this.offline = offline;
+    this.root.toggleAttribute("data-saved", offline);
+    this.saved.row.hidden = !offline;
+    this.composer.message.readOnly = offline;
+    this.updateChrome();
   }
 
   updateMetrics() {
@@ -576,8 +595,18 @@ class ChatView {
     this.tv.update();
     this.syncEntries();
     this.live.sync();
+    kernelWatch(this.scope, { none: () => this.setOffline(true), some: () => this.setOffline(false) });
     this.scope.defer(watchRemoval(this.el, (m) => this.model.send(m), this.viewId));
   }
+}
+
+/** The saved chat's note (js/src/replay.js's row, without Replay: a chat's turns show whole). */
+function savedRow() {
+  const saved = replayRow();
+  saved.button.remove();
+  saved.note.textContent =
+    "Saved output: no running kernel holds this chat. Its turns show as saved; run the cell again to chat.";
+  return saved;
 }
 
 /**

@@ -157,10 +157,9 @@ class StreamView {
     this.thinkingRun = this.thinking.runId;
     this.frames = this.scope.frames(() => this.draw());
     this.savePrompt = syncedText(this.scope, model, prompt, "prompt");
-    // Without a kernel (a saved notebook): the last run from its snapshot, and Replay.
-    this.saved = replayRow();
+    this.offline = false; // no kernel answers this view (a saved notebook): see setOffline
+    this.saved = replayRow(); // the last run from its snapshot, and Replay
     promptRow.after(this.saved.row);
-    this.offline = false;
     this.replayer = this.makeReplayer();
   }
 

@@ -1,4 +1,4 @@
-"""A saved notebook shows each StreamWidget's last run without a kernel.
+"""A saved notebook shows each StreamWidget's last run, and a chat's turns, without a kernel.
 
 One notebook, executed once as `make notebooks` does (widget state stored), is opened
 twice: converted with `jupyter nbconvert --to html` and loaded from a file with no Jupyter
@@ -41,6 +41,8 @@ PACKAGES = {
 }
 ANSWER = "Red and **blue** are two colors; *green* is a third, and grey is a shade."
 TOKENS_ANSWER = "Red and blue are colors."
+CHAT_QUESTION = "What is the capital of France?"
+CHAT_ANSWER = "Paris is the capital of France."
 WAIT_MS = 60_000
 
 NOTEBOOK_CELLS = [
@@ -50,6 +52,8 @@ NOTEBOOK_CELLS = [
     f"model2, tokenizer2 = forced_model({TOKENS_ANSWER!r})\n"
     "t = nbstream.StreamWidget(model2, tokenizer2, show_alternatives=True)\nt",
     "t.generate('Name colors.', max_new_tokens=30)\nt.wait()",
+    f"c = nbstream.ChatWidget(*forced_model({CHAT_ANSWER!r}), max_new_tokens=20)\nc",
+    f"c.generate({CHAT_QUESTION!r})\nc.wait()",
 ]
 
 
@@ -170,7 +174,7 @@ def _recorded_ms(snapshot: dict[str, Any]) -> int:
 
 def _check_views(page: Page, snapshots: dict[str, dict[str, Any]], where: str) -> None:
     """The two saved views: answer, state, alternatives on click, Replay, no axe violation."""
-    views = page.locator(".nbstream")
+    views = page.locator(".nbstream:not(.nbstream-chat)")
     expect(views).to_have_count(2, timeout=WAIT_MS)
     plain, tokens = views.nth(0), views.nth(1)
     for view in (plain, tokens):
@@ -216,6 +220,21 @@ def _check_views(page: Page, snapshots: dict[str, dict[str, Any]], where: str) -
     assert spans.all_text_contents() == before
 
 
+def _check_chat(page: Page, where: str) -> None:
+    """The saved chat: both turns' text, the answer's state, nothing to send to."""
+    chat = page.locator(".nbstream-chat")
+    expect(chat).to_have_count(1, timeout=WAIT_MS)
+    messages = chat.locator(".nbstream-message")
+    expect(messages).to_have_count(2, timeout=WAIT_MS)
+    expect(messages.nth(0)).to_contain_text(CHAT_QUESTION)
+    expect(messages.nth(1)).to_contain_text(CHAT_ANSWER)
+    expect(chat).to_have_attribute("data-status", "complete", timeout=WAIT_MS)
+    # No kernel answered: the chat says so, and nothing can be sent.
+    expect(chat.locator(".nbstream-saved")).to_be_visible(timeout=WAIT_MS)
+    expect(chat.locator(".nbstream-send")).to_be_disabled()
+    assert_accessible(page, f"a saved ChatWidget without a kernel ({where})")
+
+
 def test_the_html_export_shows_the_runs_with_no_server_and_no_network(
     chromium: Any, cdn: dict[str, Path], saved: dict[str, Any]
 ) -> None:
@@ -227,6 +246,7 @@ def test_the_html_export_shows_the_runs_with_no_server_and_no_network(
     try:
         page.goto(saved["html"].as_uri())
         _check_views(page, saved["snapshots"], "nbconvert --to html")
+        _check_chat(page, "nbconvert --to html")
         assert errors == []
         # What the page asked for beyond the widget manager: MathJax only, refused.
         assert all("mathjax" in url.lower() for url in refused), refused
@@ -262,6 +282,7 @@ def test_jupyterlab_reopened_shows_the_runs_without_their_kernel(
     context, page, errors = _open(chromium, lab_server.notebook_url(name))
     try:
         _check_views(page, saved["snapshots"], "JupyterLab, reopened")
+        _check_chat(page, "JupyterLab, reopened")
         assert errors == []
     finally:
         context.close()
