@@ -485,21 +485,8 @@ def lens_at(
     where = _explained_step(backend, job, ids, step, turn)
     import torch
 
-    model, head = where.model, where.head
-    with where.turn(), torch.no_grad():
-        output = model(
-            input_ids=where.input_ids,
-            attention_mask=torch.ones_like(where.input_ids),
-            output_hidden_states=True,
-            **_forward_options(model),
-        )
-        hidden = output.hidden_states
-        # hidden[0] is the embeddings and hidden[-1] the output after the final norm: the layers
-        # before the last are read through the head, the last is the model's own logits.
-        inner = [state[0, -1] for state in hidden[1:-1]]
-        rows = [head.logits(torch.stack(inner))] if inner else []
-        logits = torch.cat([*rows, output.logits[0, -1:]]).float()
-    logprobs = torch.log_softmax(logits, dim=-1)
+    head = where.head
+    logprobs = torch.log_softmax(_layer_logits(where), dim=-1)
     chosen = logprobs[:, where.chosen : where.chosen + 1]
     ranks = (logprobs > chosen).sum(dim=1) + 1
     top_logprobs, top_ids = logprobs.topk(min(TOP_KEPT, logprobs.shape[-1]), dim=-1)
@@ -516,6 +503,26 @@ def lens_at(
     if not isinstance(record, TokenTrace) or record.id != where.chosen:
         return lens
     return _with_output(lens, record)
+
+
+def _layer_logits(where: _Step) -> Any:
+    """One row of logits per decoder layer's output at the step, in float32 (one forward pass)."""
+    import torch
+
+    model, head = where.model, where.head
+    with where.turn(), torch.no_grad():
+        output = model(
+            input_ids=where.input_ids,
+            attention_mask=torch.ones_like(where.input_ids),
+            output_hidden_states=True,
+            **_forward_options(model),
+        )
+        hidden = output.hidden_states
+        # hidden[0] is the embeddings and hidden[-1] the output after the final norm: the layers
+        # before the last are read through the head, the last is the model's own logits.
+        inner = [state[0, -1] for state in hidden[1:-1]]
+        rows = [head.logits(torch.stack(inner))] if inner else []
+        return torch.cat([*rows, output.logits[0, -1:]]).float()
 
 
 def _with_output(lens: Lens, record: TokenTrace) -> Lens:
