@@ -6,13 +6,13 @@
 /** One of a token's top candidates: `[id, text, kind, logprob, cut]` (`cut`: the run's sampling settings gave it no chance; `id` and `cut` are null on a server). */
 export type Alternative = [number | null, string, TokenKind, number | null, boolean | null];
 
-/** How much each earlier token pushed toward a step's token (`run.attribution`). */
+/** How much each earlier token pushed toward a step's token, or away (`run.attribution`). */
 export interface AttributionData {
   step: number;
   token: string;
   /** The earlier tokens' texts: the prompt's, then the answer's before the step. */
   tokens: string[];
-  /** One share per token. */
+  /** One signed share per token (negative: away); their sizes sum to 1. */
   shares: number[];
   /** How many of `tokens` are the prompt's. */
   prompt_tokens: number;
@@ -153,16 +153,16 @@ export interface CompareMark {
 export interface CompareRecord {
   /** The Run all it was part of, counted from 1. */
   round: number;
-  /** Its label on the page (A, B, ...): in a blind round, where the shuffle put it. */
+  /** Its label on the page (A, B, ...), left to right. */
   label: string;
   /** Whether the round was blind. */
   blind: boolean;
-  /** The column's model in words. */
-  model: string;
-  /** The column's index in the order given (0-based). */
+  /** The column's place on the page, left to right (0-based). */
   column: number;
+  /** The column's model in words. */
+  model?: string;
   /** Every column's model, left to right as the round showed them. */
-  order: string[];
+  order?: string[];
 }
 
 /** Reveal (a compare header's). */
@@ -280,7 +280,7 @@ export interface LensData {
   layers: number;
   /** The chosen token's probability, read through the final norm and output layer. */
   probs: number[];
-  /** Its rank there (0: that layer's favourite). */
+  /** Its rank there, from 1 (1: that layer's favourite), as `TokenTrace.rank`. */
   ranks: number[];
   /** Per layer, its top few `[text, probability]`, best first. */
   top: (([string, number])[])[];
