@@ -508,7 +508,7 @@ function markToken(s, l) {
   s.setAttribute("data-attr-sign", l.share < 0 ? "negative" : "positive");
   if (l.place > 0) s.setAttribute("data-attr-place", String(l.place));
   s.dataset.titleBeforeAttr = s.title;
-  s.title = `${s.title}\n${percent(Math.abs(l.share))} of the push, ${l.share < 0 ? "away from" : "toward"} this step's token`;
+  s.title = `${s.title}\n${percent(Math.abs(l.share))} of the push, ${l.share < 0 ? "away from this step's token" : "toward this step's token"}`;
 }
 
 /** @param {HTMLElement} s */
