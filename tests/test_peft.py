@@ -81,8 +81,11 @@ def check_trace(model, tokenizer, settings):
     return run
 
 
-def no_hooks_left(model):
-    return all(not m._forward_hooks for m in model.modules())
+def forward_hooks(model):
+    """Every forward hook on the model's modules (transformers' own output-capturing hooks,
+    installed once a forward asks for hidden states, stay: a lens on the shared tiny model
+    leaves them on the copies fresh_tiny makes)."""
+    return {(id(m), key) for m in model.modules() for key in m._forward_hooks}
 
 
 @pytest.mark.parametrize(
@@ -92,6 +95,7 @@ def test_trace_on_an_adapter_loaded_by_load_model(saved, settings):
     base_dir, adapter_dir = saved
     model, tokenizer = nbstream.load_model(base_dir, adapter=adapter_dir)
     assert isinstance(model, PeftModel)
+    before = forward_hooks(model)
     run = check_trace(model, tokenizer, settings)
     # The adapter's logits, not the base model's: the adapter changes them.
     plain, _ = tiny_model()
@@ -100,7 +104,7 @@ def test_trace_on_an_adapter_loaded_by_load_model(saved, settings):
         abs(step.logprob - row[step.id].item()) > 1e-2
         for row, step in zip(base_reference, run.trace, strict=True)
     )
-    assert no_hooks_left(model)
+    assert forward_hooks(model) == before
 
 
 def test_trace_on_a_peft_model_passed_directly(saved):
@@ -108,8 +112,9 @@ def test_trace_on_a_peft_model_passed_directly(saved):
     base, tokenizer = fresh_tiny()
     model = PeftModel.from_pretrained(base, str(adapter_dir))
     model.eval()
+    before = forward_hooks(model)
     check_trace(model, tokenizer, {})
-    assert no_hooks_left(model)
+    assert forward_hooks(model) == before
 
 
 def test_probability_view_on_a_peft_model(saved):
@@ -130,8 +135,9 @@ def test_trace_on_a_compiled_model():
     base, tokenizer = fresh_tiny()
     compiled = torch.compile(base)
     assert compiled is not base
+    before = forward_hooks(base)
     check_trace(compiled, tokenizer, {})
-    assert no_hooks_left(base)
+    assert forward_hooks(base) == before
 
 
 def test_an_adapter_model_and_its_base_share_one_queue(saved, probe):
