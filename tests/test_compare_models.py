@@ -278,7 +278,10 @@ def test_a_local_column_s_tokens_come_at_reveal_when_a_server_hid_them(two_model
         cw.wait(60)
         # A server sends no logits: while hidden, no column shows tokens (it would say which).
         assert [c.can_trace for c in cw.columns] == [False, False]
-        local = next(c for c in cw.columns if c.run.record["model"]["class"])  # type: ignore[index]
+        # The draw puts the local model in either column.
+        local = next(
+            c for c in cw.columns if c.run.record["model"]["class"] != "Endpoint"  # type: ignore[index]
+        )
         sent = lens_replies(local)
         cw.reveal()
         assert local.can_trace is True
