@@ -15,6 +15,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
 .PHONY: demo test check install install-test chromium llama-cpp js js-watch js-check js-fresh js-lint js-test \
+	labextension \
 	lint mypy races test-only bench reliability prepare clean docs docs-build \
 	notebooks
 
@@ -79,6 +80,20 @@ js: $(JS_DEPS)
 
 js-watch: $(JS_DEPS)
 	cd js && npm run --silent watch
+
+# The JupyterLab extension (labextension/src) that shows a notebook's saved widgets when it
+# is open with No Kernel: built into nbstream/labextension, committed like nbstream/static
+# (the wheel's shared-data puts it in share/jupyter/labextensions/nbstream; the editable
+# install of `make install` copies it there too, so a rebuild installs again). jupyter-builder
+# is what `jupyter labextension build` now calls.
+LABEXT_DEPS := labextension/node_modules/.nbstream-installed
+$(LABEXT_DEPS): labextension/package.json labextension/package-lock.json
+	cd labextension && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+labextension: $(LABEXT_DEPS) install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter-builder build labextension
+	$(PIP) install -q --no-deps -e .
 
 # Fails if the committed bundles are not what js/src builds (CI, on a clean clone).
 js-check: js
