@@ -1,12 +1,13 @@
 """A saved notebook shows each StreamWidget's last run, and a chat's turns, without a kernel.
 
 One notebook, executed once as `make notebooks` does (widget state stored), is opened
-twice: converted with `jupyter nbconvert --to html` and loaded from a file with no Jupyter
-server and no network, and reopened in JupyterLab, whose fresh kernel holds none of its
-widgets. Each time the views show the answer, its state, a token's alternatives on click,
-and a Replay that streams to the same text; axe finds nothing in the kernel-less view.
-(JupyterLab's "No Kernel" restores no widget state at all: its widget manager waits for a
-kernel first; docs/guide/recordings.md says what shows there.)
+three times: converted with `jupyter nbconvert --to html` and loaded from a file with no
+Jupyter server and no network; reopened in JupyterLab, whose fresh kernel holds none of its
+widgets; and opened in JupyterLab with "No Kernel" chosen in the kernel picker, where only
+nbstream's JupyterLab extension (labextension/src) makes the widgets load from the saved
+state (ipywidgets' own manager waits for a kernel) and no kernel is started. Each time the
+views show the answer, its state, a token's alternatives on click, and a Replay that
+streams to the same text; axe finds nothing in the kernel-less view.
 
 The HTML page loads its widget manager from a CDN (require.js, @jupyter-widgets/html-manager,
 then the widgets' module, anywidget). They are served from local copies, as a reader's CDN
@@ -16,6 +17,7 @@ for later runs); nothing else the page asks for is served.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -284,6 +286,48 @@ def test_jupyterlab_reopened_shows_the_runs_without_their_kernel(
         _check_views(page, saved["snapshots"], "JupyterLab, reopened")
         _check_chat(page, "JupyterLab, reopened")
         assert errors == []
+    finally:
+        context.close()
+        lab_server.shutdown_sessions(name)
+
+
+def test_jupyterlab_with_no_kernel_shows_the_runs_and_starts_none(
+    lab_server: Any, chromium: Any, saved: dict[str, Any]
+) -> None:
+    # A notebook that names no kernel (nor language) makes JupyterLab ask which one; the
+    # reader picks "No Kernel". Without nbstream's extension every widget output says
+    # "Loading widget..." for ever.
+    name = "no-kernel-lesson.ipynb"
+    notebook = copy.deepcopy(saved["notebook"])
+    del notebook["metadata"]["kernelspec"], notebook["metadata"]["language_info"]
+    path = lab_server.root_dir / name
+    path.write_text(json.dumps(notebook))
+    _trust(lab_server, path)
+    context = chromium.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    sockets: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    try:
+        page.goto(lab_server.notebook_url(name), wait_until="domcontentloaded")
+        picker = page.locator(".jp-Dialog").filter(has_text="Select Kernel")
+        expect(picker).to_be_visible(timeout=WAIT_MS)
+        picker.locator("select").select_option(label="No Kernel")
+        picker.locator(".jp-Dialog-footer .jp-mod-accept").click()
+        expect(picker).to_have_count(0)
+        _check_views(page, saved["snapshots"], "JupyterLab, No Kernel")
+        _check_chat(page, "JupyterLab, No Kernel")
+        expect(page.get_by_text("Loading widget").filter(visible=True)).to_have_count(0)
+        assert errors == []
+        # No kernel was started or connected for the notebook.
+        shown = page.evaluate(
+            "() => window.jupyterapp.shell.currentWidget.sessionContext.kernelDisplayName"
+        )
+        assert shown == "No Kernel"
+        sessions = lab_server.api("GET", "/api/sessions")
+        assert [s for s in sessions if s["path"] == name] == []
+        assert [url for url in sockets if "/api/kernels/" in url] == []
     finally:
         context.close()
         lab_server.shutdown_sessions(name)
