@@ -76,6 +76,9 @@ def test_wheel_carries_the_built_front_end_and_type_information(dist: dict[str, 
         for path in STATIC:
             assert whl.read(path) == (REPO / path).read_bytes(), path
         assert "nbstream/py.typed" in names
+        # The JupyterLab extension (No Kernel), where JupyterLab looks for it once installed.
+        lab = "data/share/jupyter/labextensions/nbstream/package.json"
+        assert f"nbstream-{nbstream.__version__}.data/{lab}" in names
         assert not any(n.startswith(("tests/", "js/", "benchmarks/")) for n in names)
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
         meta = email.message_from_bytes(whl.read(info))
