@@ -5,16 +5,34 @@
   a name that no longer exists fails the strict build.
 - ``reference/settings.md``: a table from ``nbstream.settings.settings_schema()``.
 - ``reference/cli.md``: the ``--help`` of ``python -m nbstream`` and of its ``chat``.
+- ``lessons/<name>.ipynb``: each notebook of ``notebooks/``, as saved (executed, with its
+  widget state), rendered by mkdocs-jupyter; nothing is executed or copied into ``docs/``.
+  What every lesson page would repeat (JupyterLab's stylesheet, each widget's front end and
+  stylesheet from the saved state) is written once under ``assets/lessons/`` and linked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
+
+#: The lesson notebooks, published under ``lessons/`` (the nav lists them, in order).
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+LESSONS = "lessons"
+# Under "mkdocs.": a warning here fails the strict build, as mkdocs' own do.
+log = logging.getLogger("mkdocs.hooks")
 
 #: Modules documented whole, besides the names of ``nbstream.__all__``.
 PUBLIC_MODULES = (
@@ -149,6 +167,8 @@ def cli_page() -> str:
     ])
 
 
+# Before mkdocs-jupyter's on_files (priority 0), which makes a page of each notebook it is given.
+@event_priority(50)
 def on_files(files: Files, config: Any) -> Files:
     for uri, content in (
         ("reference/api.md", api_page()),
@@ -156,4 +176,98 @@ def on_files(files: Files, config: Any) -> Files:
         ("reference/cli.md", cli_page()),
     ):
         files.append(File.generated(config, uri, content=content))
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        uri = f"{LESSONS}/{notebook.name}"
+        files.append(File.generated(config, uri, abs_src_path=str(notebook)))
     return files
+
+
+def on_nav(nav: Any, config: Any, files: Files) -> None:
+    # mkdocs-jupyter wraps each notebook's File in one that finds the source from `src_dir`,
+    # which a file from outside docs_dir has not: give the wrapper the path itself.
+    for file in files:
+        if file.src_uri.startswith(f"{LESSONS}/") and file.src_uri.endswith(".ipynb"):
+            file.abs_src_path = str(NOTEBOOKS / Path(file.src_uri).name)
+
+
+# A notebook links its neighbours as they lie in notebooks/ ("chat.ipynb", "README.md"): on
+# the site, the lesson's page and the home page's list of lessons.
+_HREF = re.compile(r'href="([\w.-]+\.(?:ipynb|md))(#[\w-]*)?"')
+
+
+def on_page_content(html: str, page: Page, config: Any, files: Files) -> str:
+    if not page.file.src_uri.startswith(f"{LESSONS}/"):
+        return html
+
+    def site_link(match: re.Match[str]) -> str:
+        name, anchor = match.group(1), match.group(2) or ""
+        if name == "README.md":
+            target, anchor = files.get_file_from_path("index.md"), "#lessons"
+        else:
+            target = files.get_file_from_path(f"{LESSONS}/{name}")
+        if target is None:
+            log.warning("%s links %s, which is no page of the site", page.file.src_uri, name)
+            return match.group(0)
+        return f'href="{target.url_relative_to(page.file)}{anchor}"'
+
+    return _HREF.sub(site_link, html)
+
+
+# -- the lesson pages' weight ------------------------------------------------------------
+#: Where the lesson pages' shared files go in the site.
+SHARED = "assets/lessons"
+#: A <style> block of a notebook page at least this long is JupyterLab's stylesheet, the
+#: same on every lesson page (the page's own little rules stay inline).
+SHARED_STYLE = 8_000
+_STYLE = re.compile(r"<style[^>]*>(.*?)</style>", re.S)
+_STATE = re.compile(
+    r'(<script type="application/vnd\.jupyter\.widget-state\+json">)(.*?)(</script>)', re.S
+)
+# anywidget imports `_esm` (and links `_css`) from a URL only when it is absolute http(s),
+# which the site's address is known only once it is served: the saved state names the shared
+# file by a marker, which this script (run as the page is read, before the widget manager
+# reads the state on DOMContentLoaded) turns into the file's absolute URL.
+_MARKER = "nbstream-site-asset:"
+_RESOLVE = f"""<script>
+(() => {{
+  const state = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
+  state.textContent = state.textContent.replace(
+    /"{_MARKER}([^"]+)"/g, (_, path) => JSON.stringify(new URL(path, document.baseURI).href));
+}})();
+</script>"""
+
+
+def _shared(config: Any, page: Page, text: str, suffix: str) -> str:
+    """Write `text` once as a file of the site (named by its hash); its URL from `page`."""
+    name = f"{SHARED}/{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}"
+    path = Path(config["site_dir"]) / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return get_relative_url(name, page.url)
+
+
+def _state_from_shared(config: Any, page: Page, match: re.Match[str]) -> str:
+    # The state is JSON with "</" written "<\/" (so it cannot end its <script>).
+    state = json.loads(match.group(2))
+    for model in state["state"].values():
+        values = model["state"]
+        for key, suffix in (("_esm", ".js"), ("_css", ".css")):
+            text = values.get(key)
+            if isinstance(text, str) and text and not text.startswith(("http:", "https:")):
+                values[key] = _MARKER + _shared(config, page, text, suffix)
+    text = json.dumps(state).replace("</", "<\\/")
+    return match.group(1) + text + match.group(3) + _RESOLVE
+
+
+def on_post_page(output: str, page: Page, config: Any) -> str:
+    if not page.file.src_uri.startswith(f"{LESSONS}/"):
+        return output
+
+    def style_from_shared(match: re.Match[str]) -> str:
+        if len(match.group(1)) < SHARED_STYLE:
+            return match.group(0)
+        return f'<link rel="stylesheet" href="{_shared(config, page, match.group(1), ".css")}">'
+
+    output = _STYLE.sub(style_from_shared, output)
+    return _STATE.sub(lambda match: _state_from_shared(config, page, match), output, count=1)

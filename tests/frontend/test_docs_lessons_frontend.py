@@ -1,0 +1,160 @@
+"""The documentation site's lesson pages show each saved widget's run, with no kernel.
+
+The site is built once for the module (`mkdocs build --strict`, into a temporary folder),
+served on 127.0.0.1 and opened in Chromium with no network: the CDN scripts the page loads
+(require.js, @jupyter-widgets/html-manager, anywidget) come from local copies
+(tests/cdn_pages.py); nothing else outside the local server is served. What the reader must
+see is read from the notebook's own saved widget state, not from the page.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cdn_pages import cdn_copies, serve_cdn_copies
+from playwright.sync_api import Browser, Page, expect
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+LESSON = "recorded-lesson"
+WAIT_MS = 60_000
+#: What a lesson page may ask for beyond its own site and the widget manager's scripts: the
+#: theme's web fonts, refused here (the page falls back to the system's fonts).
+FONTS = ("fonts.googleapis.com", "fonts.gstatic.com")
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documentation site, built strictly into a temporary folder."""
+    folder = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--quiet", "-d", str(folder)],
+        cwd=REPO, check=True, timeout=600, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def site_url(site: Path) -> Iterator[str]:
+    """The built site, served on 127.0.0.1."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _saved_runs(name: str) -> list[dict[str, Any]]:
+    """The `snapshot` of each StreamWidget saved in notebooks/<name>.ipynb, in cell order."""
+    notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text(encoding="utf-8"))
+    state = notebook["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
+    models = state["state"]
+    shown = [
+        output["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+    ]
+    return [
+        models[model_id]["state"]["snapshot"]
+        for model_id in shown
+        # A view whose model was gone when the notebook was saved names none.
+        if model_id in models
+        and models[model_id]["state"].get("_anywidget_id", "").endswith(".StreamWidget")
+    ]
+
+
+# Every text the output's tokens show while a Replay plays, from the click until it ends.
+_REPLAY = """async (root) => {
+  const output = root.querySelector('.nbstream-output');
+  const tokens = () => output.querySelectorAll('.nbstream-token');
+  const now = () => [...tokens()].map((t) => t.textContent).join('');
+  const seen = [now()];
+  const watch = new MutationObserver(() => seen.push(now()));
+  watch.observe(output, {subtree: true, childList: true, characterData: true});
+  root.querySelector('.nbstream-replay').click();
+  await new Promise((resolve) => {
+    const poll = () => (root.getAttribute('data-replay') == null ? resolve() : setTimeout(poll, 5));
+    poll();
+  });
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  watch.disconnect();
+  seen.push(now());
+  return seen;
+}"""
+
+
+def test_every_lesson_has_a_page_in_the_nav(site: Path) -> None:
+    home = (site / "index.html").read_text(encoding="utf-8")
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        page = site / "lessons" / notebook.stem / "index.html"
+        assert page.is_file(), f"{notebook.name} has no page in the site"
+        assert f'href="lessons/{notebook.stem}/"' in home, f"{notebook.name} is not in the nav"
+        # The page carries the saved widget state, which the widget manager draws from.
+        assert "application/vnd.jupyter.widget-state+json" in page.read_text(encoding="utf-8")
+
+
+def test_the_recorded_lesson_shows_its_run_and_replays_it(
+    fe_browser: Browser, site_url: str
+) -> None:
+    (saved,) = _saved_runs(LESSON)
+    context = fe_browser.new_context(viewport={"width": 1280, "height": 1000})
+    page: Page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    refused = serve_cdn_copies(page, cdn_copies(), lambda url: url.startswith(site_url))
+    try:
+        page.goto(f"{site_url}/lessons/{LESSON}/")
+        view = page.locator(".nbstream:not(.nbstream-chat)")
+        expect(view).to_have_count(1, timeout=WAIT_MS)
+        # The saved run, as it ended: its answer, its state, and no kernel to run it again.
+        expect(view).to_have_attribute("data-status", "complete", timeout=WAIT_MS)
+        expect(view.locator(".nbstream-badge")).to_contain_text("complete")
+        expect(view.locator(".nbstream-saved")).to_be_visible(timeout=WAIT_MS)
+        expect(view.get_by_role("button", name="Run", exact=True)).to_be_disabled()
+        # The answer, shown token by token: every token the run recorded (the answer, then
+        # the end-of-text token that ended it).
+        shown = "".join(token[1] for token in saved["tokens"])
+        assert shown.startswith(saved["text"]) and len(saved["tokens"]) > 2, saved
+        output = view.locator(".nbstream-output")
+        expect(output).to_have_text(shown)
+        spans = view.locator(".nbstream-token")
+        assert "".join(spans.all_text_contents()) == shown
+        # A token's alternatives, as recorded, on click.
+        spans.nth(1).click()
+        pop = view.get_by_role("dialog", name="Alternatives at step 2")
+        expect(pop).to_be_visible()
+        assert pop.locator("tbody tr").count() == len(saved["tokens"][1][5])
+        expect(pop.locator(".nbstream-alt-chosen")).to_contain_text(saved["tokens"][1][1].strip())
+        page.keyboard.press("Escape")
+        expect(pop).to_have_count(0)
+        # Replay: from less than the answer, growing, to the same text.
+        seen = view.evaluate(_REPLAY)
+        assert any(len(text) < len(saved["text"]) for text in seen), seen
+        assert seen[-1] == shown
+        assert "".join(spans.all_text_contents()) == shown
+        assert errors == []
+        assert all(any(host in url for host in FONTS) for url in refused), refused
+    finally:
+        context.close()
