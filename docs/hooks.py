@@ -226,7 +226,8 @@ _STATE = re.compile(
 # anywidget imports `_esm` (and links `_css`) from a URL only when it is absolute http(s),
 # which the site's address is known only once it is served: the saved state names the shared
 # file by a marker, which this script (run as the page is read, before the widget manager
-# reads the state on DOMContentLoaded) turns into the file's absolute URL.
+# reads the state on DOMContentLoaded) turns into the file's absolute URL. So the widgets
+# draw on a served site (`make docs`, any web host), not on pages opened as files.
 _MARKER = "nbstream-site-asset:"
 _RESOLVE = f"""<script>
 (() => {{
