@@ -40,12 +40,15 @@ __all__ = [
     "ClearRequest",
     "CompareColumnOwnTraits",
     "CompareColumnTraits",
+    "CompareHeaderMessage",
     "CompareHeaderRequest",
     "CompareHeaderTraits",
     "CompareMark",
     "CompareRecord",
     "CompareRevealRequest",
     "CompareRunRequest",
+    "CompareSyncRequest",
+    "CompareSyncedMessage",
     "CompareVoteRequest",
     "DeltaMessage",
     "DistributionFields",
@@ -892,8 +895,25 @@ class CompareRevealRequest(TypedDict):
     type: Literal["reveal"]
 
 
+class CompareSyncRequest(TypedDict):
+    """A compare header's view was rendered: the kernel answers ``synced`` if it is there."""
+
+    type: Literal["sync"]
+
+
+class CompareSyncedMessage(TypedDict):
+    """The answer to a header's ``sync``: a kernel holds the widget (else the view is a
+    saved one, and turns its controls off)."""
+
+    type: Literal["synced"]
+
+
 #: What a compare header's view sends.
-CompareHeaderRequest = CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest
+CompareHeaderRequest = (
+    CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest | CompareSyncRequest
+)
+#: Every custom message a compare header's view gets.
+CompareHeaderMessage = CompareSyncedMessage
 
 
 # -- the same types in TypeScript ---------------------------------------------------------------

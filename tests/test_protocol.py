@@ -433,6 +433,7 @@ MESSAGE_TABLES: dict[str, tuple[Any, list[Callable[..., Any]] | None]] = {
     "Kernel to page": (protocol.FeedMessage, None),
     "Kernel to page: the sampling panel": (protocol.DistributionReply, None),
     "Kernel to page: Inside the model": (protocol.LensReply, None),
+    "Kernel to page: CompareWidget header": (protocol.CompareHeaderMessage, None),
     "Page to kernel: every RunWidget view": (
         protocol.ViewRequest,
         [RunWidget._handle_view_message],
@@ -502,7 +503,7 @@ def test_the_page_handles_every_message_the_kernel_sends() -> None:
     handled: set[str] = set()
     for path in JS.glob("*.js"):
         handled |= set(re.findall(r"\bmsg\??\.type\s*===\s*\"(\w+)\"", path.read_text("utf-8")))
-    sent = type_literals(protocol.RunWidgetMessage)
+    sent = type_literals(protocol.RunWidgetMessage) | type_literals(protocol.CompareHeaderMessage)
     assert sent <= handled, f"no code of js/src handles {sorted(sent - handled)}"
 
 

@@ -28,6 +28,10 @@ import {
   watchConnection,
 } from "./common.js";
 import { announcer, compareAnnouncement, comparePhase, runAllStatuses, stopOnEscape } from "./announce.js";
+import { kernelWatch } from "./replay.js";
+
+/** What the header's controls say when no kernel holds the compare (a saved notebook). */
+const SAVED_TITLE = "No running kernel holds this compare (a saved notebook): run its cells again to use it";
 
 /**
  * The Same seed checkbox and its label.
@@ -178,6 +182,14 @@ class CompareHeader {
     // The prompt: two-way, the kernel's value wins unless the user is typing.
     this.savePrompt = syncedText(this.scope, model, this.prompt, "prompt");
     this.listenPage();
+    // A saved notebook: no kernel answers the sync, and the controls are turned off (the
+    // columns show their saved runs, each with its Replay).
+    this.offline = false;
+    model.send({ type: "sync" });
+    this.scope.onModel("msg:custom", (/** @type {{type?: unknown}} */ msg) => {
+      if (msg?.type === "synced" && this.offline) this.setOffline(false);
+    });
+    kernelWatch(this.scope, { none: () => this.setOffline(true), some: () => this.setOffline(false) });
     this.updateChrome();
     this.announce.seen(comparePhase(this.ranAll()));
   }
@@ -245,6 +257,34 @@ class CompareHeader {
     return "done";
   }
 
+  /** @param {boolean} offline no kernel answers this view (a saved notebook) */
+  setOffline(offline) {
+    this.offline = offline;
+    this.root.toggleAttribute("data-saved", offline);
+    this.prompt.readOnly = offline;
+    if (!offline) {
+      // A kernel answered after all (it was busy): the controls as they were.
+      for (const c of this.root.querySelectorAll("[data-online-title]")) {
+        c.setAttribute("title", c.getAttribute("data-online-title") ?? "");
+        c.removeAttribute("data-online-title");
+      }
+      this.seedBox.disabled = false;
+      this.blindBox.disabled = false;
+    }
+    this.updateChrome();
+  }
+
+  /** Off while no kernel answers: every control that would ask it for something. */
+  applyOffline() {
+    const controls = [this.runBtn, this.stopBtn, this.seedBox, this.blindBox, this.vote.revealBtn];
+    for (const control of [...controls, ...this.vote.buttons.querySelectorAll("button")]) {
+      const c = /** @type {HTMLButtonElement | HTMLInputElement} */ (control);
+      c.disabled = true;
+      if (!c.hasAttribute("data-online-title")) c.setAttribute("data-online-title", c.title);
+      c.title = SAVED_TITLE;
+    }
+  }
+
   updateChrome() {
     const { model, prompt, errorEl } = this;
     this.root.setAttribute("data-status", this.overall());
@@ -257,6 +297,7 @@ class CompareHeader {
     const blind = Boolean(model.get("blind"));
     if (this.blindBox.checked !== blind) this.blindBox.checked = blind;
     this.vote.update();
+    if (this.offline) this.applyOffline();
     const error = String(model.get("input_error") ?? "");
     if (errorEl.textContent !== error) errorEl.textContent = error;
     errorEl.hidden = !error;
@@ -279,7 +320,7 @@ class CompareHeader {
   }
 
   runAll() {
-    if (this.busy()) return;
+    if (this.busy() || this.offline) return;
     this.savePrompt();
     // The prompt travels with the click: a state update may still be held back by
     // ipywidgets' throttle, a custom message is not.

@@ -110,8 +110,13 @@ export interface CompareColumnOwnTraits {
 /** The synced traits of a compare column (`_Column`, nbstream/widgets/compare.py). */
 export type CompareColumnTraits = StreamWidgetTraits & CompareColumnOwnTraits;
 
+/** The answer to a header's `sync`: a kernel holds the widget (else the view is a saved one, and turns its controls off). */
+export interface CompareHeaderMessage {
+  type: "synced";
+}
+
 /** What a compare header's view sends. */
-export type CompareHeaderRequest = CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest;
+export type CompareHeaderRequest = CompareRunRequest | StopRequest | CompareVoteRequest | CompareRevealRequest | CompareSyncRequest;
 
 /** The synced traits of a compare's header (`_Header`, nbstream/widgets/compare.py). */
 export interface CompareHeaderTraits {
@@ -175,6 +180,16 @@ export interface CompareRunRequest {
   type: "run";
   prompt: string;
   same_seed: boolean;
+}
+
+/** A compare header's view was rendered: the kernel answers `synced` if it is there. */
+export interface CompareSyncRequest {
+  type: "sync";
+}
+
+/** The answer to a header's `sync`: a kernel holds the widget (else the view is a saved one, and turns its controls off). */
+export interface CompareSyncedMessage {
+  type: "synced";
 }
 
 /** A vote button (a compare header's). */

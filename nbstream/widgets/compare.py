@@ -1743,7 +1743,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         if not isinstance(content, dict):
             return
         kind = content.get("type")
-        if kind == "stop":
+        if kind == "sync":
+            # The view turns its controls off unless a kernel answers (a saved notebook).
+            self._header.send({"type": "synced"})
+        elif kind == "stop":
             self.stop()
         elif kind in ("vote", "reveal"):
             self._vote_from_page(kind, content.get("label"))

@@ -7,6 +7,7 @@ conftest.py's `compare_page` (harness.html?bundle=compare).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playwright.sync_api import Page, expect
@@ -23,7 +24,8 @@ def change(page: Page, **values: Any) -> None:
 
 
 def sent(page: Page) -> list[dict]:
-    return page.evaluate("window.views[0].model.sent")
+    """What the view sent, but its first ``sync`` (the fake kernel answers it)."""
+    return [m for m in page.evaluate("window.views[0].model.sent") if m["type"] != "sync"]
 
 
 def prompt_sets(page: Page) -> list[str]:
@@ -78,3 +80,31 @@ def test_cleanup_removes_everything(compare_page: Page) -> None:
     box.press("Shift+Enter")
     assert sent(page) == []
     assert len(page.evaluate("window.views[0].model.log")) == n_log
+
+
+def test_with_no_kernel_the_header_turns_its_controls_off_until_one_answers(
+    compare_page: Page,
+) -> None:
+    page = compare_page
+    page.evaluate("window.noKernel = true")
+    mount(page, prompt="saved prompt", voting=True, labels=["A", "B"], can_vote=True)
+    assert page.evaluate("window.views[0].model.sent") == [{"type": "sync"}]
+    run_all = page.get_by_role("button", name="Run all")
+    vote_a = page.get_by_role("button", name="Vote for A (0 votes)")
+    # A saved notebook: nothing answers the sync, and every control that asks the kernel
+    # for something turns off, saying why.
+    expect(run_all).to_be_disabled(timeout=10_000)
+    for control in (run_all, vote_a, page.get_by_role("checkbox", name="Blind")):
+        expect(control).to_be_disabled()
+        expect(control).to_have_attribute("title", re.compile("No running kernel"))
+    box = page.get_by_role("textbox", name="Shared prompt")
+    expect(box).to_have_js_property("readOnly", True)
+    box.press("Shift+Enter")
+    assert page.evaluate("window.views[0].model.sent") == [{"type": "sync"}]
+    # A kernel that was only busy answers later: the controls are back, as they were.
+    page.evaluate("window.views[0].model.msg({type: 'synced'})")
+    expect(run_all).to_be_enabled()
+    expect(run_all).to_have_attribute("title", re.compile("Run every column"))
+    expect(vote_a).to_be_enabled()
+    expect(page.get_by_role("checkbox", name="Blind")).to_be_enabled()
+    expect(box).to_have_js_property("readOnly", False)
