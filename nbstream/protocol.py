@@ -902,8 +902,10 @@ class CompareSyncRequest(TypedDict):
 
 
 class CompareSyncedMessage(TypedDict):
-    """The answer to a header's ``sync``: a kernel holds the widget (else the view is a
-    saved one, and turns its controls off)."""
+    """The answer to a header's ``sync``: a kernel holds the widget.
+
+    Unanswered, the view is a saved one (no kernel), and turns its controls off.
+    """
 
     type: Literal["synced"]
 
