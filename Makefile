@@ -126,6 +126,10 @@ lint: install
 mypy: install
 	$(VENV)/bin/mypy
 
+# pytest-xdist workers for `make test` and `make races`: the whole browser tier on one, every
+# other module whole on either (tests/conftest.py); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test-only: install llama-cpp
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 
@@ -136,7 +140,7 @@ test: install chromium llama-cpp
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,docs strict build,$(MAKE) --no-print-directory docs-build)
-	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
+	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) $(PYTEST_ARGS))
 	@$(call timed,race tier,$(MAKE) --no-print-directory races)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8000
@@ -156,7 +160,7 @@ RACE_TESTS := tests/test_generation.py tests/test_streaming.py tests/test_stop_s
 	tests/test_widget_races.py tests/test_compare.py tests/test_token_views.py tests/test_end_order.py \
 	tests/test_recording.py tests/test_recording_widget.py tests/test_recording_chat.py
 races: install
-	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider \
+	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  -m "not browser and not frontend and not model and not slow" $(RACE_TESTS)
 
 # The tiers of tests/conftest.py: the fast one has no browser, no default model, and nothing
@@ -171,7 +175,7 @@ check: install llama-cpp $(JS_DEPS)
 	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,front-end bundles match js/src,$(MAKE) --no-print-directory js-fresh)
-	@$(call timed,fast tests,$(PY) -m pytest -q -p no:cacheprovider -m "$(FAST_TESTS)" $(PYTEST_ARGS))
+	@$(call timed,fast tests,$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "$(FAST_TESTS)" $(PYTEST_ARGS))
 
 # The README's reliability table, from the fault, cancel, contention, soak, hostile-input and
 # XSS suites (about two minutes).

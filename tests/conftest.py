@@ -250,6 +250,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How ``make test``'s two pytest-xdist workers share the tests.
+
+    A module runs whole on one worker (its module-scoped fixtures, a server or a Chromium,
+    start once), and all of tests/browser on one worker, in order: two JupyterLab servers
+    with their kernels and Chromiums at once would starve each other on a 2-core machine,
+    while the other worker runs what needs no JupyterLab beside them. (xdist's own
+    ``--dist loadgroup`` marks cannot do this under pytest 9: it renames node ids.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/browser" if path.startswith("tests/browser/") else path
+
+    return ModuleScheduling(config, log)
+
+
 # -- one Chromium for the whole session ------------------------------------------------------
 # Playwright's sync API runs an event loop in the main thread while it is open: a second
 # `sync_playwright()` fails ("Sync API inside the asyncio loop"), and so does any later
