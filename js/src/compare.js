@@ -189,7 +189,10 @@ class CompareHeader {
     this.scope.onModel("msg:custom", (/** @type {{type?: unknown}} */ msg) => {
       if (msg?.type === "synced" && this.offline) this.setOffline(false);
     });
-    kernelWatch(this.scope, { none: () => this.setOffline(true), some: () => this.setOffline(false) });
+    // The columns' states reach the header only from a kernel: one that is busy with a cell
+    // still sends them, before it gets to the sync.
+    const fromKernel = ["change:statuses", "change:in_run_all", "change:summary"];
+    kernelWatch(this.scope, { none: () => this.setOffline(true), some: () => this.setOffline(false) }, fromKernel);
     this.updateChrome();
     this.announce.seen(comparePhase(this.ranAll()));
   }
@@ -276,7 +279,8 @@ class CompareHeader {
 
   /** Off while no kernel answers: every control that would ask it for something. */
   applyOffline() {
-    const controls = [this.runBtn, this.stopBtn, this.seedBox, this.blindBox, this.vote.revealBtn];
+    // Not Stop all: harmless without a kernel, and never withheld from a busy one.
+    const controls = [this.runBtn, this.seedBox, this.blindBox, this.vote.revealBtn];
     for (const control of [...controls, ...this.vote.buttons.querySelectorAll("button")]) {
       const c = /** @type {HTMLButtonElement | HTMLInputElement} */ (control);
       c.disabled = true;

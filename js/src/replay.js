@@ -144,8 +144,9 @@ class Replayer {
  * after that.
  * @param {ViewScope} scope
  * @param {{none: () => void, some: () => void}} on
+ * @param {string[]} [also] more model events that only a kernel causes (a header's traits)
  */
-function kernelWatch(scope, on) {
+function kernelWatch(scope, on, also = []) {
   let heard = false;
   let missing = false;
   const hear = () => {
@@ -158,6 +159,7 @@ function kernelWatch(scope, on) {
   scope.onModel("msg:custom", hear);
   scope.onModel("change:run_id", hear);
   scope.onModel("change:status", hear);
+  for (const event of also) scope.onModel(event, hear);
   scope.later(() => {
     if (heard || scope.disposed) return;
     missing = true;

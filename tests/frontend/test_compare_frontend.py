@@ -108,3 +108,20 @@ def test_with_no_kernel_the_header_turns_its_controls_off_until_one_answers(
     expect(vote_a).to_be_enabled()
     expect(page.get_by_role("checkbox", name="Blind")).to_be_enabled()
     expect(box).to_have_js_property("readOnly", False)
+
+
+def test_a_busy_kernel_s_column_states_keep_the_header_live(compare_page: Page) -> None:
+    page = compare_page
+    page.evaluate("window.noKernel = true")  # the sync waits behind a busy cell
+    mount(page)
+    run_all = page.get_by_role("button", name="Run all")
+    expect(run_all).to_be_disabled(timeout=10_000)
+    # The columns start: only a kernel sends their states, so the header is live again, and
+    # Stop all is there for the running column.
+    change(page, statuses=["running", "queued"], summary="1 running, 1 queued")
+    stop_all = page.get_by_role("button", name="Stop all")
+    expect(stop_all).to_be_enabled()
+    expect(stop_all).not_to_have_attribute("title", re.compile("No running kernel"))
+    expect(page.get_by_role("checkbox", name="Same seed")).to_be_enabled()
+    change(page, statuses=["complete", "complete"], summary="2 complete")
+    expect(run_all).to_be_enabled()
