@@ -10,11 +10,15 @@ reader's CDN would, so a test needs no network.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from filelock import FileLock
 from playwright.sync_api import Page, Route
 
 __all__ = ["CDN", "PACKAGES", "cdn_copies", "cdn_copy_for", "serve_cdn_copies"]
@@ -45,19 +49,31 @@ def cdn_copies() -> dict[str, Path]:
         'index.js'
     """
     CDN.mkdir(parents=True, exist_ok=True)
-    for spec in PACKAGES:
-        target = _copy(spec)
-        if target.exists():
-            continue
-        packed = subprocess.run(
-            ["npm", "pack", spec, "--pack-destination", str(CDN), "--silent"],
-            capture_output=True, text=True, cwd=CDN, timeout=300, check=True,
-        )  # fmt: skip
-        tarball = CDN / packed.stdout.strip().splitlines()[-1]
-        with tarfile.open(tarball) as archive:
-            archive.extractall(target.parents[len(Path(PACKAGES[spec]).parts)], filter="data")
-        assert target.exists(), f"{spec} has no {PACKAGES[spec]}"
+    # Two test processes (make test's xdist workers) may ask at once: one packs, the other
+    # waits, and a copy appears whole or not at all (unpacked beside it, then renamed).
+    with FileLock(CDN / ".lock"):
+        for spec in PACKAGES:
+            target = _copy(spec)
+            if not target.exists():
+                _pack(spec, target)
     return {spec: _copy(spec) for spec in PACKAGES}
+
+
+def _pack(spec: str, target: Path) -> None:
+    packed = subprocess.run(
+        ["npm", "pack", spec, "--pack-destination", str(CDN), "--silent"],
+        capture_output=True, text=True, cwd=CDN, timeout=300, check=True,
+    )  # fmt: skip
+    tarball = CDN / packed.stdout.strip().splitlines()[-1]
+    folder = target.parents[len(Path(PACKAGES[spec]).parts)]  # the package's own folder
+    with tempfile.TemporaryDirectory(dir=CDN) as scratch:
+        with tarfile.open(tarball) as archive:
+            archive.extractall(scratch, filter="data")
+        unpacked = Path(scratch) / "package"
+        assert (unpacked / PACKAGES[spec]).exists(), f"{spec} has no {PACKAGES[spec]}"
+        shutil.rmtree(folder / "package", ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        os.replace(unpacked, folder / "package")
 
 
 def cdn_copy_for(url: str, copies: dict[str, Path]) -> Path | None:

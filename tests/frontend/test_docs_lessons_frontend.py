@@ -145,7 +145,7 @@ def test_the_recorded_lesson_shows_its_run_and_replays_it(
         spans.nth(1).click()
         pop = view.get_by_role("dialog", name="Alternatives at step 2")
         expect(pop).to_be_visible()
-        assert pop.locator("tbody tr").count() == len(saved["tokens"][1][5])
+        expect(pop.locator("tbody tr")).to_have_count(len(saved["tokens"][1][5]))
         expect(pop.locator(".nbstream-alt-chosen")).to_contain_text(saved["tokens"][1][1].strip())
         page.keyboard.press("Escape")
         expect(pop).to_have_count(0)
