@@ -229,11 +229,14 @@ _STATE = re.compile(
 # reads the state on DOMContentLoaded) turns into the file's absolute URL. So the widgets
 # draw on a served site (`make docs`, any web host), not on pages opened as files.
 _MARKER = "nbstream-site-asset:"
+_MANAGER_ANY = "@jupyter-widgets/html-manager@*/"
+_MANAGER_1 = "@jupyter-widgets/html-manager@^1.0/"
 _RESOLVE = f"""<script>
 (() => {{
   const state = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
   state.textContent = state.textContent.replace(
-    /"{_MARKER}([^"]+)"/g, (_, path) => JSON.stringify(new URL(path, document.baseURI).href));
+    /("_(?:esm|css)": )"{_MARKER}([^"\\\\]+)"/g,
+    (_, key, path) => key + JSON.stringify(new URL(path, document.baseURI).href));
 }})();
 </script>"""
 
@@ -249,7 +252,8 @@ def _shared(config: Any, page: Page, text: str, suffix: str) -> str:
 
 
 def _state_from_shared(config: Any, page: Page, match: re.Match[str]) -> str:
-    # The state is JSON with "</" written "<\/" (so it cannot end its <script>).
+    # Written back with every "<" as "\u003c": nothing in it can end its <script> ("</")
+    # or open a comment that would swallow the page ("<!--").
     state = json.loads(match.group(2))
     for model in state["state"].values():
         values = model["state"]
@@ -257,7 +261,7 @@ def _state_from_shared(config: Any, page: Page, match: re.Match[str]) -> str:
             text = values.get(key)
             if isinstance(text, str) and text and not text.startswith(("http:", "https:")):
                 values[key] = _MARKER + _shared(config, page, text, suffix)
-    text = json.dumps(state).replace("</", "<\\/")
+    text = json.dumps(state).replace("<", "\\u003c")
     return match.group(1) + text + match.group(3) + _RESOLVE
 
 
@@ -271,4 +275,7 @@ def on_post_page(output: str, page: Page, config: Any) -> str:
         return f'<link rel="stylesheet" href="{_shared(config, page, match.group(1), ".css")}">'
 
     output = _STYLE.sub(style_from_shared, output)
+    # nbconvert's template asks unpkg for the newest html-manager ("@*"): a major version
+    # that changed the embedding would break every lesson page; 1.x is what it was made for.
+    output = output.replace(_MANAGER_ANY, _MANAGER_1)
     return _STATE.sub(lambda match: _state_from_shared(config, page, match), output, count=1)

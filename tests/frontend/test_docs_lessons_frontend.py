@@ -111,8 +111,11 @@ def test_every_lesson_has_a_page_in_the_nav(site: Path) -> None:
         page = site / "lessons" / notebook.stem / "index.html"
         assert page.is_file(), f"{notebook.name} has no page in the site"
         assert f'href="lessons/{notebook.stem}/"' in home, f"{notebook.name} is not in the nav"
-        # The page carries the saved widget state, which the widget manager draws from.
-        assert "application/vnd.jupyter.widget-state+json" in page.read_text(encoding="utf-8")
+        # The page carries the saved widget state, which the widget manager draws from, and
+        # asks for the widget manager's 1.x (not whatever unpkg has newest).
+        text = page.read_text(encoding="utf-8")
+        assert "application/vnd.jupyter.widget-state+json" in text
+        assert "html-manager@^1.0/dist/embed-amd.js" in text and "html-manager@*" not in text
 
 
 def test_the_recorded_lesson_shows_its_run_and_replays_it(
