@@ -110,7 +110,7 @@ export interface CompareColumnOwnTraits {
 /** The synced traits of a compare column (`_Column`, nbstream/widgets/compare.py). */
 export type CompareColumnTraits = StreamWidgetTraits & CompareColumnOwnTraits;
 
-/** The answer to a header's `sync`: a kernel holds the widget (else the view is a saved one, and turns its controls off). */
+/** The answer to a header's `sync`: a kernel holds the widget. Unanswered, the view is a saved one (no kernel), and turns its controls off. */
 export interface CompareHeaderMessage {
   type: "synced";
 }
@@ -187,7 +187,7 @@ export interface CompareSyncRequest {
   type: "sync";
 }
 
-/** The answer to a header's `sync`: a kernel holds the widget (else the view is a saved one, and turns its controls off). */
+/** The answer to a header's `sync`: a kernel holds the widget. Unanswered, the view is a saved one (no kernel), and turns its controls off. */
 export interface CompareSyncedMessage {
   type: "synced";
 }
