@@ -51,6 +51,10 @@ def cli_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TERM="xterm")
     env.pop(API_KEY_ENV, None)
+    # A pytest-xdist worker has COLUMNS=80 and LINES=24 (execnet sets them), and rich takes
+    # them over the pseudo-terminal's own size: the child must see the terminal it is in.
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
     env.update(extra)
     return env
 
