@@ -112,6 +112,15 @@ function* widgetRenderers(notebook) {
   }
 }
 
+/** Run `fn`, saying in the console what went wrong (an incompatible ipywidgets, say). */
+function guarded(fn, ...args) {
+  try {
+    fn(...args);
+  } catch (error) {
+    console.error("nbstream: could not show the notebook's saved widgets without a kernel", error);
+  }
+}
+
 /**
  * Watch one notebook: take over its widgets once it is known to have no kernel. Returns
  * what to call when the kernel picker for its session closes.
@@ -135,14 +144,17 @@ function watch(panel) {
 
   const check = (picked) => {
     if (panel.isDisposed || !panel.context.isReady) return;
+    if (tookOver === "pending" && sessionContext.isReady && !sessionContext.session?.kernel) {
+      // The kernel chosen after "No Kernel" failed to start: the session is ready without
+      // one, and upstream, which waited for `ready`, has now given up on this notebook.
+      tookOver = "ready";
+    }
     if (sessionContext.session?.kernel) {
       if (!hadKernel && tookOver === "ready") {
-        const kernelManager = registerWidgetManager(
-          panel.context,
-          panel.content.rendermime,
-          widgetRenderers(panel.content),
-        );
-        panel.disposed.connect(() => kernelManager.dispose());
+        // Upstream's manager for this kernel, made as upstream would have (kept by kernel
+        // id, and reused when the notebook is opened again on the same kernel: so never
+        // disposed here with the panel, as upstream never disposes its own).
+        registerWidgetManager(panel.context, panel.content.rendermime, widgetRenderers(panel.content));
       }
       hadKernel = true;
       return;
@@ -155,17 +167,17 @@ function watch(panel) {
     }
   };
 
-  const onChange = () => check(false);
-  panel.context.ready
-    .then(() => {
-      check(false);
-      sessionContext.kernelChanged.connect(onChange);
-      sessionContext.sessionChanged.connect(onChange);
-      sessionContext.statusChanged.connect(onChange);
-      sessionContext.ready.then(onChange, () => {});
-    })
-    .catch(() => {}); // a panel closed before its file loaded
-  return () => check(true);
+  const onChange = () => guarded(check, false);
+  const setup = () => {
+    check(false);
+    sessionContext.kernelChanged.connect(onChange);
+    sessionContext.sessionChanged.connect(onChange);
+    sessionContext.statusChanged.connect(onChange);
+    sessionContext.ready.then(onChange, () => {});
+  };
+  // A panel closed before its file loaded rejects `ready`: nothing to do then.
+  panel.context.ready.then(() => guarded(setup), () => {});
+  return () => guarded(check, true);
 }
 
 /** @type {import('@jupyterlab/application').JupyterFrontEndPlugin<void>} */
@@ -175,7 +187,9 @@ const plugin = {
   autoStart: true,
   requires: [INotebookTracker, ISessionContextDialogs],
   activate: (_app, tracker, dialogs) => {
-    const pickerClosed = new WeakMap(); // session context -> its notebook's check
+    // Session context -> the checks of its notebook's views ("New View for Notebook" makes
+    // a second panel on the same context).
+    const pickerClosed = new WeakMap();
     // Choosing "No Kernel" in the picker leaves the session exactly as it was (no signal,
     // not ready, no kernel): the picker closing is the only sign of the choice, so the
     // dialogs service documents use is wrapped to report it. Nothing else changes.
@@ -184,10 +198,16 @@ const plugin = {
       try {
         return await selectKernel.call(this, sessionContext, ...rest);
       } finally {
-        pickerClosed.get(sessionContext)?.();
+        for (const closed of pickerClosed.get(sessionContext) ?? []) closed();
       }
     };
-    const add = (panel) => pickerClosed.set(panel.sessionContext, watch(panel));
+    const add = (panel) => {
+      const checks = pickerClosed.get(panel.sessionContext) ?? new Set();
+      pickerClosed.set(panel.sessionContext, checks);
+      const closed = watch(panel);
+      checks.add(closed);
+      panel.disposed.connect(() => checks.delete(closed));
+    };
     tracker.forEach(add);
     tracker.widgetAdded.connect((_tracker, panel) => add(panel));
   },
