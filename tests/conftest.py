@@ -22,6 +22,10 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread in every process the tests start too (kernels, notebooks, servers, the
+# CLI): `make test` runs two workers on a 2-core machine, and a kernel's two OpenMP threads
+# spinning against the other worker made a notebook 5x slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import signal
 import sys
@@ -250,6 +254,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
+#: Modules outside tests/browser that start a JupyterLab and a Chromium of their own (the page
+#: benchmark; the installed wheel's browser check): they run on the browser tier's worker.
+JUPYTERLAB_MODULES = {"tests/test_benchmarks.py", "tests/test_packaging.py"}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """How ``make test``'s two pytest-xdist workers share the tests.
 
@@ -264,7 +273,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "tests/browser" if path.startswith("tests/browser/") else path
+            if path.startswith("tests/browser/") or path in JUPYTERLAB_MODULES:
+                return "tests/browser"
+            return path
 
     return ModuleScheduling(config, log)
 
