@@ -117,13 +117,22 @@ def check_widget_outputs(name: str, nb: Any) -> None:
 
 
 def printed(nb: Any) -> str:
-    """Everything the code cells printed or returned as text, in order."""
-    return "\n".join(
-        str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
-        for cell in nb.cells
-        if cell.cell_type == "code"
-        for o in cell.outputs
-    )
+    """Everything the code cells printed or returned as text, in order.
+
+    A cell's stream outputs are joined as written: one ``print`` may reach the notebook as
+    two stream outputs (the kernel flushes its output on a timer, whatever the line).
+    """
+    parts: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for o in cell.outputs:
+            if o.get("output_type") == "stream":
+                parts.append(str(o.get("text", "")))
+            else:
+                parts.append("\n" + str(o.get("data", {}).get("text/plain", "")) + "\n")
+        parts.append("\n")
+    return "".join(parts)
 
 
 def check_claims(name: str, outputs: str) -> None:
