@@ -32,10 +32,10 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
-def fe_server() -> Iterator[str]:
-    """Serve the repository root on 127.0.0.1; yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(REPO))
+@contextlib.contextmanager
+def _serving(folder: Path) -> Iterator[str]:
+    """Serve `folder` on 127.0.0.1 while the block runs; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -45,6 +45,19 @@ def fe_server() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def fe_server() -> Iterator[str]:
+    """Serve the repository root on 127.0.0.1; yields the base URL."""
+    with _serving(REPO) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def serve_folder() -> Any:
+    """Serve another folder (a built site): ``with serve_folder(path) as url: ...``."""
+    return _serving
 
 
 @pytest.fixture(scope="module")

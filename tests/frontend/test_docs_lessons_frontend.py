@@ -9,14 +9,11 @@ see is read from the notebook's own saved widget state, not from the page.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +31,6 @@ WAIT_MS = 60_000
 FONTS = ("fonts.googleapis.com", "fonts.gstatic.com")
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The documentation site, built strictly into a temporary folder."""
@@ -51,18 +43,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def site_url(site: Path) -> Iterator[str]:
+def site_url(site: Path, serve_folder: Any) -> Iterator[str]:
     """The built site, served on 127.0.0.1."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_folder(site) as url:
+        yield url
 
 
 def _saved_runs(name: str) -> list[dict[str, Any]]:
