@@ -442,20 +442,77 @@ def test_displayed_widget_rewrites_its_saved_output_as_runs_start_and_end(long_t
     w.wait()
     wait_followers()
     kinds = [(kind, first.split(" · ")[1]) for kind, _, first in published]
-    # Shown idle; complete at the end of run 1 (from the view thread, then again from
-    # wait(), under the waiting cell); the second run first replaces the first run's
-    # "complete" (which would otherwise stand for it), then its own end, twice likewise.
+    # Shown idle; complete at the end of run 1 (once: the view thread's end and wait()'s
+    # answer the same request, so the answer is not sent again); the second run first
+    # replaces the first run's "complete" (which would otherwise stand for it), then its
+    # own end, once likewise.
     assert kinds == [
         ("display", "idle"),
         ("update", "complete"),
-        ("update", "complete"),
         ("update", "running"),
-        ("update", "complete"),
         ("update", "complete"),
     ]
     assert {display_id for _, display_id, _ in published} == {f"nbstream-{w.model_id}"}
     assert views == [w.model_id]  # the live view: shown once, never rewritten
     assert published[-1][2].startswith("nbstream · complete · stopped at max_new_tokens · 5 tokens")
+
+
+def test_a_run_end_answering_another_request_is_sent_again(long_tiny, monkeypatch):
+    # A headless runner (nbclient) keeps only what answers the cell it runs: wait() in a
+    # later cell than the one the view thread's end answered sends the end once more.
+    import IPython.display
+
+    updates: list[str] = []
+
+    def update(data, *, display_id=None, **kwargs):
+        updates.append(data["text/plain"].split(" · ")[1])
+
+    parent = {"msg_id": "cell-1"}
+    monkeypatch.setattr(nbstream.widgets.display, "in_kernel", lambda: True)
+    monkeypatch.setattr(nbstream.widgets.display, "publishing_parent", lambda: parent["msg_id"])
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
+    monkeypatch.setattr(IPython.display, "update_display", update)
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=10)
+    w._ipython_display_()
+    w.generate("Hello")
+    w.run.wait()
+    wait_followers()  # the view thread has sent the end, answering cell-1
+    assert updates == ["complete"]
+    parent["msg_id"] = "cell-2"
+    w.wait()
+    assert updates == ["complete", "complete"]
+    w.wait()  # the same end, the same request: nothing more
+    assert updates == ["complete", "complete"]
+
+
+def test_the_saved_text_copy_is_marked_only_beside_a_live_view(long_tiny, monkeypatch):
+    # Beside its view, the copy's Markdown is one block of class TEXT_COPY, which the views'
+    # stylesheet hides wherever a view was drawn; a closed widget's copy, with no view
+    # beside it, is never marked.
+    import IPython.display
+
+    from nbstream.widgets.display import TEXT_COPY
+
+    shown: list[dict] = []
+    monkeypatch.setattr(nbstream.widgets.display, "in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", lambda data, **k: shown.append(data))
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **k: shown.append(data))
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=5)
+    w._ipython_display_()
+    w.generate("Hello")
+    text = w.wait()
+    view, *copies = shown
+    assert view[WIDGET_VIEW]["model_id"] == w.model_id and view["text/plain"] == ""
+    for copy in copies:
+        markdown = copy["text/markdown"]
+        assert markdown.startswith(f'<div class="{TEXT_COPY}">\n\n**nbstream**')
+        assert markdown.endswith("\n\n</div>")
+    assert text in copies[-1]["text/markdown"] and text in copies[-1]["text/plain"]
+    w.close()
+    shown.clear()
+    w._ipython_display_()
+    (closed,) = shown
+    assert WIDGET_VIEW not in closed and TEXT_COPY not in closed["text/markdown"]
 
 
 def test_a_widget_shown_outside_a_kernel_never_publishes_updates(long_tiny, monkeypatch):

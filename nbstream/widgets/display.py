@@ -22,6 +22,7 @@ __all__ = [
     "RECORDED",
     "REPLAY_NOTE",
     "RUN_VIEW_THREAD",
+    "TEXT_COPY",
     "WIDGET_VIEW",
     "Bundle",
     "FallbackDisplay",
@@ -29,6 +30,7 @@ __all__ = [
     "compare_fallback_bundle",
     "fallback_bundle",
     "in_kernel",
+    "publishing_parent",
     "register_run_display",
     "replay_bundle",
     "run_html",
@@ -37,6 +39,7 @@ __all__ = [
     "show_with_fallback",
     "shown_by_widget",
     "states_summary",
+    "text_copy",
 ]
 
 logger = logging.getLogger(__name__)
@@ -219,20 +222,56 @@ def chat_fallback_bundle(
     return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}
 
 
+#: The class of the block that holds a text copy shown beside its live view. The views'
+#: stylesheet (js/src/stream.css) hides such a block right after an output in which a view
+#: was drawn: a stylesheet that only a drawn view brings, so wherever no view can be drawn
+#: (an HTML export with no network, GitHub, VS Code without widget state) the copy shows.
+TEXT_COPY = "nbstream-text-copy"
+
+
+def text_copy(markdown: str) -> str:
+    """``markdown`` inside a block of class :data:`TEXT_COPY` (a CommonMark HTML block).
+
+    The blank lines keep the inside Markdown: an HTML block ends at the first blank line.
+
+    Example:
+        >>> text_copy("**nbstream** · idle").splitlines()[0]
+        '<div class="nbstream-text-copy">'
+    """
+    return f'<div class="{TEXT_COPY}">\n\n{markdown}\n\n</div>'
+
+
 def hidden_in_live_views(data: dict[str, Any]) -> dict[str, Any]:
     """The fallback entries of ``data`` as an output that widget front ends do not show.
 
     A widget view with an empty model id is how ipywidgets marks the output of a closed
     widget: JupyterLab and Notebook 7 hide it. Exporters find no such widget in the saved
     state, so they fall back to text/markdown or text/plain, like front ends without
-    widget support.
+    widget support; its Markdown is marked as a :func:`text_copy`, which a page that drew
+    the view beside it hides.
     """
     hidden = {**data[WIDGET_VIEW], "model_id": ""}
     return {
         WIDGET_VIEW: hidden,
         "text/plain": data["text/plain"],
-        "text/markdown": data["text/markdown"],
+        "text/markdown": text_copy(data["text/markdown"]),
     }
+
+
+def publishing_parent() -> str | None:
+    """The id of the request that a display message sent now from this thread would answer.
+
+    ipykernel keeps the parent per context, and a thread started without one (a view
+    thread) publishes under the last request the kernel took. None outside a kernel.
+    """
+    try:
+        from IPython import get_ipython
+
+        header = get_ipython().display_pub.parent_header
+    except Exception:  # no IPython, no shell, a publisher without parents
+        return None
+    msg_id = header.get("msg_id") if isinstance(header, dict) else None
+    return msg_id if isinstance(msg_id, str) else None
 
 
 def show(*objs: Any, **kwargs: Any) -> Any:
@@ -350,6 +389,9 @@ class FallbackDisplay:
         self.display_id: str | None = None
         #: The state the saved fallbacks say now.
         self.published_status: str | None = "idle"
+        # What was last sent, and under which request: the same text again under the same
+        # request changes nothing anywhere, and a long answer is worth not sending twice.
+        self._sent: tuple[dict[str, Any], str | None] | None = None
 
     def display(
         self,
@@ -372,6 +414,7 @@ class FallbackDisplay:
             self.display_id = f"{self._prefix}-{model_id()}"  # read while open
             show_with_fallback(data, metadata, self.display_id)
             self.published_status = status
+            self._sent = (data, publishing_parent())
 
     def republish(self, bundle: Callable[[], Bundle | None]) -> None:
         """Rewrite every saved fallback of the widget (nothing before it was shown)."""
@@ -382,8 +425,15 @@ class FallbackDisplay:
             if shown is None:
                 return
             status, data, _metadata = shown
+            # A run's end is published by its view thread, then again by a wait() in the
+            # cell that waits (a headless runner keeps only what answers the cell it runs).
+            # When both answer the same request, the second would only resend the answer.
+            parent = publishing_parent()
+            if self._sent == (data, parent):
+                return
             if republish(data, self.display_id):
                 self.published_status = status
+                self._sent = (data, parent)
 
 
 # -- a run shown as a cell's value -------------------------------------------------------------
@@ -427,6 +477,14 @@ def run_bundle(run: Generation) -> tuple[str, dict[str, str]]:
     return status, replay_bundle(bundle) if run.is_replay else bundle
 
 
+#: The rule that hides a shown run's text copy beside its drawn view (as js/src/stream.css
+#: does for the widgets): inside the view's own HTML, so it exists only where the view shows.
+_RUN_VIEW_HIDES_COPY = (
+    ".jp-OutputArea-child:has(.nbstream-run-view) + .jp-OutputArea-child:has(.{0}),"
+    ".output_area:has(.nbstream-run-view) + .output_area:has(.{0}) {{display: none}}"
+).format(TEXT_COPY)
+
+
 def run_html(run: Generation) -> str:
     """The live view's HTML: a state line, then the text (its end while the run goes on)."""
     status = run.status
@@ -449,6 +507,7 @@ def run_html(run: Generation) -> str:
         else ""
     )
     return (
+        f"<style>{_RUN_VIEW_HIDES_COPY}</style>"
         f'<div class="nbstream-run-view" data-status="{html.escape(status)}">'
         f'<div class="nbstream-run-view-state">{html.escape(words)}</div>{body}</div>'
     )
