@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import threading
 import time
 import warnings
@@ -35,10 +34,25 @@ from ..recording import Recording
 from ..settings import samples, validate_settings
 from ..streaming import TokenBuffer
 from .base import VIEW_TOGGLES, error_summary
+from .blind import (
+    HIDDEN_BRANCH,
+    HIDDEN_ERROR,
+    HIDDEN_LENS,
+    HIDDEN_RUN,
+    LABELS,
+    MASKED_TRAITS,
+    BlindRound,
+    shown_error,
+    shown_message,
+    shown_metrics,
+    shown_record,
+    shown_state,
+)
 from .display import (
     Bundle,
     FallbackDisplay,
     compare_fallback_bundle,
+    fallback_bundle,
     show,
     shown_by_widget,
     states_summary,
@@ -75,11 +89,11 @@ _LABELS = {
     "alternatives": "alternatives",
 }
 
-#: The labels of the columns in a vote, left to right as shown.
-LABELS = "ABCD"
-
 __all__ = [
     "DEFAULT_SETTINGS",
+    "HIDDEN_ERROR",
+    "HIDDEN_LENS",
+    "HIDDEN_RUN",
     "LABELS",
     "CompareWidget",
     "ModelLoadFailed",
@@ -639,12 +653,31 @@ class Runs(list[Generation]):
 
     As a cell's last value it shows each run as a run is shown
     (``nbstream.widgets.display.show_run``): nothing where the CompareWidget is on the page,
-    which follows them; never a snapshot of their states that would go stale.
+    which follows them; never a snapshot of their states that would go stale. Its repr
+    names no figure and no replay while the round is hidden.
     """
+
+    def __init__(self, runs: list[Generation], hidden: Callable[[], bool] = lambda: False) -> None:
+        super().__init__(runs)
+        self._hidden = hidden
+
+    def __repr__(self) -> str:
+        if not self._hidden():
+            return super().__repr__()
+        return repr([_HiddenRun(run) for run in self])
 
     def _ipython_display_(self) -> None:
         for run in self:
             show(run)
+
+
+class _HiddenRun(NamedTuple):
+    run: Generation
+
+    def __repr__(self) -> str:
+        text = self.run.partial_text
+        preview = text[:40] + ("…" if len(text) > 40 else "")
+        return f"<Generation {self.run.status} text={preview!r}>"
 
 
 class _Header(anywidget.AnyWidget):
@@ -706,19 +739,13 @@ class _Header(anywidget.AnyWidget):
         return f"<CompareWidget header statuses={self.statuses!r}>"
 
 
-#: Said for a column's error while its blind round is hidden (a message can name the model).
-HIDDEN_ERROR = "this column's run failed (details at Reveal)"
-#: Said when a column's own run, a branch or "Inside the model" is asked for during a hidden
-#: blind round.
-HIDDEN_RUN = (
-    "this blind round is hidden: a column's own run would change its answer unseen; "
-    "Run all starts a new round, or Reveal first"
-)
-HIDDEN_LENS = "Inside the model shows after Reveal: it would tell the models apart"
 # What a column's model brings to it, swapped between columns in a blind round (the
 # columns stay where they are on the page, left to right: A, B, C).
 _SLOT_STATE = ("_model", "_tokenizer", "_replaying", "_server_tokens", "_settings", "_own")
 _SLOT_TRAITS = ("settings_defaults", "can_trace", "can_explain", "can_lens")
+# The traits every anywidget has (its model's and view's names, its code, its layout): a
+# hidden round sends them as they are.
+_WIDGET_KEYS = frozenset(anywidget.AnyWidget.class_trait_names(sync=True)) | {"_esm", "_css"}
 
 
 class _Column(StreamWidget):
@@ -730,17 +757,25 @@ class _Column(StreamWidget):
     that would tell the models apart are covered (:meth:`relabel`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, own: dict[str, Any], **settings: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        own: dict[str, Any],
+        hidden: Callable[[], bool] = lambda: False,
+        **settings: Any,
+    ) -> None:
         # The settings this column varies (its dict), named in its label, and all of its
         # settings as created: a setting later changed in its panel is named too.
         self._own = own
         self._created = settings
         self._shared_seed: Callable[[], int | None] = lambda: None
         # The compare's heading for this column, from its settings in words (the model's
-        # name, a letter in a vote); whether the round hides what the column runs; what the
-        # hidden round shows of the columns' capabilities; this column's record["compare"].
+        # name, a letter in a vote); whether the round hides what the column runs (known
+        # before the first state leaves for the page); what the hidden round shows of the
+        # columns' capabilities; this column's record["compare"].
         self._dress: Callable[[_Column, str], str] = lambda _column, words: words
-        self._hides_template: Callable[[], bool] = lambda: False
+        self._hides_template = hidden
         self._covered_caps: Callable[[], dict[str, bool]] = dict
         self._note: Callable[[_Column], CompareRecord | None] = lambda _column: None
         self._words = ""
@@ -849,12 +884,14 @@ class _Column(StreamWidget):
                 "prompt_text": None,
                 "prompt_tokens": None,
                 "can_lens": False,
+                "metrics": shown_metrics(None if run is None else run.metrics),
                 **self._covered_caps(),
             }
         return {
             **self._real,
             "prompt_text": None if run is None else run.prompt_text,
             "prompt_tokens": None if run is None else run.prompt_tokens,
+            "metrics": {} if run is None else dict(run.metrics),
         }
 
     def _cover(self) -> bool:
@@ -875,6 +912,10 @@ class _Column(StreamWidget):
                 error = self.error_words(run)
                 if self.error_info != error:
                     self.error_info = error  # type: ignore[assignment]
+            self.branch_unavailable = self._why_no_branch()
+        # What the page holds of the masked traits changes with the hiding, not with their
+        # values: sent again either way.
+        self.send_state(list(MASKED_TRAITS))
         if traced:
             # Held back while hidden (a server's column had none): the views get them now,
             # after the state that lets them show.
@@ -883,10 +924,64 @@ class _Column(StreamWidget):
     def error_words(self, run: Generation) -> dict[str, str] | None:
         """``run``'s error as the views show it (while hidden, without its words)."""
         error = error_summary(run.error)
-        if error is not None and self._hides_template():
+        if self._hides_template():
             # A message names a model, a server's URL or an architecture.
-            error = {"type": "RunFailed", "message": HIDDEN_ERROR}
+            return dict(shown_error(error) or {}) or None
         return error
+
+    # -- what a hidden round lets out: the page's state, messages, text copies, repr ---------
+    def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
+        """The synced state; while hidden, as :func:`~nbstream.widgets.blind.shown_state` has it.
+
+        Everything the page (and so a saved notebook) gets of this column passes here.
+        """
+        state: dict[str, Any] = super().get_state(key, drop_defaults)
+        if self.__dict__.get("_hides_template", bool)():
+            return shown_state(state, _WIDGET_KEYS)
+        return state
+
+    def set_state(self, sync_data: Any) -> None:
+        """State from the page; while hidden, never a masked trait (the page shows it blank)."""
+        masked = []
+        if isinstance(sync_data, dict) and self._hides_template():
+            masked = [name for name in sync_data if name in MASKED_TRAITS]
+            sync_data = {k: v for k, v in sync_data.items() if k not in MASKED_TRAITS}
+        super().set_state(sync_data)
+        if masked:
+            self.send_state(masked)  # the page's field back to what it shows while hidden
+
+    def _send_msg(self, content: Any) -> None:
+        super()._send_msg(shown_message(content) if self._hides_template() else content)
+
+    @traitlets.validate("metrics")
+    def _metrics_shown(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        return shown_metrics(value) if self.__dict__.get("_hides_template", bool)() else value
+
+    def _why_no_branch(self) -> str:
+        # Every column says the same while hidden: a recording's reason would name it.
+        if self.__dict__.get("_hides_template", bool)():
+            return HIDDEN_BRANCH
+        return super()._why_no_branch()
+
+    def _fallback(self) -> tuple[str, dict[str, str]]:
+        run = self._run
+        if run is None or not self._hides_template():
+            return super()._fallback()
+        status = run.status  # read first: the text of an ended run is final
+        text = run.partial_text
+        figures = shown_metrics(run.metrics)
+        error = self.error_words(run)
+        return status, fallback_bundle(status, text, figures, error, thinking=run.thinking)
+
+    def _shown_fallback(self) -> tuple[str, dict[str, str]]:
+        # Not marked as a replay while hidden: that would say what the column runs.
+        return self._fallback() if self._hides_template() else super()._shown_fallback()
+
+    def __repr__(self) -> str:
+        if self._hides_template():
+            return f"<StreamWidget status={self.status!r} run_id={self.run_id}>"
+        return super().__repr__()
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
         return {**super()._end_traits(run), "error_info": self.error_words(run)}
@@ -929,11 +1024,12 @@ class _Column(StreamWidget):
         """The run's record, with what it was in the comparison (``record["compare"]``)."""
         record = super().record
         note = self.compare_note
-        if record is None or note is None:
-            return record
+        if record is None:
+            return None
         copy = record.copy()
-        copy["compare"] = note
-        return copy
+        if note is not None:
+            copy["compare"] = note
+        return shown_record(copy) if self._hides_template() else copy
 
     def branch(self, step: int, token: Any, **settings: Any) -> Generation:
         # A branch is this column's own run (Continue in its popover): its views say it.
@@ -1101,17 +1197,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # Whether every column runs one model object: then its odds speak for every column
         # where they part (a model and its adapter are two: their odds differ).
         self._one_model = len({id(m) for m, _ in pairs}) == 1
-        #: Column (left to right on the page) to the index of the model it runs, in the
-        #: order given; shuffled per blind round.
-        self._order = list(range(len(pairs)))
-        self._round = 0
-        self._round_blind = False
-        self._revealed = False
-        self._votes = {LABELS[i]: 0 for i in range(len(pairs))}
-        # The shuffle: from the system's randomness, so that no seed a notebook sets (torch's,
-        # random's) lets anyone work the order out.
-        self._shuffler = random.SystemRandom()
-        self._start_blind = blind
+        # Who runs in which column, whether the round is hidden, the votes.
+        self._rounds = BlindRound(len(pairs), blind=blind)
 
     def _init_state(self, tokenizer: Any, seed: int | None) -> None:
         self._tokenizer = tokenizer  # the words of where the columns part
@@ -1140,12 +1227,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         views: dict[str, bool],
         prompt: str,
     ) -> _Column:
-        column = _Column(model, tokenizer, own, **clean)
+        column = _Column(model, tokenizer, own, self._hidden, **clean)
         for name, value in views.items():
             setattr(column, name, value)
         column._shared_seed = self._seed_for_run
         column._dress = self._dress
-        column._hides_template = self._hidden
         column._covered_caps = self._covered_caps
         column._note = self._note
         column.prompt = prompt
@@ -1177,8 +1263,13 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def settings(self) -> list[dict[str, Any]]:
-        """Each column's own settings dict, as given (checked)."""
-        return [dict(column._own) for column in self._columns]
+        """Each column's own settings dict, as given (checked), in the order given.
+
+        In a blind round the settings move with their models; this order does not.
+        """
+        with self._view_lock:
+            order = list(self._rounds.order)
+        return [dict(self._columns[order.index(i)]._own) for i in range(len(order))]
 
     @property
     def prompt(self) -> str:
@@ -1302,13 +1393,22 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     @property
     def labels(self) -> list[str]:
         """Each column's label, left to right: ``["A", "B", ...]``."""
-        return [LABELS[p] for p in range(len(self._columns))]
+        return self._rounds.labels
 
     @property
     def votes(self) -> dict[str, int]:
         """Label to count of votes, for the current round (every count 0 before one is cast)."""
         with self._view_lock:
-            return dict(self._votes)
+            return dict(self._rounds.votes)
+
+    @property
+    def _shuffler(self) -> Any:
+        """What draws a blind round's order (a test seeds it)."""
+        return self._rounds.shuffler
+
+    @_shuffler.setter
+    def _shuffler(self, value: Any) -> None:
+        self._rounds.shuffler = value
 
     def vote(self, label: str) -> dict[str, int]:
         """Vote for the better answer: the column labelled ``label`` (as a vote button does).
@@ -1330,30 +1430,13 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             {'A': 0, 'B': 1}
         """
         with self._view_lock:
-            if not isinstance(label, str) or label not in self._votes:
-                raise ValueError(
-                    f"no column is labelled {label!r}; vote for one of {', '.join(self._votes)}"
-                )
-            self._check_vote_open()
-            self._votes[label] += 1
-            votes = dict(self._votes)
+            votes = self._rounds.vote(label, self._going())
         self._refresh()
         return votes
 
-    def _check_vote_open(self) -> None:
-        """Refuse a vote now, saying why (``_view_lock`` held)."""
-        if self._round == 0:
-            raise RuntimeError("there is no answer to vote on yet: Run all (cw.generate()) first")
-        if self._round_blind and self._revealed:
-            raise RuntimeError(
-                "this round is revealed: its votes are closed (Run all starts a new round)"
-            )
-        going = [self.labels[i] for i, c in enumerate(self._columns) if not _ended(c)]
-        if going:
-            raise RuntimeError(
-                f"vote once every answer has ended: column{'s' if len(going) > 1 else ''} "
-                f"{', '.join(sorted(going))} still running (wait, or Stop all)"
-            )
+    def _going(self) -> list[str]:
+        """The labels of the columns whose answers have not ended."""
+        return [self.labels[i] for i, c in enumerate(self._columns) if not _ended(c)]
 
     def reveal(self) -> dict[str, str]:
         """Show which model (and settings) each label was; final for the round.
@@ -1370,9 +1453,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             {'A': 'SmolLM2-135M-Instruct · temperature 0.7', 'B': 'SmolLM2-135M-Instruct'}
         """
         with self._view_lock:
-            if self._round == 0:
-                raise RuntimeError("there is nothing to reveal yet: Run all (cw.generate()) first")
-            self._revealed = True
+            self._rounds.reveal()
             mapping = self._mapping()
         self._relabel()
         self._refresh()
@@ -1380,12 +1461,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _mapping(self) -> dict[str, str]:
         """Label to model in words, in label order (``_view_lock`` held)."""
-        return {LABELS[p]: self._model_words(p) for p in range(len(self._order))}
+        return {label: self._model_words(p) for p, label in enumerate(self._rounds.labels)}
 
     def _model_words(self, position: int) -> str:
         column = self._columns[position] if position < len(self._columns) else None
         words = column._words if column is not None else ""
-        name = self._names[self._order[position]]
+        name = self._names[self._rounds.order[position]]
         if column is not None and (column._own or not self._by_model) and words:
             return f"{name} · {words}"
         return name
@@ -1404,14 +1485,21 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             The files written, in that order.
 
         Raises:
-            RuntimeError: A column has no run, or one still running.
+            RuntimeError: A column has no run, or one still running, or a blind round not
+                revealed yet (the files, in the models' order, would say which was which).
 
         Example:
             >>> paths = cw.save("lesson")
             >>> replayed = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
         """
         with self._view_lock:
-            runs = [self._columns[self._order.index(i)].run for i in range(len(self._order))]
+            if self._hidden():
+                raise RuntimeError(
+                    "this blind round is hidden: its files would say which column was which "
+                    "model; Reveal (cw.reveal()) first, then save"
+                )
+            order = self._rounds.order
+            runs = [self._columns[order.index(i)].run for i in range(len(order))]
         missing = [i + 1 for i, run in enumerate(runs) if run is None or not run.done]
         if missing:
             raise RuntimeError(
@@ -1432,19 +1520,17 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _hidden(self) -> bool:
         """Whether the columns hide what they run: blind, and the round not revealed."""
-        header = self.__dict__.get("_header")
-        blind = bool(header.blind) if header is not None else self._start_blind
-        return blind and not self._revealed
+        return self._rounds.hidden
 
     def _dress(self, column: _Column, words: str) -> str:
         """A column's heading: its letter, then (unless hidden) its model and settings."""
         with self._view_lock:
-            position = self._columns.index(column) if column in self._columns else len(self._order)
-            index = self._order[position] if position < len(self._order) else position
+            order = self._rounds.order
+            position = self._columns.index(column) if column in self._columns else len(order)
+            index = order[position] if position < len(order) else position
             letter = LABELS[position] if position < len(LABELS) else "?"
-            replay = index < len(self._replays) and self._replays[index]
             if self._hidden():
-                return f"{letter} · replay" if replay else letter
+                return letter  # a replay's column too: that would say what it runs
             if not self._lettered():
                 return words
             name = self._names[index] if index < len(self._names) else ""
@@ -1460,7 +1546,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _blind_changed(self, change: dict[str, Any]) -> None:
         with self._view_lock:
-            reveals = not change["new"] and self._round_blind and not self._revealed
+            rounds = self._rounds
+            rounds.blind = bool(change["new"])
+            reveals = not change["new"] and rounds.round_blind and not rounds.revealed
         if reveals:
             self.reveal()  # turning blind off during a blind round shows which was which
             return
@@ -1473,17 +1561,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         # before _view_lock, as a column's lock always is.
         held = [column.slot() for column in self._columns]
         with self._view_lock:
-            self._round += 1
-            self._round_blind = self.blind
-            self._revealed = False
-            for slot, index in zip(held, self._order, strict=True):
+            for slot, index in zip(held, self._rounds.order, strict=True):
                 self._slots[index] = slot
-            order = list(range(len(self._columns)))
-            if self._round_blind:
-                self._shuffler.shuffle(order)
-            moved = [p for p, index in enumerate(order) if index != self._order[p]]
-            self._order = order
-            self._votes = {LABELS[p]: 0 for p in range(len(order))}
+            moved = self._rounds.start()
+            order = self._rounds.order
         # The columns stay in place on the page (A, B, C left to right, as the DOM, the saved
         # state and a screen reader read them); the models move between them.
         for position in moved:
@@ -1493,19 +1574,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _note(self, column: _Column) -> CompareRecord | None:
         """``column``'s ``record["compare"]``: its model and the order held back while hidden."""
         with self._view_lock:
-            if self._round == 0 or column not in self._columns:
+            if column not in self._columns:
                 return None
-            position = self._columns.index(column)
-            note: CompareRecord = {
-                "round": self._round,
-                "label": LABELS[position],
-                "blind": self._round_blind,
-                "column": position,
-            }
-            if not self._hidden():
-                note["model"] = self._names[self._order[position]]
-                note["order"] = [self._names[i] for i in self._order]
-            return note
+            return self._rounds.note(self._columns.index(column), self._names)
 
     def _covered_caps(self) -> dict[str, bool]:
         """What a hidden round shows of every column's capabilities: the same for all."""
@@ -1571,7 +1642,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             for run in runs:
                 # The columns are shown inside this widget, never on their own.
                 shown_by_widget(run, self._output)
-            return Runs(runs)
+            return Runs(runs, self._hidden)
 
     def _check_ready(self, text: str) -> None:
         """Refuse Run all before anything starts.
@@ -1894,8 +1965,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             line += f" · same seed {seed}"
         if self._competing and any(s != "idle" for s in statuses):
             line += f" · {self._competing}"
-        if self._round_blind and self._round and not self._revealed:
-            line += f" · blind round {self._round}"
+        rounds = self._rounds
+        if rounds.round_blind and rounds.number and not rounds.revealed:
+            line += f" · blind round {rounds.number}"
         return line
 
     def _refresh(self) -> None:
@@ -1915,15 +1987,15 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _vote_traits(self, header: _Header) -> None:
         """The header's vote row: labels, votes, whether a vote is open, what was revealed."""
         header.voting = self._lettered()
-        header.labels = [LABELS[p] for p in range(len(self._order))]
-        header.votes = dict(self._votes)
+        header.labels = self._rounds.labels
+        header.votes = dict(self._rounds.votes)
         try:
-            self._check_vote_open()
+            self._rounds.check_vote_open(self._going())
             open_now = True
         except RuntimeError:
             open_now = False
         header.can_vote = open_now
-        header.revealed = self._mapping() if self._revealed else {}
+        header.revealed = self._mapping() if self._rounds.revealed else {}
 
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> dict[str, str]:
@@ -1937,7 +2009,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             # Read once, state first: the text of an ended run is final.
             status = run.status
             error = column.error_words(run)
-            entries.append((column.label, status, run.partial_text, run.metrics, error))
+            metrics = shown_metrics(run.metrics) if self._hidden() else run.metrics
+            entries.append((column.label, status, run.partial_text, metrics, error))
         bundle = compare_fallback_bundle(self.prompt, entries)
         extra = self._vote_words()
         if extra:
@@ -1947,18 +2020,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _vote_words(self) -> str:
         """The round's votes and what was revealed, in one line ("" before any vote)."""
         with self._view_lock:
-            if not self._round or not self._lettered():
+            if not self._rounds.number or not self._lettered():
                 return ""
-            parts = []
-            if any(self._votes.values()):
-                counts = ", ".join(f"{label} {n}" for label, n in self._votes.items())
-                parts.append(f"Votes: {counts}")
-            if self._revealed:
-                mapping = ", ".join(f"{k} = {v}" for k, v in self._mapping().items())
-                parts.append(f"Revealed: {mapping}")
-            elif self._round_blind:
-                parts.append(f"Blind round {self._round}: not revealed")
-            return " · ".join(parts)
+            return self._rounds.words(self._mapping() if self._rounds.revealed else {})
 
     def _bundle(self) -> dict[str, Any] | None:
         if self.comm is None:
