@@ -745,7 +745,11 @@ _SLOT_STATE = ("_model", "_tokenizer", "_replaying", "_server_tokens", "_setting
 _SLOT_TRAITS = ("settings_defaults", "can_trace", "can_explain", "can_lens")
 # The traits every anywidget has (its model's and view's names, its code, its layout): a
 # hidden round sends them as they are.
-_WIDGET_KEYS = frozenset(anywidget.AnyWidget.class_trait_names(sync=True)) | {"_esm", "_css"}
+_WIDGET_KEYS = frozenset(anywidget.AnyWidget.class_trait_names(sync=True)) | {
+    "_esm",
+    "_css",
+    "_anywidget_id",
+}
 
 
 class _Column(StreamWidget):
