@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import logging
-import os
 import platform
 import threading
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from .cpus import usable_cpus
 from .widgets.display import in_kernel, show
 from .widgets.route import PageRoute
 
@@ -252,12 +252,17 @@ def _device() -> Finding:
             f"a default load runs on the CPU; a GPU is here ({name})",
             "load_model(name, device_map='auto') uses it",
         )
-    cores = os.cpu_count() or 1
-    return Finding(
-        "device",
-        OK,
-        f"CPU, float32 weights ({cores} cores, torch uses {threads} threads); no GPU",
-    )
+    budget = usable_cpus()
+    where = f"{budget.describe()}, torch uses {threads} threads"
+    if threads > budget.usable:
+        return Finding(
+            "device",
+            WARN,
+            f"CPU, float32 weights ({where}); no GPU",
+            f"more threads than usable CPUs slow every run: torch.set_num_threads({budget.usable})"
+            " before loading a model (nbstream.load_model does it unless OMP_NUM_THREADS is set)",
+        )
+    return Finding("device", OK, f"CPU, float32 weights ({where}); no GPU")
 
 
 def _probe_front_end(checkup: Checkup) -> None:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .cpus import fit_torch_threads
+
 __all__ = [
     "DEFAULT_GGUF",
     "DEFAULT_NAME",
@@ -524,6 +526,9 @@ def load_model(
         >>> model is nbstream.load_model()[0]
         True
     """
+    # Before the first load makes torch start its threads: one per CPU this process may
+    # use (a pod's quota), not one per core of its host.
+    fit_torch_threads()
     if name_or_path is None:
         name_or_path = default_model_dir()
     # transformers and peft take "~" literally (as a hub id); no hub id starts with one.

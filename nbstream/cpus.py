@@ -1,0 +1,171 @@
+"""How many CPUs this process may use, and torch's threads fitted to them.
+
+A Binder, JupyterHub or Colab pod sees every core of its host in ``os.cpu_count()``, while
+its cgroup lets it run only a share of them (``cpu.max``), and a process may be pinned to
+some cores (its affinity). torch starts one intra-op thread per core it sees: on a pod
+limited to 1 CPU of a 64-core host that is 64 threads taking turns on one CPU, and a model
+that streams at a fraction of its speed. This module reads the limits the way loky (joblib's
+process pool) does, and :func:`fit_torch_threads` lowers torch's thread count to them when
+nobody chose it.
+
+Example:
+    >>> from nbstream import cpus
+    >>> budget = cpus.usable_cpus()
+    >>> 1 <= budget.usable <= budget.host
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import threading
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CpuBudget", "fit_torch_threads", "usable_cpus"]
+
+#: Where Linux mounts the cgroup file system (inside a container: the container's own).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Variables by which a user (or a platform) has already chosen the thread count.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+_fitted_lock = threading.Lock()
+_fitted = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuBudget:
+    """What a process may use: ``usable`` CPUs of the ``host``'s.
+
+    Attributes:
+        host: The cores the machine has (``os.cpu_count()``).
+        affinity: The cores this process may be scheduled on.
+        quota: The cgroup's CPU quota in CPUs (``cpu.max``, e.g. ``1.5``), or ``None`` for none.
+        usable: The CPUs to plan threads for: the affinity, capped by the quota rounded up.
+    """
+
+    host: int
+    affinity: int
+    quota: float | None
+    usable: int
+
+    def describe(self) -> str:
+        """The budget in words, e.g. ``"2 of the host's 64 cores (a cgroup quota of 1.5)"``."""
+        limits = []
+        if self.affinity < self.host:
+            limits.append(f"pinned to {self.affinity}")
+        if self.quota is not None:
+            limits.append(f"a cgroup quota of {self.quota:g}")
+        why = f" ({', '.join(limits)})" if limits else ""
+        return f"{self.usable} of the host's {self.host} cores{why}"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def cgroup_quota(root: Path = CGROUP_ROOT) -> float | None:
+    """The CPU quota of this process's cgroup, in CPUs, or ``None`` where there is none.
+
+    Reads cgroup v2's ``cpu.max`` (``"150000 100000"``: 1.5 CPUs; ``"max 100000"``: none),
+    else cgroup v1's ``cpu/cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` (-1: none). A file
+    that is missing or unreadable means no quota: the limit is then what the affinity says.
+
+    Args:
+        root: Where the cgroup file system is mounted.
+
+    Returns:
+        The quota in CPUs (a float > 0), or ``None``.
+    """
+    v2 = _read(root / "cpu.max")
+    if v2 is not None:
+        quota, _, period = v2.partition(" ")
+        return _ratio(quota, period or "100000")
+    quota = _read(root / "cpu" / "cpu.cfs_quota_us")
+    period = _read(root / "cpu" / "cpu.cfs_period_us")
+    if quota is None or period is None:
+        return None
+    return _ratio(quota, period)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max", or something unexpected: no quota to honour
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def usable_cpus(root: Path = CGROUP_ROOT) -> CpuBudget:
+    """How many CPUs this process may use: its affinity, capped by its cgroup's quota.
+
+    The quota is rounded up (1.5 CPUs plan for 2 threads), as loky does: rounding down would
+    leave half a CPU idle, and one thread more than a fractional quota costs little.
+
+    Args:
+        root: Where the cgroup file system is mounted (tests point it at a folder).
+
+    Returns:
+        A :class:`CpuBudget`.
+
+    Example:
+        >>> from nbstream.cpus import usable_cpus
+        >>> usable_cpus().usable >= 1
+        True
+    """
+    host = os.cpu_count() or 1
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
+    quota = cgroup_quota(root)
+    usable = affinity if quota is None else min(affinity, math.ceil(quota))
+    return CpuBudget(host=host, affinity=affinity, quota=quota, usable=max(1, usable))
+
+
+def fit_torch_threads(root: Path = CGROUP_ROOT, *, force: bool = False) -> int | None:
+    """Lower torch's intra-op threads to the CPUs this process may use, once per process.
+
+    Left alone when the user chose already (``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` set)
+    or when torch uses no more threads than there are usable CPUs; never raised. nbstream
+    calls it before it loads a model, so a notebook on a pod with a CPU quota does not start
+    a thread per host core.
+
+    Args:
+        root: Where the cgroup file system is mounted.
+        force: Check again even if this process already did.
+
+    Returns:
+        The new thread count, or ``None`` where nothing changed.
+
+    Example:
+        >>> from nbstream.cpus import fit_torch_threads
+        >>> new = fit_torch_threads()  # an int where torch had more threads than CPUs
+    """
+    global _fitted
+    with _fitted_lock:
+        if _fitted and not force:
+            return None
+        _fitted = True
+        chosen = [name for name in THREAD_VARIABLES if os.environ.get(name)]
+        if chosen:
+            logger.debug("torch threads left as %s set them", " and ".join(chosen))
+            return None
+        import torch
+
+        budget = usable_cpus(root)
+        threads = torch.get_num_threads()
+        if threads <= budget.usable:
+            return None
+        torch.set_num_threads(budget.usable)
+        logger.info(
+            "torch would start %d threads; this process may use %s: using %d",
+            threads,
+            budget.describe(),
+            budget.usable,
+        )
+        return budget.usable
