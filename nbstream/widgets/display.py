@@ -480,9 +480,9 @@ def run_bundle(run: Generation) -> tuple[str, dict[str, str]]:
 #: The rule that hides a shown run's text copy beside its drawn view (as js/src/stream.css
 #: does for the widgets): inside the view's own HTML, so it exists only where the view shows.
 _RUN_VIEW_HIDES_COPY = (
-    ".jp-OutputArea-child:has(.nbstream-run-view) + .jp-OutputArea-child:has(.{0}),"
-    ".output_area:has(.nbstream-run-view) + .output_area:has(.{0}) {{display: none}}"
-).format(TEXT_COPY)
+    f".jp-OutputArea-child:has(.nbstream-run-view) + .jp-OutputArea-child:has(.{TEXT_COPY}),"
+    f".output_area:has(.nbstream-run-view) + .output_area:has(.{TEXT_COPY}) {{display: none}}"
+)
 
 
 def run_html(run: Generation) -> str:
