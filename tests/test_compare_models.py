@@ -17,6 +17,7 @@ import pytest
 
 import nbstream
 from nbstream.testing import forced_model, tiny_model
+from nbstream.widgets.blind import HIDDEN_MODEL
 from nbstream.widgets.compare import HIDDEN_ERROR, HIDDEN_LENS, HIDDEN_RUN, LABELS, TextDivergence
 
 pytestmark = pytest.mark.usefixtures("no_leftover_runs")
@@ -468,6 +469,134 @@ def test_blind_mode_names_no_model_in_repr_state_or_saved_output(two_models, fak
         cw.reveal()
         assert names_in(repr(cw), cw.model_names) == cw.model_names
         assert names_in(json.dumps(cw._fallback()), cw.model_names) == cw.model_names
+    finally:
+        cw.close()
+
+
+def named(pair, name: str, temperature: float):
+    """A copy of a tiny model under another name, with its own generation default."""
+    model, tokenizer = pair
+    model = copy.deepcopy(model)
+    model.config._name_or_path = model.name_or_path = name
+    model.generation_config.temperature = temperature
+    return model, tokenizer
+
+
+def every_view_of(cw, runs) -> list[str]:
+    """Everything a user can print of the compare and its columns, as text."""
+    return [
+        repr(cw),
+        repr(runs),
+        json.dumps(cw.records, default=str),
+        json.dumps(cw._fallback()),
+        *(repr(column) for column in cw.columns),
+        *(synced(column) for column in cw.columns),
+        *(json.dumps(column._fallback(), default=str) for column in cw.columns),
+        *(json.dumps(column._shown_fallback(), default=str) for column in cw.columns),
+        *(json.dumps(column.record, default=str) for column in cw.columns),
+    ]
+
+
+def test_a_hidden_round_s_records_and_errors_name_no_model_until_reveal(two_models):
+    secret = named(two_models[0], "secret-org/first-model", temperature=0.123)
+    cw = nbstream.CompareWidget(models=[secret, MISSING], prompt="Hi", max_new_tokens=3, blind=True)
+    try:
+        runs = cw.generate()
+        cw.wait(60)
+        hidden = ["secret-org", "first-model", "no-such-org", "Llama", "0.123", "parameters"]
+        for text in every_view_of(cw, runs):
+            assert names_in(text, hidden) == [], text[:400]
+        for record in cw.records:
+            assert record is not None
+            assert record["model"]["name"] == HIDDEN_MODEL
+            assert record["generation_config"] is None and record["settings"] == {}
+        failed = next(record for record in cw.records if record["status"] == "failed")
+        assert failed["error"] == {"type": "RunFailed", "message": HIDDEN_ERROR}
+        assert [r["prompt"] for r in cw.records] == ["Hi", "Hi"]  # the answers' own parts stay
+        cw.reveal()
+        records = json.dumps(cw.records, default=str)
+        assert names_in(records, hidden[:4]) == hidden[:4]
+        assert "0.123" in records  # the model's generation config
+    finally:
+        cw.close()
+
+
+def test_a_replay_column_looks_like_a_live_one_until_reveal(two_models):
+    run = nbstream.stream(*two_models[1], "Hi", max_new_tokens=3)
+    run.wait(60)
+    cw = nbstream.CompareWidget(
+        models=[run.to_recording(), two_models[0]], prompt="Hi", max_new_tokens=3, blind=True
+    )
+    try:
+        for when in ("before the round", "after it"):
+            runs = cw.generate() if when == "after it" else []
+            if runs:
+                cw.wait(60)
+            # The headings follow the shuffle: each is a letter, whichever column replays.
+            assert [column.label for column in cw.columns] == cw.labels, when
+            states = [column.get_state() for column in cw.columns]
+            assert states[0]["branch_unavailable"] == states[1]["branch_unavailable"], when
+            for text in every_view_of(cw, runs):
+                assert names_in(text, ["replay", "recording", "recorded"]) == [], text[:400]
+        cw.reveal()
+        replay = next(c for c in cw.columns if "replay of" in c.label)
+        assert "recording" in replay.get_state()["branch_unavailable"].lower()
+        assert "replay" in repr(replay)
+    finally:
+        cw.close()
+
+
+def test_per_model_settings_reach_the_page_only_at_reveal(two_models):
+    settings = [{"temperature": 0}, {"temperature": 0.9, "top_k": 7}]
+    cw = nbstream.CompareWidget(
+        models=two_models, settings=settings, prompt="Hi", max_new_tokens=3, blind=True
+    )
+    panel = ("temperature", "top_k", "max_new_tokens", "next_run_samples", "settings_defaults")
+    try:
+        cw._shuffler = random.Random(1)
+        for when in ("before the round", "after it"):
+            if when == "after it":
+                cw.generate()
+                cw.wait(60)
+            for column in cw.columns:
+                state = column.get_state()
+                assert [state[name] for name in panel] == [None, None, None, None, {}], when
+            assert cw.settings == settings, when  # in the order given, whatever the draw
+        # An edit from a page that shows the fields blank is not taken while hidden.
+        cw.columns[0].set_state({"top_k": 3})
+        cw.reveal()
+        shown = sorted((c.get_state()["temperature"], c.get_state()["top_k"]) for c in cw.columns)
+        assert shown == [(0, None), (0.9, 7)]
+        assert cw.settings == settings
+        assert {c.get_state()["next_run_samples"] for c in cw.columns} == {True, False}
+    finally:
+        cw.close()
+
+
+def test_a_hidden_round_shows_its_answers_and_states_but_no_figures(two_models):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=3, blind=True)
+    sent: list[list[dict]] = [[], []]
+    for column, kept in zip(cw.columns, sent, strict=True):
+        column.send = lambda content, buffers=None, kept=kept: kept.append(content)
+    try:
+        runs = cw.generate()
+        cw.wait(60)
+        for column, kept in zip(cw.columns, sent, strict=True):
+            # A cut answer still says so; no count, time or rate.
+            assert column.metrics == {"finish_reason": "length"}
+            assert column.get_state()["metrics"] == {"finish_reason": "length"}
+            steps = column.get_state()["snapshot"]["steps"]
+            assert steps[0::2] == [0] * (len(steps) // 2)  # its Replay is instant
+            live = [m for m in kept if m.get("type") in ("delta", "thinking")]
+            assert live and not [m for m in live if "tokens" in m or "elapsed_s" in m]
+        figures = ["tok/s", "3 tokens", "tokens=3", "ttft_s", "tokens_per_s", "elapsed="]
+        for text in every_view_of(cw, runs):
+            assert names_in(text, figures) == [], text[:400]
+        assert cw.results == [run.result for run in runs] and cw.statuses == ["complete"] * 2
+        cw.reveal()
+        assert [column.metrics["tokens"] for column in cw.columns] == [3, 3]
+        assert "3 tokens" in cw._fallback()["text/plain"]
+        assert all(column.get_state()["snapshot"]["steps"][0] > 0 for column in cw.columns)
     finally:
         cw.close()
 

@@ -741,7 +741,18 @@ class _Header(anywidget.AnyWidget):
 
 # What a column's model brings to it, swapped between columns in a blind round (the
 # columns stay where they are on the page, left to right: A, B, C).
-_SLOT_STATE = ("_model", "_tokenizer", "_replaying", "_server_tokens", "_settings", "_own")
+_SLOT_STATE = (
+    "_model",
+    "_tokenizer",
+    "_replaying",
+    "_server_tokens",
+    "_settings",
+    "_own",
+    # Whether (and why not) it can branch: a replay, a server and a local model differ.
+    "_model_branches",
+    "_endpoint",
+    "_cannot_branch",
+)
 _SLOT_TRAITS = ("settings_defaults", "can_trace", "can_explain", "can_lens")
 # The traits every anywidget has (its model's and view's names, its code, its layout): a
 # hidden round sends them as they are.
