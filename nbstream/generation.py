@@ -134,6 +134,15 @@ class GenerationCancelled(GenerationError):
         generation: The run that was stopped.
     """
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook: one line, not the library's frames.
+
+        A run that was stopped on purpose has no bug to find in nbstream's code, and IPython
+        shows the lines this returns instead of a traceback (a script still gets the whole
+        traceback).
+        """
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 class GenerationFailed(GenerationError):
     """The run raised, or overran its budget. The original exception is ``__cause__``.

@@ -154,6 +154,30 @@ def test_removing_a_pages_last_view_closes_the_widget_and_stops_its_run(long_tin
     assert w.error_info is None and run.cancel_reason.endswith("(its output was cleared)")
 
 
+def test_a_stopped_wait_shows_one_line_in_a_notebook(long_tiny, capsys):
+    # IPython (a notebook's kernel, the terminal) shows a stopped run as what happened,
+    # with no frames of nbstream's own files; the exception and its type are unchanged.
+    from IPython.core.interactiveshell import InteractiveShell
+
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
+    w.generate("Hello there")
+    w.stop("Stop was pressed")
+    shell = InteractiveShell.instance(colors="nocolor")
+    try:
+        shell.user_ns["w"] = w
+        capsys.readouterr()
+        result = shell.run_cell("w.wait()", store_history=False)
+        shown = capsys.readouterr().out
+    finally:
+        InteractiveShell.clear_instance()
+    assert isinstance(result.error_in_exec, nbstream.GenerationCancelled)
+    lines = [line for line in shown.splitlines() if line.strip()]
+    assert len(lines) == 1, shown
+    message = "the run was cancelled because Stop was pressed"
+    assert lines[0].endswith(f"GenerationCancelled\x1b[0m: {message}")
+    assert "nbstream" not in lines[0].split(":", 1)[0] and ".py" not in shown
+
+
 def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
     w.prompt = "Hello there"
