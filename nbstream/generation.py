@@ -15,7 +15,6 @@ import contextlib
 import copy
 import json
 import logging
-import math
 import os
 import pathlib
 import sys
@@ -31,7 +30,7 @@ from . import recording
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend, ReplayJob
+from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend, ReplayJob, check_speed
 from .distribution import Distribution
 from .lens import Attribution, Lens, attribution_at, lens_at
 from .protocol import FinishReason, Metrics, RunRecord, Status
@@ -1750,11 +1749,8 @@ def replay(
         >>> for chunk in run:
         ...     print(chunk, end="")
     """
-    if speed is not None and (
-        isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0
-    ):
-        raise ValueError(f"speed must be a number > 0, or None for instant; got {speed!r:.40}")
+    pace = check_speed(speed)  # before the file is read
     loaded = recording.as_recording(recording_or_path)
-    backend = ReplayBackend(loaded, None if speed is None or math.isinf(speed) else float(speed))
+    backend = ReplayBackend(loaded, pace)
     job = backend.prepare(loaded.prompt, dict(loaded.settings))
     return Generation(backend, job, job.settings)

@@ -12,7 +12,12 @@
   ``alternatives`` (``[[id, text, logprob], ...]``), ``cut`` (0/1 per alternative) and the
   token's own ``text`` (null where it equals ``piece``); log-probabilities to 4 decimals;
 - ``text``, ``prompt_text``, ``thinking_tags`` and ``settings``: what a replay needs to show
-  the same answer the same way.
+  the same answer the same way (``text`` is what the tokens give through the thinking tags
+  and stop strings, checked on load);
+- ``kinds`` (minor 1): the token ids of the trace that the token views show as something
+  other than their text, ``[id, "special"]`` (a special token, shown as itself) or ``[id,
+  "bytes", "e4 bd"]`` (a token holding part of a character, shown as its bytes in hex);
+  absent or empty: every token is text, as a minor 0 file is read.
 
 A chat's transcript (``ChatWidget.save(path)``, the terminal chat's ``/save``) is a second
 kind of document, ``"nbstream.chat/1"``: the system message, the settings, and every
@@ -31,14 +36,17 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from os import PathLike
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ._version import __version__
+from .settings import SETTINGS, validate_settings
+from .streaming import StopFilter, ThinkingSplitter
 
 __all__ = [
     "CHAT_FORMAT",
@@ -66,15 +74,27 @@ logger = logging.getLogger(__name__)
 #: The format's name and major version: a reader refuses any other.
 FORMAT = "nbstream.recording/1"
 #: Its minor version: a newer one only adds fields, which an older reader names and skips.
-MINOR = 0
+#: Minor 1 added ``kinds`` (how the token views show each special or byte token).
+MINOR = 1
 #: A chat's transcript: its name and major version, and its minor version.
 CHAT_FORMAT = "nbstream.chat/1"
 #: Minor 1 stores each answer's prompt by reference to the turns before it (``prompts``).
 CHAT_MINOR = 1
-#: The largest file :func:`load` reads (a 500-token run with 5 alternatives is ~0.1 MiB).
-MAX_BYTES = 64 * 1024 * 1024
+#: The largest file :func:`load` reads. A 500-token run with 5 alternatives is ~0.1 MiB, so
+#: 16 MiB holds about 80,000 such tokens; loading a file at the limit takes a few seconds
+#: and about 150 MiB (``benchmarks/recording_load.py``), which a 2 GB Binder can spare.
+MAX_BYTES = 16 * 1024 * 1024
 #: The most tokens a recording may hold.
 MAX_TOKENS = 200_000
+#: How deeply a recording's prompt, settings and record may nest (a prompt of messages with
+#: parts is 4 levels): deeper is no recording nbstream wrote.
+MAX_DEPTH = 32
+#: The latest a token may arrive, in milliseconds after the run got the model (a week).
+MAX_TOKEN_MS = 7 * 24 * 3600 * 1000
+_TOO_LARGE = (
+    "a recording for a lesson is far smaller (a 500-token run with 5 alternatives is "
+    "~0.1 MiB); save a shorter run, or one with fewer alternatives"
+)
 _FIELDS = (
     "format",
     "minor",
@@ -87,6 +107,7 @@ _FIELDS = (
     "text",
     "tokens",
     "record",
+    "kinds",
 )
 _CHAT_FIELDS = (
     "format",
@@ -117,6 +138,9 @@ _HINT = "save the run again with run.save(path)"
 _CHAT_HINT = "save the chat again with chat.save(path)"
 #: What a chat document's answer shares with its message and the document, not repeated.
 _SHARED = ("format", "minor", "nbstream", "prompt", "record")
+#: How the token views show a token that is not plain text: ``(kind, shown)``.
+_KINDS = ("special", "bytes")
+_NO_KINDS: Mapping[int, tuple[str, str]] = MappingProxyType({})
 
 
 class RecordedAlternative(NamedTuple):
@@ -147,6 +171,31 @@ class RecordedToken:
     rank: int | None = None
     alternatives: tuple[RecordedAlternative, ...] = ()
     cut: tuple[bool, ...] = ()
+    #: The recording's token kinds (``Recording.kinds``), shared by its tokens.
+    kinds: Mapping[int, tuple[str, str]] = field(
+        default_factory=lambda: _NO_KINDS, compare=False, repr=False
+    )
+
+    def shown(self, token_id: int | None = None) -> tuple[str, str]:
+        """``(shown, kind)``: how the token views show this token, or its alternative ``token_id``.
+
+        As :meth:`nbstream.trace.TokenTrace.shown`: the text, a special token as itself, or
+        a token holding part of a character as its bytes in hex (kind ``"bytes"``).
+
+        Example::
+
+            >>> step = nbstream.load("answer.json").tokens[0]
+            >>> step.shown()
+            ('The', 'text')
+        """
+        asked = self.id if token_id is None else token_id
+        entry = None if asked is None else self.kinds.get(asked)
+        if entry is not None:
+            return entry[1], entry[0]
+        if token_id is None or token_id == self.id:
+            return self.text, "text"
+        text = next((alt.text for alt in self.alternatives if alt.id == token_id), "")
+        return text, "text"
 
     @property
     def prob(self) -> float | None:
@@ -195,6 +244,9 @@ class Recording:
     tokens: tuple[RecordedToken, ...]
     record: dict[str, Any]
     version: str | None = None
+    #: Token id -> ``(kind, shown)`` for each special or byte token of the trace (see the
+    #: module); an id not here is shown as its text.
+    kinds: Mapping[int, tuple[str, str]] = field(default_factory=lambda: _NO_KINDS, compare=False)
 
     @property
     def status(self) -> str:
@@ -349,6 +401,21 @@ def _token_row(token: RecordedToken, traced: bool) -> list[Any]:
     return row
 
 
+def _kinds_of(steps: Sequence[Any]) -> dict[int, tuple[str, str]]:
+    """Token id -> ``(kind, shown)`` of each traced token or alternative that is not text."""
+    kinds: dict[int, tuple[str, str]] = {}
+    seen: set[int] = set()
+    for step in steps:
+        for token_id in (step.id, *step.alternative_ids):
+            if token_id is None or token_id in seen:
+                continue
+            seen.add(token_id)
+            shown, kind = step.shown(token_id)
+            if kind != "text":
+                kinds[token_id] = (kind, shown)
+    return kinds
+
+
 def _tokens_of(run: Any, pieces: Sequence[str], times: Sequence[float]) -> list[RecordedToken]:
     """The run's tokens: its pieces and times, and its trace where it has one with ids."""
     ids: list[int | None] = list(run.token_ids)
@@ -356,6 +423,7 @@ def _tokens_of(run: Any, pieces: Sequence[str], times: Sequence[float]) -> list[
         ids = [None] * len(pieces)  # a server's chunks: text, no ids
     trace = run.trace
     steps = list(trace) if trace is not None and all(step.id is not None for step in trace) else []
+    kinds = MappingProxyType(_kinds_of(steps[: len(pieces)]))
     tokens = []
     for index, (token_id, piece, at) in enumerate(zip(ids, pieces, times, strict=True)):
         step = steps[index] if index < len(steps) else None
@@ -366,7 +434,7 @@ def _tokens_of(run: Any, pieces: Sequence[str], times: Sequence[float]) -> list[
         tokens.append(
             RecordedToken(
                 token_id, piece, at, step.text, step.logprob, step.rank, alternatives,
-                tuple(bool(flag) for flag in step.cut),
+                tuple(bool(flag) for flag in step.cut), kinds,
             )
         )  # fmt: skip
     return tokens
@@ -407,6 +475,7 @@ def from_run(run: Any, *, pieces: Sequence[str], times: Sequence[float]) -> Reco
         tokens=tuple(tokens),
         record=record,
         version=__version__,
+        kinds=tokens[0].kinds if traced else _NO_KINDS,
     )
 
 
@@ -425,6 +494,10 @@ def _document(recording: Recording) -> dict[str, Any]:
         "text": recording.text,
         "tokens": [_token_row(token, traced) for token in recording.tokens],
         "record": recording.record,
+        "kinds": [
+            [token_id, kind] if kind == "special" else [token_id, kind, shown]
+            for token_id, (kind, shown) in sorted(recording.kinds.items())
+        ],
     }
 
 
@@ -617,17 +690,22 @@ def _read(path: Path) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
-            raise _refuse(path, f"it is {size} bytes, over the {MAX_BYTES}-byte limit")
+            raise _refuse(path, f"it is {size} bytes, over the {MAX_BYTES}-byte limit", _TOO_LARGE)
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"cannot read the recording {path}: {exc}") from exc
     if len(data) > MAX_BYTES:
-        raise _refuse(path, f"it is over the {MAX_BYTES}-byte limit")
+        raise _refuse(path, f"it is over the {MAX_BYTES}-byte limit", _TOO_LARGE)
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _refuse(path, f"it is not complete JSON (truncated or damaged? {exc})") from exc
+    except RecursionError:
+        raise _refuse(
+            path, f"its JSON nests deeper than Python can read (a recording nests at most "
+            f"{MAX_DEPTH} levels)"
+        ) from None  # fmt: skip
 
 
 def _kind(document: Any) -> str:
@@ -709,8 +787,33 @@ def _check_types(document: dict[str, Any], types: dict[str, tuple[type, ...]]) -
             raise _Refused(f"the field {name!r} is a {kind}, not {allowed[0].__name__}")
 
 
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests lists and objects more than :data:`MAX_DEPTH` deep."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _check_settings(settings: dict[str, Any]) -> None:
+    """The recorded settings a replay applies, checked as a run's are (others are skipped)."""
+    try:
+        validate_settings({k: v for k, v in settings.items() if k in SETTINGS})
+    except (TypeError, ValueError) as exc:
+        raise _Refused(f"its settings are not ones nbstream runs ({exc})") from None
+
+
 def _check_fields(document: dict[str, Any]) -> None:
     _check_types(document, _TYPES)
+    for name in ("prompt", "settings", "record"):
+        if _too_deep(document[name]):
+            raise _Refused(f"{name!r} nests deeper than {MAX_DEPTH} levels")
+    _check_settings(document["settings"])
     record = document["record"]
     for name, types in _RECORD_TYPES.items():
         if not isinstance(record.get(name), types):
@@ -718,8 +821,8 @@ def _check_fields(document: dict[str, Any]) -> None:
     if record["status"] not in _STATUSES:
         raise _Refused(f"record['status'] is {record['status']!r:.40}, not an end state")
     tags = document["thinking_tags"]
-    if tags is not None and (len(tags) != 2 or not all(isinstance(t, str) for t in tags)):
-        raise _Refused("'thinking_tags' must be two strings, or null")
+    if tags is not None and (len(tags) != 2 or not all(isinstance(t, str) and t for t in tags)):
+        raise _Refused("'thinking_tags' must be two non-empty strings, or null")
     if len(document["tokens"]) > MAX_TOKENS:
         raise _Refused(
             f"it has {len(document['tokens'])} tokens, over the {MAX_TOKENS}-token limit"
@@ -745,47 +848,144 @@ def _alternative(value: Any) -> RecordedAlternative | None:
     return RecordedAlternative(value[0], value[1], float(value[2])) if ok else None
 
 
-def _token(row: Any, traced: bool) -> RecordedToken | None:
-    """The token of one ``tokens`` row, or ``None`` when the row is malformed."""
+def _time_s(ms: Any) -> float | None:
+    """A token's time in seconds, or ``None`` unless 0 <= ms <= MAX_TOKEN_MS (NaN fails both)."""
+    if not _number(ms) or not 0 <= ms <= MAX_TOKEN_MS:
+        return None
+    return float(ms) / 1000
+
+
+def _token(row: Any, traced: bool, texts: dict[str, str]) -> RecordedToken | None:
+    """The token of one ``tokens`` row, or ``None`` when the row is malformed.
+
+    ``texts`` holds one copy of each alternative's text: a file repeats the same few.
+    """
     width = 8 if traced else 3
     if not isinstance(row, list) or len(row) != width:
         return None
     token_id, piece, ms = row[:3]
-    if not (_optional_int(token_id) and isinstance(piece, str) and _number(ms) and ms >= 0):
+    time_s = _time_s(ms)
+    if not (_optional_int(token_id) and isinstance(piece, str)) or time_s is None:
         return None
     if not traced:
-        return RecordedToken(token_id, piece, ms / 1000, piece)
+        return RecordedToken(token_id, piece, time_s, piece)
     logprob, rank, alts, cut, text = row[3:]
     alternatives = [_alternative(alt) for alt in alts] if isinstance(alts, list) else [None]
     if (
         not (logprob is None or _number(logprob))
         or not _optional_int(rank)
         or not isinstance(cut, list)
+        or len(cut) != len(alternatives)  # one flag per alternative
         or not all(flag in (0, 1) and not isinstance(flag, float) for flag in cut)
         or not (text is None or isinstance(text, str))
         or None in alternatives
     ):
         return None
     return RecordedToken(
-        token_id, piece, ms / 1000, piece if text is None else text,
+        token_id, piece, time_s, piece if text is None else text,
         None if logprob is None else float(logprob), rank,
-        tuple(alt for alt in alternatives if alt is not None), tuple(bool(f) for f in cut),
+        tuple(alt._replace(text=texts.setdefault(alt.text, alt.text))
+              for alt in alternatives if alt is not None),
+        tuple(bool(f) for f in cut),
     )  # fmt: skip
+
+
+def _kinds(value: Any, texts: Mapping[int, str]) -> dict[int, tuple[str, str]]:
+    """``kinds`` read: token id -> ``(kind, shown)`` (``texts``: each id's recorded text)."""
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise _Refused("'kinds' must be a list of [id, kind] rows")
+    kinds: dict[int, tuple[str, str]] = {}
+    for index, row in enumerate(value):
+        ok = isinstance(row, list) and len(row) in (2, 3) and _optional_int(row[0])
+        if ok and row[0] is not None and row == [row[0], "special"]:
+            kinds[row[0]] = ("special", texts.get(row[0], ""))
+            continue
+        raw = _hex_bytes(row[2]) if ok and len(row) == 3 and row[1] == "bytes" else None
+        if raw is None or row[0] is None:
+            raise _Refused(
+                f"kinds[{index}] is not [id, 'special'] or [id, 'bytes', 'e4 bd']: {row!r:.80}"
+            )
+        kinds[row[0]] = ("bytes", " ".join(f"{b:02x}" for b in raw))
+    return kinds
+
+
+def _hex_bytes(value: Any) -> bytes | None:
+    """The bytes of ``"e4 bd"`` (a token holds a few), or ``None``."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw or None
+
+
+def _replayed_text(
+    pieces: Sequence[str], tags: Sequence[str] | None, prompt_text: str | None, stop: Any
+) -> str:
+    """The answer a replay shows for ``pieces``: through the thinking tags and stop strings.
+
+    The same steps as a run's reader (``Generation``): the thinking is split off first,
+    then the answer is cut at the first stop string; what either held back comes at the end.
+    """
+    splitter = None
+    if tags:
+        inside = (prompt_text or "").rstrip().endswith(tags[0])
+        splitter = ThinkingSplitter(tags[0], tags[1], inside=inside)
+    stops = StopFilter(stop) if stop else None
+    chunks: list[str] = []
+
+    def answer(text: str) -> None:
+        chunks.append(stops.feed(text) if stops is not None and text else text)
+
+    for piece in pieces:
+        if stops is not None and stops.found is not None:
+            break
+        answer(piece if splitter is None else splitter.feed(piece)[1])
+    if stops is None or stops.found is None:
+        if splitter is not None:
+            answer(splitter.flush()[1])
+        if stops is not None and stops.found is None:
+            chunks.append(stops.flush())
+    return "".join(chunks)
 
 
 def _recording(document: dict[str, Any]) -> Recording:
     _check_fields(document)
     traced = document["alternatives"] > 0
+    rows: list[Any] = document["tokens"]
     tokens = []
-    for index, row in enumerate(document["tokens"]):
-        token = _token(row, traced)
+    texts: dict[str, str] = {}
+    for index, row in enumerate(rows):
+        token = _token(row, traced, texts)
         if token is None:
             shape = "[id, piece, ms" + (
                 ", logprob, rank, alternatives, cut, text]" if traced else "]"
             )
-            raise _Refused(f"tokens[{index}] is not {shape}: {row!r:.80}")
+            raise _Refused(
+                f"tokens[{index}] is not {shape} (ms from 0 to {MAX_TOKEN_MS}, one cut flag "
+                f"per alternative): {row!r:.80}"
+            )
         tokens.append(token)
+        rows[index] = None  # the row's lists go as the token comes: half the peak memory
     tags = document["thinking_tags"]
+    text = _replayed_text(
+        [token.piece for token in tokens], tags, document["prompt_text"],
+        document["settings"].get("stop"),
+    )  # fmt: skip
+    if text != document["text"]:
+        raise _Refused(
+            f"its 'text' is not what its tokens replay: {document['text']!r:.60} "
+            f"({len(document['text'])} characters) against {text!r:.60} ({len(text)})"
+        )
+    kinds: Mapping[int, tuple[str, str]] = _NO_KINDS
+    if document.get("kinds"):
+        known = {alt.id: alt.text for t in tokens for alt in t.alternatives if alt.id is not None}
+        known.update((t.id, t.text) for t in tokens if t.id is not None)
+        kinds = MappingProxyType(_kinds(document["kinds"], known))
+        tokens = [dataclasses.replace(token, kinds=kinds) for token in tokens]
     version = document.get("nbstream")
     return Recording(
         prompt=document["prompt"],
@@ -793,10 +993,11 @@ def _recording(document: dict[str, Any]) -> Recording:
         thinking_tags=None if tags is None else (tags[0], tags[1]),
         settings=document["settings"],
         alternatives=document["alternatives"],
-        text=document["text"],
+        text=text,
         tokens=tuple(tokens),
         record=document["record"],
         version=version if isinstance(version, str) else None,
+        kinds=kinds,
     )
 
 

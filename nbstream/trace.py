@@ -126,6 +126,19 @@ class TokenTrace:
         """This token decoded on its own, as the token views show it (see the module)."""
         return self._pieces.text(self.id)
 
+    def shown(self, token_id: int | None = None) -> tuple[str, str]:
+        """``(shown, kind)``: how the token views show this token, or its alternative ``token_id``.
+
+        ``kind`` is ``"text"``, ``"special"`` (shown as itself) or ``"bytes"`` (part of a
+        character, shown as its bytes in hex); see :mod:`nbstream._tokens`.
+
+        Example::
+
+            >>> run.trace[0].shown()
+            ('Blue', 'text')
+        """
+        return self._pieces(self.id if token_id is None else token_id)
+
     @property
     def prob(self) -> float:
         """``exp(logprob)``: the model's probability for this token."""

@@ -14,6 +14,7 @@ that say so.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, cast
 
@@ -29,6 +30,7 @@ __all__ = [
     "RecordedTokenizer",
     "ReplayBackend",
     "ReplayJob",
+    "check_speed",
 ]
 
 #: Why a replay cannot branch (``run.branch``, the popover's Continue).
@@ -42,6 +44,43 @@ RECORDING_HAS_NO_LOGITS = (
     "A recording has no logits: it has only the tokens it recorded and their top "
     "alternatives (run.trace). How a token was picked needs the model: run the prompt on it."
 )
+
+
+def check_speed(speed: Any) -> float | None:
+    """A replay's ``speed``, checked: a number > 0 (infinite: instant), or ``None`` (instant).
+
+    Args:
+        speed: How many times faster than recorded.
+
+    Returns:
+        The pace to divide the recorded times by, or ``None`` for all at once.
+
+    Raises:
+        ValueError: Not a number > 0 (nor ``None``); the message says what to pass.
+
+    Example::
+
+        >>> check_speed(2), check_speed(None), check_speed(float("inf"))
+        (2.0, None, None)
+    """
+    if speed is None:
+        return None
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0:
+        raise ValueError(f"speed must be a number > 0, or None for instant; got {speed!r:.40}")
+    return None if math.isinf(speed) else float(speed)
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: the character a byte-level BPE vocabulary writes a byte as."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    alphabet = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in alphabet:
+            alphabet[byte] = chr(256 + extra)
+            extra += 1
+    return alphabet
 
 
 class RecordedFailure(RuntimeError):
@@ -70,7 +109,9 @@ class RecordedTokenizer:
     """What a widget decodes a replay's tokens with: the texts they were recorded with.
 
     It knows the recorded tokens and their alternatives, nothing else (an id it has not
-    seen decodes as ``<id>``); no token is known to be special.
+    seen decodes as ``<id>``). The recording's ``kinds`` say which are special tokens and
+    which hold part of a character: such a token's vocabulary piece is its bytes in a
+    byte-level BPE's alphabet, so the token views show it as the live run's did.
 
     Args:
         recording: The recording whose token texts it knows (a chat's: every answer's).
@@ -82,10 +123,20 @@ class RecordedTokenizer:
         True
     """
 
-    all_special_ids: tuple[int, ...] = ()
-
     def __init__(self, recording: Recording | ChatRecording) -> None:
-        tokens = [token for run in _runs_of(recording) for token in run.tokens]
+        runs = _runs_of(recording)
+        kinds = {token_id: kind for run in runs for token_id, kind in run.kinds.items()}
+        #: The recorded special tokens.
+        self.all_special_ids = tuple(
+            sorted(i for i, (kind, _) in kinds.items() if kind == "special")
+        )
+        alphabet = _byte_alphabet()
+        self._pieces = {
+            token_id: "".join(alphabet[byte] for byte in bytes.fromhex(shown))
+            for token_id, (kind, shown) in kinds.items()
+            if kind == "bytes"
+        }
+        tokens = [token for run in runs for token in run.tokens]
         texts: dict[int, str] = {}
         for token in tokens:
             for alt in token.alternatives:
@@ -100,9 +151,9 @@ class RecordedTokenizer:
         """The recorded texts of ``ids``, joined."""
         return "".join(self._texts.get(int(i), f"<{int(i)}>") for i in ids)
 
-    def convert_ids_to_tokens(self, token_id: int) -> None:
-        """No vocabulary pieces were recorded: ``None``."""
-        return None
+    def convert_ids_to_tokens(self, token_id: int) -> str | None:
+        """A byte token's piece (its bytes, byte-level); ``None`` for any other token."""
+        return self._pieces.get(int(token_id))
 
 
 def _runs_of(recording: Recording | ChatRecording) -> list[Recording]:
@@ -139,7 +190,7 @@ class ReplayJob(Job):
         settings["thinking_tags"] = list(recording.thinking_tags or [])
         super().__init__(recording.prompt, settings)
         self.recording = recording
-        self.speed = speed
+        self.speed = check_speed(speed)
         self.prompt_text = recording.prompt_text
         self.prompt_tokens = recording.record.get("prompt_tokens")
         self.seed = recording.record.get("seed")
@@ -201,7 +252,11 @@ class ReplayBackend(Backend):
     Args:
         recording: The recording to replay: a run's, or a chat's (each answer's prompt is
             the messages it was asked with).
-        speed: The recorded pace is divided by it (``None``: instant).
+        speed: The recorded pace is divided by it: a number > 0 (``None`` or infinite:
+            instant).
+
+    Raises:
+        ValueError: A ``speed`` that is not a number > 0 (:func:`check_speed`).
 
     Example::
 
@@ -211,7 +266,7 @@ class ReplayBackend(Backend):
 
     def __init__(self, recording: Recording | ChatRecording, speed: float | None = 1.0) -> None:
         self.recording = recording
-        self.speed = speed
+        self.speed = check_speed(speed)
         # The token views show a recording's tokens when it has their trace, with ids.
         self.supports_alternatives = any(_traced(run) for run in _runs_of(recording))
         self.tokenizer = RecordedTokenizer(recording)
