@@ -131,7 +131,11 @@ def test_a_hidden_record_keeps_every_key_but_names_no_model_setting_or_figure():
     for word in ("SmolLM2", "Llama", "/m", "0.9", "top_k", "42", "vllm", "1.45", "2.3"):
         assert word not in text, word
     assert shown["model"]["name"] == HIDDEN_MODEL
-    assert (shown["prompt"], shown["status"], shown["compare"]) == ("Hi", "failed", record["compare"])
+    assert (shown["prompt"], shown["status"], shown["compare"]) == (
+        "Hi",
+        "failed",
+        record["compare"],
+    )
 
 
 def test_a_hidden_snapshot_replays_without_the_model_s_pace():
@@ -145,7 +149,10 @@ def test_a_hidden_message_carries_the_text_without_live_figures():
     assert shown_message(delta) == {"type": "delta", "run_id": 1, "offset": 0, "text": "Hi"}
     reset = {"type": "reset", "run_id": 1, "view": None, "text": "Hi"}
     thinking = {"text": "hm", "tokens": 4, "elapsed_s": 0.3, "done": True}
-    assert shown_message({**reset, "thinking": thinking})["thinking"] == {"text": "hm", "done": True}
+    assert shown_message({**reset, "thinking": thinking})["thinking"] == {
+        "text": "hm",
+        "done": True,
+    }
     tokens = {"type": "tokens", "run_id": 1, "offset": 0, "tokens": [[1, "Hi", "text"]]}
     assert shown_message(tokens) == tokens  # its tokens are the entries, not a count
 

@@ -281,7 +281,9 @@ def test_a_local_column_s_tokens_come_at_reveal_when_a_server_hid_them(two_model
         assert [c.can_trace for c in cw.columns] == [False, False]
         # The draw puts the local model in either column.
         local = next(
-            c for c in cw.columns if c.run.record["model"]["class"] != "Endpoint"  # type: ignore[index]
+            c
+            for c in cw.columns
+            if c.run.record["model"]["class"] != "Endpoint"  # type: ignore[index]
         )
         sent = lens_replies(local)
         cw.reveal()

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit
 
 import anywidget
@@ -29,7 +29,7 @@ import traitlets
 from .._errors import input_checked
 from ..backends.base import Backend, Job, RunControl
 from ..generation import QUEUED, RUNNING, Generation, GenerationError
-from ..protocol import CompareRecord, LensReply, RunRecord
+from ..protocol import CompareRecord, LensReply, RunRecord, RunWidgetMessage
 from ..recording import Recording
 from ..settings import samples, validate_settings
 from ..streaming import TokenBuffer
@@ -941,7 +941,10 @@ class _Column(StreamWidget):
         error = error_summary(run.error)
         if self._hides_template():
             # A message names a model, a server's URL or an architecture.
-            return dict(shown_error(error) or {}) or None
+            hidden = shown_error(error)
+            return (
+                None if hidden is None else {"type": hidden["type"], "message": hidden["message"]}
+            )
         return error
 
     # -- what a hidden round lets out: the page's state, messages, text copies, repr ---------
@@ -965,8 +968,10 @@ class _Column(StreamWidget):
         if masked:
             self.send_state(masked)  # the page's field back to what it shows while hidden
 
-    def _send_msg(self, content: Any) -> None:
-        super()._send_msg(shown_message(content) if self._hides_template() else content)
+    def _send_msg(self, content: RunWidgetMessage) -> None:
+        if self._hides_template():
+            content = cast("RunWidgetMessage", shown_message(content))
+        super()._send_msg(content)
 
     @traitlets.validate("metrics")
     def _metrics_shown(self, proposal: Any) -> Any:
