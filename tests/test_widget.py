@@ -178,6 +178,19 @@ def test_a_stopped_wait_shows_one_line_in_a_notebook(long_tiny, capsys):
     assert "nbstream" not in lines[0].split(":", 1)[0] and ".py" not in shown
 
 
+def test_printed_metrics_are_short_and_their_values_whole(long_tiny):
+    import re
+
+    w = nbstream.StreamWidget(*long_tiny, max_new_tokens=12)
+    w.generate("Hello there")
+    w.wait()
+    printed = repr(w.metrics)
+    floats = re.findall(r"\d+\.\d+(?:e-?\d+)?", printed)
+    assert floats and all(len(re.sub(r"\D|e.*", "", f).lstrip("0")) <= 4 for f in floats), printed
+    assert w.metrics == w.run.metrics  # the values themselves are not rounded
+    assert isinstance(w.metrics, dict) and type(dict(w.metrics)) is dict
+
+
 def test_run_clicks_while_running_start_exactly_one_run(long_tiny):
     w = nbstream.StreamWidget(*long_tiny, max_new_tokens=8000)
     w.prompt = "Hello there"

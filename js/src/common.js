@@ -22,6 +22,16 @@ const BADGE = {
 /** A complete run that ended at max_new_tokens (finish_reason "length"): a normal end, but
  * not the model's own; nbstream/widgets/display.py's CUT says the same in saved outputs. */
 const CUT = "stopped at max_new_tokens";
+/**
+ * How the metrics line says why a run ended, in words for a beginner (the raw
+ * finish_reason is in its tooltip). An end the badge or the error already says (cut at
+ * max_new_tokens, cancelled, failed) is not said again.
+ * @type {Record<string, string>}
+ */
+const FINISH_WORDS = {
+  eos: "ended by the model",
+  stop: "ended at a stop string",
+};
 /** What a view shows once its kernel has gone (see watchConnection). */
 const DISCONNECTED = "the kernel restarted: run the cell again";
 /** nbstream's version, put in by js/build.mjs from nbstream/_version.py. */
@@ -575,14 +585,16 @@ function inputErrorView(model, viewId, box, row, blame) {
  * @param {{output: HTMLElement, partialLabel: HTMLElement, errorEl: HTMLElement}} els
  * @param {string} s the run's status @param {boolean} hasText
  * @param {() => any} errorInfo the error ({type, message}), asked for only when failed
- * @param {string} [more] said after "Partial output — run <status>"
+ * @param {string} [more] said after "Partial output — <what happened>"
  */
 function markOutput({ output, partialLabel, errorEl }, s, hasText, errorInfo, more = "") {
   output.setAttribute("data-partial", String(hasText && PARTIAL.has(s)));
   output.setAttribute("data-empty", String(!hasText));
   output.setAttribute("aria-busy", String(ACTIVE.has(s)));
   if (hasText && (s === "cancelled" || s === "failed")) {
-    partialLabel.textContent = `Partial output — run ${s}${more}`;
+    // The badge already says "cancelled": here, what it means for the text.
+    const why = s === "cancelled" ? "stopped before its end" : "run failed";
+    partialLabel.textContent = `Partial output — ${why}${more}`;
     if (!partialLabel.isConnected) output.before(partialLabel);
   } else if (partialLabel.isConnected) {
     partialLabel.remove();
@@ -725,7 +737,8 @@ function showMetrics(el, s, m, liveTokens, liveElapsed) {
   if (!live && isNum(m.tokens_per_s)) parts.push(`${m.tokens_per_s.toFixed(1)} tok/s`);
   if (isNum(elapsed)) parts.push(fmtSeconds(elapsed));
   if (isNum(m.queued_s) && m.queued_s >= 0.1) parts.push(`queued ${fmtSeconds(m.queued_s)}`);
-  if (!live && m.finish_reason) parts.push(String(m.finish_reason));
+  const ending = live ? undefined : FINISH_WORDS[String(m.finish_reason)];
+  if (ending) parts.push(ending);
   const line = parts.join(" · ");
   if (el.textContent !== line) {
     // Each figure in one piece: the line wraps between them, never inside "12.3 tok/s".
@@ -741,6 +754,7 @@ function showMetrics(el, s, m, liveTokens, liveElapsed) {
   if (isNum(m.queued_s)) tip.push(`queued ${fmtSeconds(m.queued_s)}`);
   if (isNum(m.first_chunk_s)) tip.push(`first chunk shown ${fmtSeconds(m.first_chunk_s)}`);
   if (m.tokens_note) tip.push(String(m.tokens_note));
+  if (!live && m.finish_reason) tip.push(`finish_reason: ${m.finish_reason}`);
   el.title = tip.join(" · ");
 }
 

@@ -26,7 +26,13 @@ from ..generation import TERMINAL, Generation
 from ..protocol import RunRecord, RunWidgetMessage
 from ..settings import validate_settings
 from . import cells as cells
-from .display import FallbackDisplay, register_run_display, replay_bundle, shown_by_widget
+from .display import (
+    FallbackDisplay,
+    ShownMetrics,
+    register_run_display,
+    replay_bundle,
+    shown_by_widget,
+)
 from .feed import RunFeed
 from .lens_view import LensViewer
 from .route import PageRoute, answer_on_sending_subshell
@@ -365,6 +371,11 @@ class RunWidget(anywidget.AnyWidget):
         if lens is not None:
             lens.close()
         super().close()
+
+    @traitlets.validate("metrics")
+    def _short_printout(self, proposal: dict[str, Any]) -> ShownMetrics:
+        # The same values, printed short: print(w.metrics) is a beginner's first look.
+        return ShownMetrics(proposal["value"])
 
     # -- settings -----------------------------------------------------------------------------
     @traitlets.observe(*PANEL_SETTINGS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 import threading
 import uuid
 import weakref
@@ -26,6 +27,7 @@ __all__ = [
     "WIDGET_VIEW",
     "Bundle",
     "FallbackDisplay",
+    "ShownMetrics",
     "chat_fallback_bundle",
     "compare_fallback_bundle",
     "fallback_bundle",
@@ -357,6 +359,28 @@ def compare_fallback_bundle(
             plain.append(text)
             markdown.append(text)
     return {"text/plain": "\n\n".join(plain), "text/markdown": "\n\n".join(markdown)}
+
+
+def _short(value: Any) -> Any:
+    """A float to four significant digits (a tenth from 100 up); anything else as it is."""
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value, 1) if abs(value) >= 100 else float(f"{value:.4g}")
+    return value
+
+
+class ShownMetrics(dict[str, Any]):
+    """A run's metrics as a widget holds them: a plain dict whose printout is short.
+
+    ``print(w.metrics)`` shows each figure to four significant digits, not a float's
+    sixteen; the values themselves stay whole (``w.metrics["elapsed_s"]``).
+
+    Example:
+        >>> ShownMetrics({"elapsed_s": 1.2345678912, "tokens": 9, "tokens_per_s": 18.333333})
+        {'elapsed_s': 1.235, 'tokens': 9, 'tokens_per_s': 18.33}
+    """
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{key!r}: {_short(value)!r}" for key, value in self.items()) + "}"
 
 
 def in_kernel() -> bool:

@@ -115,7 +115,9 @@ def test_cancelled_answer_is_marked_and_can_be_kept(chat_page: Page) -> None:
     expect(newest).to_have_attribute("data-in-history", "false")
     expect(messages(page).nth(2)).to_have_attribute("data-in-history", "false")
     expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "true")
-    expect(newest.locator(".nbstream-partial-label")).to_have_text("Partial output — run cancelled")
+    expect(newest.locator(".nbstream-partial-label")).to_have_text(
+        "Partial output — stopped before its end"
+    )
     newest.get_by_role("button", name="Keep partial", exact=True).click()
     assert sent(page)[-1] == {"type": "keep", "turn": 1}
     kept = [*FIRST, user(1, "A story"), answer(1, "Once upon", "cancelled", 2, kept=True)]

@@ -547,7 +547,7 @@ def test_hostile_payloads_stay_inert(fe_page: Page, how: str) -> None:
         ("running", "true", None),
         ("queued", "true", None),
         ("complete", "false", None),
-        ("cancelled", "true", "Partial output — run cancelled"),
+        ("cancelled", "true", "Partial output — stopped before its end"),
         ("failed", "true", "Partial output — run failed"),
         ("idle", "false", None),
     ],
@@ -603,6 +603,31 @@ def test_an_answer_cut_at_max_new_tokens_says_so(fe_page: Page, reason: str) -> 
     )
     expect(root.locator(":scope > .nbstream-cut")).to_have_count(0)
     expect(badge).not_to_have_class(re.compile(r"\bnbstream-cut\b"))
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "error"),
+    [("cancelled", "cancelled", None), ("complete", "length", None),
+     ("failed", "error", {"type": "RuntimeError", "message": "boom"})],
+)  # fmt: skip
+def test_the_status_line_says_each_end_once(
+    fe_page: Page, status: str, reason: str, error: dict | None
+) -> None:
+    """The badge (or the error) says how a run ended: the metrics line does not say it
+    again, and never with a raw finish reason."""
+    page = fe_page
+    mount(page, status="running", run_id=1)
+    emit(page, delta(1, 0, "Some partial answer"))
+    page.evaluate(
+        "([s, r, e]) => window.views[0].model.changeMany("
+        "{status: s, error_info: e, metrics: {tokens: 4, elapsed_s: 1.0, finish_reason: r}})",
+        [status, reason, error],
+    )
+    frame(page)
+    metrics = view(page).locator(".nbstream-metrics")
+    expect(metrics).to_have_text("4 tokens · 1.0 s")
+    words = view(page).inner_text()
+    assert words.count("cancelled") <= 1 and reason not in metrics.inner_text(), words
 
 
 def assert_disconnected(page: Page, i: int = 0) -> None:
@@ -715,7 +740,11 @@ def test_metrics_line_live_and_final(fe_page: Page) -> None:
         },
     )
     change(page, "status", "complete")
-    expect(metrics).to_have_text("128 tokens · first token 0.21 s · 18.3 tok/s · 7.2 s · eos")
+    # Why it ended, in words: the raw finish reason is for the tooltip.
+    expect(metrics).to_have_text(
+        "128 tokens · first token 0.21 s · 18.3 tok/s · 7.2 s · ended by the model"
+    )
+    expect(metrics).to_have_attribute("title", re.compile(r"finish_reason: eos$"))
     change(page, "run_id", 2)
     change(page, "metrics", {k: None for k in ("tokens", "ttft_s", "elapsed_s")})
     change(page, "status", "queued")
