@@ -231,7 +231,10 @@ _STATE = re.compile(
 _MARKER = "nbstream-site-asset:"
 _MANAGER_ANY = "@jupyter-widgets/html-manager@*/"
 _MANAGER_1 = "@jupyter-widgets/html-manager@^1.0/"
-_RESOLVE = f"""<script>
+# The attribute (read from any script of the page by the widget manager) makes it load each
+# widget's module from the CDN at once: it would first ask require.js for a relative
+# "anywidget.js", which no lesson page has (a 404 on every page).
+_RESOLVE = f"""<script data-jupyter-widgets-cdn-only>
 (() => {{
   const state = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
   state.textContent = state.textContent.replace(

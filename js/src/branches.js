@@ -7,7 +7,7 @@
 // action is not offered (`branch_unavailable`); the page only asks (`branch`,
 // `show_branch`). See PROTOCOL.md, "Branches".
 
-import { ACTIVE, disconnected, h } from "./common.js";
+import { ACTIVE, disconnected, h, sayNoKernel } from "./common.js";
 
 /**
  * One branch as the kernel describes it (`_branches`; protocol.d.ts).
@@ -63,10 +63,14 @@ function branchAction(o) {
       const alts = list.tokens[i]?.[5];
       const table = pop.querySelector(".nbstream-alt-table");
       if (!table || !Array.isArray(alts) || alts.length === 0) return;
-      const why =
-        disconnected(list.el) || String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
+      const gone = disconnected(list.el);
+      const why = gone || String(o.model.get("branch_unavailable") || "") || (o.only ? o.only(list) : "");
       // Room for the Continue column (branches.css): the popover is otherwise narrower.
       pop.classList.toggle("nbstream-can-branch", !why);
+      if (gone) {
+        sayNoKernel(pop, gone, (note) => table.after(note));
+        return;
+      }
       if (why) {
         const note = h("div", "nbstream-branch-unavailable", { role: "note" });
         note.textContent = `Continue with another token is not offered: ${why}`;

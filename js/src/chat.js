@@ -52,7 +52,7 @@ import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { ChatMessage, keyOf } from "./chat_message.js";
 import { ClearChat, Composer } from "./chat_composer.js";
-import { kernelWatch, replayRow } from "./replay.js";
+import { kernelWatch, onStaticPage, replayRow } from "./replay.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking } from "./thinking.js";
 import { sayCapture, tokenViews } from "./tokens.js";
@@ -604,8 +604,9 @@ class ChatView {
 function savedRow() {
   const saved = replayRow();
   saved.button.remove();
-  saved.note.textContent =
-    "Saved output: no running kernel holds this chat. Its turns show as saved; run the cell again to chat.";
+  saved.note.textContent = onStaticPage()
+    ? "Saved output: this page has no kernel. The chat's turns show as they were saved."
+    : "Saved output: no running kernel holds this chat. Its turns show as saved; run the cell again to chat.";
   return saved;
 }
 

@@ -903,6 +903,18 @@ function markCut(output, cutEl, cut) {
 // ---------------------------------------------------------------------------
 
 /**
+ * Say in a token's popover, once, that its actions need a kernel (`why`: disconnected's
+ * words): Continue and "How was this picked?" would each say it otherwise.
+ * @param {HTMLElement} pop the popover @param {string} why @param {(note: HTMLElement) => void} place
+ */
+function sayNoKernel(pop, why, place) {
+  if (pop.querySelector(".nbstream-no-kernel-note")) return;
+  const note = h("div", "nbstream-token-note nbstream-no-kernel-note", { role: "note" });
+  note.textContent = `${why}: the actions on a token need a running kernel.`;
+  place(note);
+}
+
+/**
  * Why `el` (in a view) can ask the kernel nothing, or "": its view is disconnected
  * (watchConnection marks the root data-connection="lost"), or it shows a saved run that no
  * running kernel holds (replay.js: the root has data-saved).
@@ -1048,6 +1060,7 @@ export {
   DISCONNECTED,
   disconnected,
   LiveText,
+  sayNoKernel,
   STATUSES,
   STOP_WAITING,
   VERSION,

@@ -18,8 +18,19 @@ import { h } from "./common.js";
 const SNAPSHOT_VERSION = 1;
 /** How long a view waits for the kernel's answer to its sync before it draws as saved. */
 const KERNEL_WAIT_MS = 1500;
-/** What the kernel-less view says, beside its Replay button. */
+/** What the kernel-less view says, beside its Replay button, in a notebook (No Kernel). */
 const SAVED_NOTE = "Saved output: no running kernel holds this widget. Its last run shows as saved; run the cell again to use it.";
+/** The same on a page that is no notebook (an HTML export, a docs page): it has no cell. */
+const SAVED_PAGE_NOTE = "Saved output: this page has no kernel. It shows the last run as it was saved.";
+
+/**
+ * Whether the view is on a page made from a saved notebook (an HTML export, a docs page),
+ * where no cell can be run: such a page carries the notebook's widget state for its widget
+ * manager; JupyterLab, Notebook 7 and VS Code never put it in the page.
+ */
+function onStaticPage() {
+  return document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]') !== null;
+}
 
 /**
  * The snapshot of the model's current run, or null (none, another run's, or unknown format).
@@ -172,7 +183,7 @@ function replayRow() {
   const row = h("div", "nbstream-saved");
   row.hidden = true;
   const note = h("span", "nbstream-saved-note");
-  note.textContent = SAVED_NOTE;
+  note.textContent = onStaticPage() ? SAVED_PAGE_NOTE : SAVED_NOTE;
   const button = h("button", "nbstream-replay", { type: "button" });
   button.textContent = "▶ Replay";
   button.title = "Play the saved stream again, at its recorded pace";
@@ -180,4 +191,4 @@ function replayRow() {
   return { row, note, button };
 }
 
-export { KERNEL_WAIT_MS, Replayer, SNAPSHOT_VERSION, currentSnapshot, kernelWatch, replayRow, snapshotMessages, timeline };
+export { KERNEL_WAIT_MS, Replayer, SNAPSHOT_VERSION, currentSnapshot, kernelWatch, onStaticPage, replayRow, snapshotMessages, timeline };

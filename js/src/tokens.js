@@ -7,7 +7,7 @@
 // Tokens are model output: every piece of text goes into the page with textContent
 // (never as HTML), so a token reading `<img src=x onerror=...>` stays text.
 
-import { disconnected, h, isNum } from "./common.js";
+import { disconnected, h, isNum, sayNoKernel } from "./common.js";
 import { markThinking, thinkingMark } from "./thinking.js";
 import { lensSections } from "./lens.js";
 import { explainPanels } from "./sampling.js";
@@ -793,7 +793,12 @@ class TokenList {
   explainAction(i) {
     const explain = this.explain;
     if (!explain) return;
-    const why = disconnected(this.el) || explain.unavailable();
+    const gone = disconnected(this.el);
+    if (gone) {
+      sayNoKernel(this.pop, gone, (note) => this.pop.append(note));
+      return;
+    }
+    const why = explain.unavailable();
     if (why) {
       const note = h("div", "nbstream-token-note nbstream-alt-explain-note");
       note.textContent = why;

@@ -102,6 +102,12 @@ def test_every_lesson_has_a_page_in_the_nav(site: Path) -> None:
         assert "html-manager@^1.0/dist/embed-amd.js" in text and "html-manager@*" not in text
 
 
+def test_the_site_publishes_no_build_code(site: Path) -> None:
+    # The hooks and the griffe extension build the site; they are none of its files.
+    published = sorted(p.name for p in site.rglob("*.py"))
+    assert published == [], published
+
+
 def test_the_recorded_lesson_shows_its_run_and_replays_it(
     fe_browser: Browser, site_url: str
 ) -> None:
@@ -110,6 +116,10 @@ def test_the_recorded_lesson_shows_its_run_and_replays_it(
     page: Page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # What the page asked its own site for and did not get (a module it looked for beside
+    # itself before the CDN, say).
+    missing: list[str] = []
+    page.on("response", lambda r: r.status >= 400 and missing.append(f"{r.status} {r.url}"))
     refused = serve_cdn_copies(page, cdn_copies(), lambda url: url.startswith(site_url))
     try:
         page.goto(f"{site_url}/lessons/{LESSON}/")
@@ -119,6 +129,10 @@ def test_the_recorded_lesson_shows_its_run_and_replays_it(
         expect(view).to_have_attribute("data-status", "complete", timeout=WAIT_MS)
         expect(view.locator(".nbstream-badge")).to_contain_text("complete")
         expect(view.locator(".nbstream-saved")).to_be_visible(timeout=WAIT_MS)
+        # A docs page has no cell to run again: the note says what the page is.
+        expect(view.locator(".nbstream-saved-note")).to_have_text(
+            "Saved output: this page has no kernel. It shows the last run as it was saved."
+        )
         expect(view.get_by_role("button", name="Run", exact=True)).to_be_disabled()
         # The answer, shown token by token: every token the run recorded (the answer, then
         # the end-of-text token that ended it).
@@ -134,6 +148,9 @@ def test_the_recorded_lesson_shows_its_run_and_replays_it(
         expect(pop).to_be_visible()
         expect(pop.locator("tbody tr")).to_have_count(len(saved["tokens"][1][5]))
         expect(pop.locator(".nbstream-alt-chosen")).to_contain_text(saved["tokens"][1][1].strip())
+        # Why the token's actions are not offered: said once, not once per action.
+        expect(pop.locator(".nbstream-no-kernel-note")).to_have_count(1)
+        assert pop.inner_text().count("kernel") == 1, pop.inner_text()
         page.keyboard.press("Escape")
         expect(pop).to_have_count(0)
         # Replay: from less than the answer, growing, to the same text.
@@ -142,6 +159,7 @@ def test_the_recorded_lesson_shows_its_run_and_replays_it(
         assert seen[-1] == shown
         assert "".join(spans.all_text_contents()) == shown
         assert errors == []
+        assert missing == []
         assert all(any(host in url for host in FONTS) for url in refused), refused
     finally:
         context.close()

@@ -706,5 +706,8 @@ def test_a_disconnected_view_offers_nothing_that_needs_the_kernel(fe_page: Page)
     expect(pop.get_by_role("button", name="How was this picked?")).to_have_count(0)
     expect(pop.locator(".nbstream-branch-continue")).to_have_count(0)
     expect(pop).to_contain_text("Disconnected")
+    # Said once for the popover, not once per action it leaves out.
+    expect(pop.locator(".nbstream-no-kernel-note")).to_have_count(1)
+    assert pop.inner_text().count("Disconnected") == 1, pop.inner_text()
     enabled = pop.locator("button:enabled")
     expect(enabled).to_have_count(0)

@@ -685,6 +685,30 @@ def test_empty_cancelled_run_is_not_partial(fe_page: Page) -> None:
     expect(view(page).locator(".nbstream-partial-label")).to_have_count(0)
 
 
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [("failed", "the run failed before its first token"),
+     ("cancelled", "the run was stopped before its first token")],
+)  # fmt: skip
+def test_a_run_that_ended_with_no_text_never_promises_output(
+    fe_page: Page, status: str, says: str
+) -> None:
+    page = fe_page
+    mount(page, status="running", run_id=1)
+    out = view(page).locator(".nbstream-output")
+    placeholder = "(el) => getComputedStyle(el, '::before').content"
+    assert "Output appears here." in out.evaluate(placeholder)  # while it may still come
+    page.evaluate(
+        "([s]) => window.views[0].model.changeMany({status: s, metrics: {tokens: 0},"
+        " error_info: s === 'failed' ? {type: 'RuntimeError', message: 'boom'} : null})",
+        [status],
+    )
+    frame(page)
+    expect(view(page)).to_have_attribute("data-status", status)
+    shown = out.evaluate(placeholder)
+    assert "Output appears here." not in shown and says in shown, shown
+
+
 def test_error_shown_only_when_failed(fe_page: Page) -> None:
     page = fe_page
     mount(page, status="running", run_id=1)
