@@ -51,6 +51,7 @@ from .blind import (
 from .display import (
     Bundle,
     FallbackDisplay,
+    ShownMetrics,
     compare_fallback_bundle,
     fallback_bundle,
     show,
@@ -929,8 +930,9 @@ class _Column(StreamWidget):
                     self.error_info = error  # type: ignore[assignment]
             self.branch_unavailable = self._why_no_branch()
         # What the page holds of the masked traits changes with the hiding, not with their
-        # values: sent again either way.
-        self.send_state(list(MASKED_TRAITS))
+        # values: sent again either way (under the lock, as every write of this widget).
+        with self._lock:
+            self.send_state(list(MASKED_TRAITS))
         if traced:
             # Held back while hidden (a server's column had none): the views get them now,
             # after the state that lets them show.
@@ -973,10 +975,13 @@ class _Column(StreamWidget):
             content = cast("RunWidgetMessage", shown_message(content))
         super()._send_msg(content)
 
+    # The base class's validator of the same name, extended: one validator per trait.
     @traitlets.validate("metrics")
-    def _metrics_shown(self, proposal: Any) -> Any:
-        value = proposal["value"]
-        return shown_metrics(value) if self.__dict__.get("_hides_template", bool)() else value
+    def _short_printout(self, proposal: dict[str, Any]) -> ShownMetrics:
+        shown = super()._short_printout(proposal)
+        if self.__dict__.get("_hides_template", bool)():
+            return ShownMetrics(shown_metrics(shown))
+        return shown
 
     def _why_no_branch(self) -> str:
         # Every column says the same while hidden: a recording's reason would name it.
