@@ -18,6 +18,8 @@ const BADGE = {
   cancelled: ["cancelled", "■"],
   // Not a run's state: the view lost its kernel (see watchConnection).
   disconnected: ["disconnected", "⚠"],
+  // Not a run's state: a saved run played again in the page (replay.js).
+  replaying: ["replaying…", "▶"],
 };
 /** A complete run that ended at max_new_tokens (finish_reason "length"): a normal end, but
  * not the model's own; nbstream/widgets/display.py's CUT says the same in saved outputs. */

@@ -330,8 +330,10 @@ class StreamView {
   updateChrome() {
     const s = this.status();
     this.root.setAttribute("data-status", s);
-    const cut = isCut(s, this.model.get("metrics"));
-    setBadge(this.badge, s, cut);
+    // While a saved run plays again, its end ("complete · stopped at …") is not yet true.
+    const replaying = this.replayer?.playing === true;
+    const cut = !replaying && isCut(s, this.model.get("metrics"));
+    setBadge(this.badge, replaying ? "replaying" : s, cut);
 
     const active = ACTIVE.has(s);
     swapButtons(this.controls.runBtn, this.controls.stopBtn, active);

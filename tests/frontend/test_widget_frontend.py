@@ -630,6 +630,25 @@ def test_the_status_line_says_each_end_once(
     assert words.count("cancelled") <= 1 and reason not in metrics.inner_text(), words
 
 
+def test_a_replay_of_a_saved_run_does_not_claim_its_end(fe_page: Page) -> None:
+    """No kernel answers (a saved notebook): while Replay plays the run again, the badge
+    says so, not the end the run reaches only when the replay does."""
+    page = fe_page
+    text = "One two three four"
+    snapshot = {"v": 1, "run_id": 1, "text": text, "steps": [400, 4, 400, 4, 400, 6, 400, 5]}
+    mount(page, status="complete", run_id=1, snapshot=snapshot,
+          metrics={"tokens": 4, "finish_reason": "length"})  # fmt: skip
+    root = view(page)
+    badge = root.locator(".nbstream-badge")
+    expect(root.locator(".nbstream-saved")).to_be_visible(timeout=10_000)
+    expect(badge).to_have_text(re.compile(r"^complete · stopped at max_new_tokens"))
+    root.locator(".nbstream-replay").click()
+    expect(root).to_have_attribute("data-replay", "playing")
+    expect(badge).to_have_text(re.compile(r"^replaying"))
+    expect(root).not_to_have_attribute("data-replay", "playing", timeout=10_000)
+    expect(badge).to_have_text(re.compile(r"^complete · stopped at max_new_tokens"))
+
+
 def assert_disconnected(page: Page, i: int = 0) -> None:
     root = view(page, i)
     expect(root).to_have_attribute("data-connection", "lost")
