@@ -978,7 +978,7 @@ class _Column(StreamWidget):
     # The base class's validator of the same name, extended: one validator per trait.
     @traitlets.validate("metrics")
     def _short_printout(self, proposal: dict[str, Any]) -> ShownMetrics:
-        shown = super()._short_printout(proposal)
+        shown = ShownMetrics(super()._short_printout(proposal))
         if self.__dict__.get("_hides_template", bool)():
             return ShownMetrics(shown_metrics(shown))
         return shown
