@@ -698,7 +698,9 @@ def _read(path: Path) -> Any:
     if len(data) > MAX_BYTES:
         raise _refuse(path, f"it is over the {MAX_BYTES}-byte limit", _TOO_LARGE)
     try:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        del data  # the bytes go before the parse's peak
+        return json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _refuse(path, f"it is not complete JSON (truncated or damaged? {exc})") from exc
     except RecursionError:
@@ -837,15 +839,23 @@ def _optional_int(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _alternative(value: Any) -> RecordedAlternative | None:
-    ok = (
-        isinstance(value, list)
-        and len(value) == 3
-        and _optional_int(value[0])
-        and isinstance(value[1], str)
-        and _number(value[2])
-    )
-    return RecordedAlternative(value[0], value[1], float(value[2])) if ok else None
+def _alternatives(value: Any, texts: dict[str, str]) -> tuple[RecordedAlternative, ...] | None:
+    """A row's ``[[id, text, logprob], ...]``, or ``None`` when one is malformed.
+
+    ``texts`` keeps one copy of each text: a file repeats the same few candidates.
+    """
+    if not isinstance(value, list):
+        return None
+    alternatives = []
+    for alt in value:
+        if not (type(alt) is list and len(alt) == 3):
+            return None
+        token_id, text, logprob = alt
+        if not (_optional_int(token_id) and type(text) is str and _number(logprob)):
+            return None
+        text = texts.setdefault(text, text)
+        alternatives.append(RecordedAlternative(token_id, text, float(logprob)))
+    return tuple(alternatives)
 
 
 def _time_s(ms: Any) -> float | None:
@@ -870,23 +880,21 @@ def _token(row: Any, traced: bool, texts: dict[str, str]) -> RecordedToken | Non
     if not traced:
         return RecordedToken(token_id, piece, time_s, piece)
     logprob, rank, alts, cut, text = row[3:]
-    alternatives = [_alternative(alt) for alt in alts] if isinstance(alts, list) else [None]
+    alternatives = _alternatives(alts, texts)
     if (
-        not (logprob is None or _number(logprob))
+        alternatives is None
+        or not (logprob is None or _number(logprob))
         or not _optional_int(rank)
         or not isinstance(cut, list)
         or len(cut) != len(alternatives)  # one flag per alternative
         or not all(flag in (0, 1) and not isinstance(flag, float) for flag in cut)
         or not (text is None or isinstance(text, str))
-        or None in alternatives
     ):
         return None
     return RecordedToken(
         token_id, piece, time_s, piece if text is None else text,
         None if logprob is None else float(logprob), rank,
-        tuple(alt._replace(text=texts.setdefault(alt.text, alt.text))
-              for alt in alternatives if alt is not None),
-        tuple(bool(f) for f in cut),
+        alternatives, tuple(bool(f) for f in cut),
     )  # fmt: skip
 
 

@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import nbstream
 from nbstream import recording as recording_module
-from nbstream.backends.replay import RecordedFailure
+from nbstream.backends.replay import RecordedFailure, ReplayBackend, ReplayJob
 from nbstream.testing import forced_model
 
 
@@ -244,6 +246,13 @@ def saved(tiny, tmp_path) -> dict[str, Any]:
     return document
 
 
+def nested(depth: int) -> Any:
+    value: Any = "deep"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def write(tmp_path: Any, document: Any) -> Any:
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -272,6 +281,22 @@ def test_a_truncated_file_is_refused(tmp_path, saved):
         (lambda d: d["tokens"][0].__setitem__(5, [[1, "a"]]), r"tokens\[0\]"),
         (lambda d: d["tokens"][0].__setitem__(6, ["yes"]), r"tokens\[0\]"),
         (lambda d: d.update(thinking_tags=["<a>"]), "two non-empty strings"),
+        # What a replay could not show, refused before it runs.
+        (lambda d: d["tokens"][0][6].append(0), r"tokens\[0\] .*one cut flag per alternative"),
+        (lambda d: d["tokens"][0][6].clear(), r"tokens\[0\] .*one cut flag per alternative"),
+        (lambda d: d["tokens"][1].__setitem__(2, float("inf")), r"tokens\[1\] .*ms from 0"),
+        (lambda d: d["tokens"][1].__setitem__(2, float("nan")), r"tokens\[1\] .*ms from 0"),
+        (lambda d: d["tokens"][1].__setitem__(2, 1e300), r"tokens\[1\] .*ms from 0"),
+        (lambda d: d.update(text=d["text"] + "!"), "'text' is not what its tokens replay"),
+        (lambda d: d.update(text=""), "'text' is not what its tokens replay"),
+        (lambda d: d.update(thinking_tags=["", ""]), "two non-empty strings"),
+        (lambda d: d["settings"].update(stop=[""]), r"settings .*stop\[0\] is empty"),
+        (lambda d: d["settings"].update(thinking_tags=["<a>", ""]), "settings .*non-empty"),
+        (lambda d: d["settings"].update(alternatives=1000), "settings .*alternatives must be"),
+        (lambda d: d.update(kinds=[[5, "bytes", "zz"]]), r"kinds\[0\] is not \[id, 'special'\]"),
+        (lambda d: d.update(kinds=[[5, "odd"]]), r"kinds\[0\]"),
+        (lambda d: d.update(prompt=nested(40)), "'prompt' nests deeper than 32 levels"),
+        (lambda d: d["record"].update(extra=nested(40)), "'record' nests deeper than 32"),
     ],
 )
 def test_a_tampered_file_is_refused_and_nothing_runs(tmp_path, saved, tamper, message):
@@ -322,3 +347,118 @@ def test_a_missing_file_or_a_folder_says_so(tmp_path):
 def test_replay_takes_only_a_recording_or_a_path():
     with pytest.raises(TypeError, match="expected a recording"):
         nbstream.replay(42)  # type: ignore[arg-type]
+
+
+def test_json_nested_past_the_recursion_limit_is_refused_in_words(tmp_path):
+    path = tmp_path / "deep.json"
+    depth = 100_000
+    path.write_text(
+        '{"format": "nbstream.recording/1", "prompt": ' + "[" * depth + "]" * depth + "}"
+    )
+    with pytest.raises(ValueError, match="nests deeper than Python can read"):
+        nbstream.load(path)
+    with pytest.raises(ValueError, match="nests deeper than Python can read"):
+        nbstream.replay(path, speed=None)
+
+
+def test_a_file_over_the_limit_says_what_a_lesson_needs(tmp_path, saved, monkeypatch):
+    monkeypatch.setattr(recording_module, "MAX_BYTES", 100)
+    path = write(tmp_path, saved)
+    with pytest.raises(ValueError, match=r"over the 100-byte limit; .*0\.1 MiB.*shorter run"):
+        nbstream.load(path)
+    # A lesson's recording is far under the limit: the limit is what a 2 GB Binder can spare.
+    assert recording_module.MAX_BYTES <= 16 * 2**20
+
+
+@pytest.mark.parametrize("speed", [0, -1.0, float("nan"), "fast", True])
+def test_one_speed_check_refuses_a_bad_speed_everywhere(tiny, tmp_path, speed):
+    model, tokenizer = tiny
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=3)
+    run.wait()
+    loaded = nbstream.load(run.save(tmp_path / "run.json"))
+    message = "speed must be a number > 0, or None for instant"
+    with pytest.raises(ValueError, match=message):
+        ReplayBackend(loaded, speed=speed)
+    with pytest.raises(ValueError, match=message):
+        ReplayJob(loaded, speed=speed)
+    with pytest.raises(ValueError, match=message):
+        nbstream.replay(loaded, speed=speed)
+
+
+def test_an_infinite_speed_replays_at_once(tiny, tmp_path):
+    model, tokenizer = tiny
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=3)
+    text = run.wait()
+    loaded = nbstream.load(run.save(tmp_path / "run.json"))
+    assert ReplayBackend(loaded, speed=float("inf")).speed is None
+    assert ended(nbstream.replay(loaded, speed=float("inf"))).result == text
+
+
+_PIECE = st.text(alphabet="ab <>/\n", max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pieces=st.lists(_PIECE, max_size=12),
+    stop=st.one_of(
+        st.none(),
+        st.lists(st.text(alphabet="ab<>", min_size=1, max_size=3), min_size=1, max_size=2),
+    ),
+    tags=st.sampled_from([None, ("<a>", "</a>"), ("<", ">")]),
+    opened=st.booleans(),
+)
+def test_the_text_load_checks_is_the_text_a_replay_shows(
+    tmp_path_factory, pieces, stop, tags, opened
+):
+    """load() accepts the text a replay shows, whatever the pieces, stop strings and tags."""
+    prompt_text = "Q" + (tags[0] if tags and opened else "")
+    document = {
+        "format": recording_module.FORMAT, "minor": 1, "nbstream": "test", "prompt": "Q",
+        "prompt_text": prompt_text, "thinking_tags": None if tags is None else list(tags),
+        "settings": {} if stop is None else {"stop": stop}, "alternatives": 0, "text": "?",
+        "tokens": [[None, piece, index] for index, piece in enumerate(pieces)],
+        "record": {"status": "complete", "metrics": {"finish_reason": "eos"}, "error": None,
+                   "cancel_reason": None, "thinking": None},
+    }  # fmt: skip
+    folder = tmp_path_factory.mktemp("text")
+    # What a replay shows, from the recording in memory (load() is not asked).
+    in_memory = recording_module.Recording(
+        prompt="Q", prompt_text=prompt_text, thinking_tags=tags, settings=document["settings"],
+        alternatives=0, text="?", record=document["record"],
+        tokens=tuple(recording_module.RecordedToken(None, p, 0.0, p) for p in pieces),
+    )  # fmt: skip
+    document["text"] = ended(nbstream.replay(in_memory, speed=None)).partial_text
+    loaded = nbstream.load(write(folder, document))
+    assert loaded.text == document["text"]
+    # Any other text is refused.
+    document["text"] = loaded.text + "x"
+    with pytest.raises(ValueError, match="not what its tokens replay"):
+        nbstream.load(write(folder, document))
+
+
+def test_token_kinds_are_recorded_and_replayed(tmp_path):
+    """A byte token and a special token keep their kinds in the file and in the replay."""
+    model, tokenizer = forced_model("你好<|im_start|>")
+    run = nbstream.stream(model, tokenizer, "Say hi", max_new_tokens=10, alternatives=3)
+    run.wait()
+    live = [step.shown() for step in run.trace]
+    kinds = [kind for _shown, kind in live]
+    assert "bytes" in kinds and "special" in kinds
+    path = run.save(tmp_path / "kinds.json")
+    rows = json.loads(path.read_text())["kinds"]
+    assert [18645, "bytes", "e4 bd"] in rows  # 你's first two bytes
+    loaded = nbstream.load(path)
+    assert [token.shown() for token in loaded.tokens] == live
+    replayed = ended(nbstream.replay(loaded, speed=None))
+    assert [step.shown() for step in replayed.trace] == live
+    # Saved again from the replay: the same kinds.
+    again = nbstream.load(replayed.save(tmp_path / "again.json"))
+    assert again.kinds == loaded.kinds
+
+
+def test_a_file_without_kinds_still_loads_as_text(tmp_path, saved):
+    saved.pop("kinds", None)
+    saved["minor"] = 0
+    loaded = nbstream.load(write(tmp_path, saved))
+    assert loaded.kinds == {}
+    assert all(token.shown()[1] == "text" for token in loaded.tokens)

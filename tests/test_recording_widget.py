@@ -264,3 +264,56 @@ def test_a_replayed_thinking_run_shows_its_thinking(tmp_path):
     finally:
         w.close()
     wait_followers()
+
+
+def test_a_recording_of_messages_replays_from_run_and_generate(tiny, tmp_path):
+    """A lesson's prompt with a system message: the box shows the question, Run replays it."""
+    model, tokenizer = tiny
+    messages = [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": "Name a color."},
+    ]
+    run = nbstream.stream(model, tokenizer, messages, max_new_tokens=8)
+    run.wait()
+    loaded = nbstream.load(run.save(tmp_path / "messages.json"))
+    w = nbstream.StreamWidget(loaded)
+    try:
+        assert w.prompt == "Name a color."  # what was asked, not an empty box
+        w.generate()
+        assert w.wait(HANG_S) == loaded.text
+        assert w.run.prompt == messages  # the recorded messages, system message and all
+        wait_status(w, "complete")
+        # Run from the view with the box as it shows: the same replay, no input error.
+        ask(w, type="run", prompt=w.prompt)
+        assert w.input_error == "" and w.run_id == 2
+        assert w.wait(HANG_S) == loaded.text and w.run.prompt == messages
+        wait_status(w, "complete")
+        # Another question is still refused, in the words that name the recorded prompt.
+        with pytest.raises(ValueError, match=r"this recording has no answer to 'Name a fruit\.'"):
+            w.generate("Name a fruit.")
+    finally:
+        w.close()
+    wait_followers()
+
+
+def shown_tokens(w: nbstream.StreamWidget, *prompt: Any, **settings: Any) -> list[Any]:
+    """``[shown, kind]`` of each token the views got for one run of ``w``."""
+    try:
+        rec = Recorder(w)
+        w.generate(*prompt, **settings)
+        w.wait(HANG_S)
+        wait_followers()
+        return [entry[1:3] for entry in tokens_of(rec, w.run_id)]
+    finally:
+        w.close()
+        wait_followers()
+
+
+def test_the_token_views_show_a_replayed_byte_and_special_token_as_live(tmp_path):
+    model, tokenizer = forced_model("你好<|im_start|>")
+    w = nbstream.StreamWidget(model, tokenizer, show_alternatives=True)
+    live = shown_tokens(w, "Say hi", max_new_tokens=10)
+    assert ["e4 bd", "bytes"] in live and ["<|im_start|>", "special"] in live
+    loaded = nbstream.load(w.run.save(tmp_path / "kinds.json"))
+    replayed = shown_tokens(nbstream.StreamWidget(loaded, show_alternatives=True))
+    assert replayed == live

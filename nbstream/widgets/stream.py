@@ -119,6 +119,7 @@ class StreamWidget(BranchingWidget):
         """
         if prompt is None:
             prompt = self.prompt
+        prompt = self._recorded_prompt(prompt)
         merged = self._run_settings(settings)
         # A string prompt goes into the box, with the run's first state.
         box = {"prompt": prompt} if isinstance(prompt, str) else {}
@@ -179,6 +180,25 @@ class StreamWidget(BranchingWidget):
     def _variant_runs(self) -> list[Generation]:
         return self._variants
 
+    # -- a recording's prompt ------------------------------------------------------------------
+    def _show_replay(self, prompt: Any) -> None:
+        # A prompt of messages (a system message, then the user's) shows as what was asked.
+        super()._show_replay(_asked_text(prompt))
+
+    def _recorded_prompt(self, prompt: Any) -> Any:
+        """The recorded prompt when ``prompt`` is the box's words for it (or an empty box).
+
+        The box holds a string; a recording of messages is asked by its last user message,
+        so Run and ``generate()`` replay it as they replay a recording of a string.
+        """
+        replaying = self._replaying
+        recorded = getattr(replaying, "prompt", None)
+        if recorded is None or not isinstance(prompt, str) or isinstance(recorded, str):
+            return prompt
+        if prompt.strip() in ("", _asked_text(recorded).strip()):
+            return recorded
+        return prompt
+
     # -- the saved notebook's copy of the run --------------------------------------------------
     def _on_start(self, run: Generation, run_id: int) -> None:
         super()._on_start(run, run_id)
@@ -211,7 +231,7 @@ class StreamWidget(BranchingWidget):
             return
         if isinstance(prompt, str):
             self.prompt = prompt
-        if not self.prompt.strip():
+        if not self.prompt.strip() and self._recorded_prompt("") == "":
             # The API's words ("pass some text") are for code; here the user typed nothing.
             self.input_error = "Type a prompt first, then Run."
             return
@@ -236,3 +256,14 @@ class StreamWidget(BranchingWidget):
         # The default repr serializes every trait; this one stays cheap.
         replay = " replay" if self._replaying is not None else ""
         return f"<StreamWidget{replay} status={self.status!r} run_id={self.run_id}>"
+
+
+def _asked_text(prompt: Any) -> Any:
+    """What a prompt box shows of ``prompt``: a string as it is, messages by the last user one."""
+    if not isinstance(prompt, list):
+        return prompt
+    for message in reversed(prompt):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else ""
+    return ""
