@@ -88,11 +88,11 @@ def cgroup_quota(root: Path = CGROUP_ROOT) -> float | None:
     if v2 is not None:
         quota, _, period = v2.partition(" ")
         return _ratio(quota, period or "100000")
-    quota = _read(root / "cpu" / "cpu.cfs_quota_us")
-    period = _read(root / "cpu" / "cpu.cfs_period_us")
-    if quota is None or period is None:
+    v1_quota = _read(root / "cpu" / "cpu.cfs_quota_us")
+    v1_period = _read(root / "cpu" / "cpu.cfs_period_us")
+    if v1_quota is None or v1_period is None:
         return None
-    return _ratio(quota, period)
+    return _ratio(v1_quota, v1_period)
 
 
 def _ratio(quota: str, period: str) -> float | None:
