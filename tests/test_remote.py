@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 import nbstream
 from nbstream import generation
-from nbstream.backends import remote
 from nbstream.backends.remote import EndpointError
+from nbstream.backends.remote import endpoint as remote_endpoint
 from nbstream.testing.servers import LocalServer, free_port
 
 KEY = "sk-nbstream-test-9f3c2a7e51"
@@ -518,7 +518,7 @@ def test_the_server_says_what_it_is_once(fake, listing, family):
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The Endpoint's clock for its probe's back-off, frozen: ``clock[0] += s`` moves it."""
     now = [1000.0]
-    monkeypatch.setattr(remote, "_clock", lambda: now[0])
+    monkeypatch.setattr(remote_endpoint, "_clock", lambda: now[0])
     return now
 
 
@@ -529,14 +529,14 @@ def test_a_server_that_was_not_up_yet_is_asked_again(clock, no_leftover_runs):
     endpoint = nbstream.Endpoint(f"http://127.0.0.1:{port}/ok+vllm/v1", "fake-model")
     assert "cannot connect" in fail(nbstream.stream(endpoint, None, "Hi"))
     with serving(port=port) as up:
-        clock[0] += remote._PROBE_RETRY_S  # the next run, after the probe's short back-off
+        clock[0] += remote_endpoint._PROBE_RETRY_S  # the next run, after the probe's short back-off
         run = nbstream.stream(endpoint, None, "Hi", enable_thinking=False)
         assert run.wait(60) == "".join(PIECES)
         assert endpoint.family == "vllm" and endpoint.concurrent and endpoint.can_continue
         assert run.record["server"]["family"] == "vllm"
         assert up.requests[-1][2]["chat_template_kwargs"] == {"enable_thinking": False}
         # The answer is kept: asked once, for good.
-        clock[0] += 10 * remote._PROBE_RETRY_S
+        clock[0] += 10 * remote_endpoint._PROBE_RETRY_S
         nbstream.stream(endpoint, None, "Hi").wait(60)
         assert up.listings_asked == 1
 
@@ -551,7 +551,7 @@ def test_a_server_that_cannot_answer_now_is_not_asked_at_every_use(fake, clock, 
     assert run.wait(60) == "".join(PIECES)
     assert endpoint.family == "generic" and not endpoint.concurrent
     assert fake.listings_asked == before + 1
-    clock[0] += remote._PROBE_RETRY_S
+    clock[0] += remote_endpoint._PROBE_RETRY_S
     # A view asks whether it may offer branching under its lock: never a new request.
     assert endpoint.why_no_branch() is not None and not endpoint.can_continue
     assert fake.listings_asked == before + 1

@@ -35,13 +35,13 @@ import zlib
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
-from ..settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
-from ..streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
-from ..trace import RemoteAlternative, RemoteTokenTrace, RemoteTrace
-from . import servers as _servers
-from .base import Backend, Job, RunControl
-from .local import check_prompt
-from .servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
+from ...settings import DEFAULT_MAX_NEW_TOKENS, DEFAULT_THINKING_TAGS, samples
+from ...streaming import StopFilter, TextDecoder, ThinkingSplitter, TokenBuffer
+from ...trace import RemoteAlternative, RemoteTokenTrace, RemoteTrace
+from .. import servers as _servers
+from ..base import Backend, Job, RunControl
+from ..local import check_prompt
+from ..servers import EXTENSION_SETTINGS, GENERATION_CONFIG, ServerInfo
 
 __all__ = ["Endpoint", "EndpointError", "RemoteJob"]
 
