@@ -51,8 +51,13 @@ const STAGE_WORDS = /** @type {Record<string, string>} */ ({
 const SLIDER_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "Home", "End", "PageUp", "PageDown"]);
 /** How long a slider rests before its change is said in words (one sentence per change). */
 const SETTLE_MS = 450;
-const UNAVAILABLE =
+// Why the popover offers no panel, by where the token came from. Only a server's tokens
+// come without ids (it sends none); tokens with ids but no logits are a recording's replay
+// (the live model's tokens have logits), whose file kept only the alternatives it saved.
+const UNAVAILABLE_SERVER =
   "How a token was picked needs the model's whole distribution (a local model): a server sends only its top few.";
+const UNAVAILABLE_RECORDING =
+  "How a token was picked needs the model's whole distribution, which only the live model has: a recording keeps just the top few alternatives it saved.";
 
 let panelCount = 0;
 
@@ -477,9 +482,13 @@ function explainPanels(o) {
     reset(t) {
       if (t === p.list) p.close(false);
     },
-    /** Why the popover offers no "How was this picked?" now, or "". */
-    unavailable() {
-      return o.local() ? "" : UNAVAILABLE;
+    /**
+     * Why the popover offers no "How was this picked?" now, or "".
+     * @param {boolean} fromServer  the token has no id: a server's
+     */
+    unavailable(fromServer) {
+      if (o.local()) return "";
+      return fromServer ? UNAVAILABLE_SERVER : UNAVAILABLE_RECORDING;
     },
   };
 }
@@ -516,4 +525,4 @@ function compareMarkView({ model, scope, tokens }) {
   return { line, update };
 }
 
-export { ExplainPanel, SLIDERS, UNAVAILABLE, compareMarkView, explainPanels, percent, valueText };
+export { ExplainPanel, SLIDERS, UNAVAILABLE_RECORDING, UNAVAILABLE_SERVER, compareMarkView, explainPanels, percent, valueText };

@@ -798,7 +798,7 @@ class TokenList {
       sayNoKernel(this.pop, gone, (note) => this.pop.append(note));
       return;
     }
-    const why = explain.unavailable();
+    const why = explain.unavailable(!hasId(this.tokens[i]?.[0]));
     if (why) {
       const note = h("div", "nbstream-token-note nbstream-alt-explain-note");
       note.textContent = why;

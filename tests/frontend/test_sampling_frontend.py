@@ -157,3 +157,26 @@ def test_a_token_cut_by_the_models_own_ban_names_it(fe_page: Page) -> None:
     # The bars draw the last stage: the banned token has no chance, the other all of it.
     chosen = panel.locator(".nbstream-dist-bar[data-chosen='true']")
     expect(chosen).to_have_attribute("data-p", "1")
+
+
+def test_a_recordings_tokens_say_why_the_panel_needs_the_live_model(fe_page: Page) -> None:
+    """A replayed recording (tokens with ids, no logits) is not a server: its own reason."""
+    page = fe_page
+    mount(
+        page,
+        status="complete",
+        run_id=1,
+        label="replay",
+        show_alternatives=True,
+        can_trace=True,
+        can_explain=False,
+    )
+    root = view(page)
+    emit(page, tokens_msg(1, 0, TOKENS))
+    frame(page)
+    spans(root).nth(2).click()
+    note = root.locator(".nbstream-alt-explain-note")
+    expect(note).to_contain_text("a recording keeps just the top few alternatives it saved")
+    expect(note).to_contain_text("only the live model has")
+    expect(note).not_to_contain_text("server")
+    expect(root.get_by_role("button", name="How was this picked?")).to_have_count(0)
