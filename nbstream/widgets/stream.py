@@ -19,6 +19,7 @@ import traitlets
 
 from .._errors import input_checked
 from ..generation import Generation, stream
+from ..recording import Recording
 from .base import error_summary
 from .branches import BranchingWidget
 from .display import fallback_bundle
@@ -183,7 +184,9 @@ class StreamWidget(BranchingWidget):
     # -- a recording's prompt ------------------------------------------------------------------
     def _show_replay(self, prompt: Any) -> None:
         # A prompt of messages (a system message, then the user's) shows as what was asked.
-        super()._show_replay(_asked_text(prompt))
+        super()._show_replay(
+            _asked_text(prompt) if isinstance(self._replaying, Recording) else prompt
+        )
 
     def _recorded_prompt(self, prompt: Any) -> Any:
         """The recorded prompt when ``prompt`` is the box's words for it (or an empty box).
@@ -191,8 +194,8 @@ class StreamWidget(BranchingWidget):
         The box holds a string; a recording of messages is asked by its last user message,
         so Run and ``generate()`` replay it as they replay a recording of a string.
         """
-        replaying = self._replaying
-        recorded = getattr(replaying, "prompt", None)
+        replaying = self._replaying  # a chat's recording answers only through ChatWidget
+        recorded = replaying.prompt if isinstance(replaying, Recording) else None
         if recorded is None or not isinstance(prompt, str) or isinstance(recorded, str):
             return prompt
         if prompt.strip() in ("", _asked_text(recorded).strip()):
