@@ -503,7 +503,15 @@ def _document(recording: Recording) -> dict[str, Any]:
 
 def _write(document: dict[str, Any], path: str | PathLike[str]) -> Path:
     target = Path(path)
-    target.write_text(json.dumps(document, ensure_ascii=False, separators=(",", ":")), "utf-8")
+    data = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    # A file that load() would refuse is no recording: say so now, while the run is at hand,
+    # not in class. Nothing is written.
+    if len(data) > MAX_BYTES:
+        raise ValueError(
+            f"not saved to {target}: this recording is {len(data)} bytes, over the "
+            f"{MAX_BYTES}-byte limit of nbstream.load; {_TOO_LARGE}"
+        )
+    target.write_bytes(data)
     return target
 
 
@@ -523,6 +531,7 @@ def save(
 
     Raises:
         RuntimeError: The run has not ended.
+        ValueError: The file would be over :data:`MAX_BYTES` (nothing is written).
 
     Example::
 

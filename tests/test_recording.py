@@ -328,6 +328,15 @@ def test_too_large_a_file_is_refused_before_it_is_read(tmp_path, saved, monkeypa
         nbstream.load(path)
 
 
+def test_a_recording_load_would_refuse_is_not_saved(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+    run = ended(nbstream.stream(model, tokenizer, "Hello", max_new_tokens=8))
+    monkeypatch.setattr(recording_module, "MAX_BYTES", 100)
+    with pytest.raises(ValueError, match=r"over the 100-byte limit of nbstream\.load"):
+        run.save(tmp_path / "big.json")
+    assert not (tmp_path / "big.json").exists()
+
+
 def test_a_newer_minor_version_warns_naming_what_it_cannot_show(tmp_path, saved):
     saved["minor"] = recording_module.MINOR + 1
     saved["branches"] = []
