@@ -733,7 +733,8 @@ class TokenList {
   /**
    * Put the popover under the token (its first line box), inside the view. The view
    * makes room for it at its end (an output that scrolls would otherwise clip it), and
-   * the popover is scrolled into sight.
+   * the popover is scrolled into sight, then the token: a popover taller than the output
+   * box would push the token it explains out of the box's top, and the token comes first.
    * @param {HTMLElement} s
    */
   place(s) {
@@ -749,6 +750,7 @@ class TokenList {
     const below = top + this.pop.offsetHeight + 6 - box.height;
     if (below > 0) this.el.style.paddingBottom = `${Math.ceil(below)}px`;
     this.pop.scrollIntoView?.({ block: "nearest", inline: "nearest" });
+    s.scrollIntoView?.({ block: "nearest", inline: "nearest" });
   }
 
   /** The popover's content for token i (textContent only: tokens are model output). @param {number} i */

@@ -403,6 +403,35 @@ def test_clicking_a_token_shows_its_alternatives(fe_page: Page) -> None:
     expect(popover(root)).to_be_hidden()
 
 
+# Whether the open token is whole inside the output box's visible part, and the box scrolled.
+TOKEN_IN_BOX = """(root) => {
+  const out = root.querySelector('.nbstream-output');
+  const t = root.querySelector('.nbstream-token-open');
+  if (!out || !t) return false;
+  const top = out.getBoundingClientRect().top + out.clientTop, r = t.getBoundingClientRect();
+  return out.scrollTop > 0 && r.top >= top && r.bottom <= top + out.clientHeight;
+}"""
+
+
+def test_a_clicked_token_stays_in_its_box_above_a_tall_popover(fe_page: Page) -> None:
+    """A popover taller than the output box scrolls the box; the clicked token stays in it."""
+    page = fe_page
+    root = running(page, show_tokens=True, show_alternatives=True)
+    ten = alts(*[(100 + k, f" option{k}", 0.5 / (k + 1), False) for k in range(10)])
+    long = [tok(100 + i % 7, f" word{i}", 0.5, 1, ten) for i in range(400)]
+    emit(page, tokens_msg(1, 0, long))
+    expect(spans(root)).to_have_count(400)
+    late = spans(root).nth(380)
+    late.click()
+    expect(popover(root)).to_be_visible()
+    expect(popover(root).locator("tbody tr")).to_have_count(10)
+    page.wait_for_function(TOKEN_IN_BOX, arg=root.element_handle(), timeout=5_000)
+    # Then the keyboard: the next token opens in sight too.
+    page.keyboard.press("ArrowRight")
+    expect(spans(root).nth(381)).to_have_attribute("aria-expanded", "true")
+    page.wait_for_function(TOKEN_IN_BOX, arg=root.element_handle(), timeout=5_000)
+
+
 def test_keyboard_focus_moves_and_opens_the_alternatives(fe_page: Page) -> None:
     page = fe_page
     root = running(page, show_alternatives=True)
