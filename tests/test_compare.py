@@ -650,16 +650,16 @@ def test_a_column_starting_a_run_while_the_marks_are_written_does_not_hang(line,
     column starts a run: the column holds its lock while its state changes, and the
     compare's header follows that state. Neither may wait for the other (a deadlock hung
     the kernel: the user's generate() never returned)."""
-    from nbstream.widgets import compare
+    from nbstream.widgets import divergence
 
-    words_of = compare.divergence_words
+    words_of = divergence.divergence_words
     go = threading.Event()
 
     def held(*args):  # the marks' forward pass, held until the column below starts
         assert go.wait(60), "the test never released the marks"
         return words_of(*args)
 
-    monkeypatch.setattr(compare, "divergence_words", held)
+    monkeypatch.setattr(divergence, "divergence_words", held)
     cw = nbstream.CompareWidget(*line, "Hello", settings=PARTING, max_new_tokens=6)
     first, last = cw.columns
     started = threading.Event()
@@ -826,7 +826,7 @@ def test_a_busy_column_keeps_in_run_all(line):
 
 
 def test_generate_as_a_cells_value_shows_nothing_that_goes_stale(line, monkeypatch):
-    from nbstream.widgets import compare
+    from nbstream.widgets import compare_records
     from nbstream.widgets import display as _display
 
     model, tokenizer = line
@@ -841,7 +841,7 @@ def test_generate_as_a_cells_value_shows_nothing_that_goes_stale(line, monkeypat
     # As a cell's last value, each run is displayed as a run (never the list's snapshot of
     # "running" states), and a run its shown CompareWidget follows shows nothing more.
     displayed: list[object] = []
-    monkeypatch.setattr(compare, "show", displayed.append)
+    monkeypatch.setattr(compare_records, "show", displayed.append)
     runs._ipython_display_()
     assert displayed == list(runs) == [c.run for c in cw.columns]
     for run in runs:
