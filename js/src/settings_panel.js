@@ -688,8 +688,10 @@ function placeholder(f, fallback, samples) {
   // A number field is a text <input> (a bool one a <select>).
   const input = /** @type {HTMLInputElement} */ (f.input);
   if (f.spec.name === "alternatives") {
-    // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice).
-    input.placeholder = "auto (5 with a token view)";
+    // Unset: none, or 5 when Probabilities or Alternatives is on (the kernel's choice); short
+    // enough for the narrowest column, the whole rule on hover.
+    input.placeholder = "auto (5 if shown)";
+    input.title = "Unset: none, or 5 while Probabilities or Alternatives is on";
   } else if (samples === false && SAMPLING_PARAMETERS.includes(f.spec.name)) {
     input.placeholder = "not used (greedy)";
   } else if (f.spec.kind === "int" || f.spec.kind === "float") {

@@ -298,3 +298,47 @@ def test_sampling_field_and_placeholders_say_what_the_next_run_does(fe_page: Pag
     change(page, "next_run_samples", None)
     expect(sampling.locator("option").first).to_have_text("Auto (model default)")
     expect(note).to_have_attribute("data-samples", "null")
+
+
+# Each settings field whose placeholder is wider than its box: [label, placeholder, width,
+# room]. The text is measured in the input's own font; the room is its content box.
+CUT_PLACEHOLDERS = """(root) => {
+  const ctx = document.createElement('canvas').getContext('2d');
+  const cut = [];
+  for (const input of root.querySelectorAll('.nbstream-settings input.nbstream-field-input')) {
+    if (!input.placeholder) continue;
+    const s = getComputedStyle(input);
+    ctx.font = s.font;
+    const room = input.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+    const width = ctx.measureText(input.placeholder).width;
+    const label = input.labels?.[0]?.textContent || input.id;
+    if (width > room) cut.push([label, input.placeholder, Math.ceil(width), room]);
+  }
+  return cut;
+}"""
+
+
+@pytest.mark.parametrize("samples", [True, False, None])
+def test_every_placeholder_fits_its_field_at_the_narrowest_column(
+    fe_page: Page, samples: bool | None
+) -> None:
+    placeholders_fit(fe_page, samples)
+
+
+def test_every_placeholder_of_a_chat_fits_its_field(chat: Page) -> None:
+    placeholders_fit(chat, None)
+
+
+def placeholders_fit(page: Page, samples: bool | None) -> None:
+    mount(
+        page,
+        alternatives=None,
+        next_run_samples=samples,
+        settings_defaults={"temperature": 0.7, "top_p": 0.95, "top_k": 50, "max_new_tokens": 256},
+    )
+    root = view(page)
+    open_settings(root)
+    # A panel narrower than a column has one column, at the grid's smallest column width.
+    root.locator(".nbstream-settings-grid").evaluate("(g) => { g.style.width = '1px'; }")
+    expect(field(root, "Alternatives (k)")).to_be_visible()
+    assert root.evaluate(CUT_PLACEHOLDERS) == []
