@@ -526,17 +526,14 @@ def load_model(
         >>> model is nbstream.load_model()[0]
         True
     """
-    # Before the first load makes torch start its threads: one per CPU this process may
-    # use (a pod's quota), not one per core of its host.
-    fit_torch_threads()
+    fit_torch_threads()  # before torch starts a thread per host core, on a pod's quota too
     if name_or_path is None:
         name_or_path = default_model_dir()
     # transformers and peft take "~" literally (as a hub id); no hub id starts with one.
     name_or_path = os.path.expanduser(os.fspath(name_or_path))
     if adapter is not None:
         adapter = os.path.expanduser(os.fspath(adapter))
-    # A folder is what transformers takes for a local one; anything else is a hub id (or a
-    # missing folder: transformers says so).
+    # A folder is local to transformers; anything else a hub id (or a missing folder).
     source = str(Path(name_or_path).resolve()) if os.path.isdir(name_or_path) else name_or_path
     key = _cache_key(source, device_map, dtype, adapter, trust_remote_code, kwargs)
     with _lock:
