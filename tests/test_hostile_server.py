@@ -1,6 +1,6 @@
 """A hostile server: answers an OpenAI-compatible server should not send, or sends slowly.
 
-nbstream.Endpoint (nbstream/backends/remote.py) against the fake server of fake_server.py,
+nbstream.Endpoint (nbstream/backends/remote/) against the fake server of fake_server.py,
 with scenarios of this file's own: events the SSE spec says carry nothing, a redirect, a gzip
 bomb on an error body and on the stream, a line of many megabytes, a body that drips, and a
 name lookup that hangs. Each run ends, in bounded memory (measured with tracemalloc), with

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nbstream"
 #: Private names of other libraries read on purpose, each where and why. Nothing else may be.
 FOREIGN_PRIVATE = {
     # namedtuple's documented API (its leading underscore only avoids field names).
-    ("backends/remote/endpoint.py", "parts._replace"): "urllib.parse.SplitResult._replace",
+    ("backends/remote/transport.py", "parts._replace"): "urllib.parse.SplitResult._replace",
     # The logits processors of a sampled step exactly as generate() builds them: transformers
     # has no public call for this list. tests/test_warpers.py fails when a transformers
     # changes what these build, before a user sees a run differ from generate().

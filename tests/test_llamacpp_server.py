@@ -222,7 +222,7 @@ def test_alternatives_fill_the_trace_with_the_servers_own_numbers(llama, no_left
 def test_a_branch_continues_the_answer_so_far_through_the_completions_api(llama, no_leftover_runs):
     from transformers import AutoTokenizer
 
-    from nbstream.backends.remote import endpoint as remote_endpoint
+    from nbstream.backends.remote import transport
     from nbstream.models import default_model_dir
 
     run = nbstream.stream(
@@ -234,10 +234,10 @@ def test_a_branch_continues_the_answer_so_far_through_the_completions_api(llama,
     prefix = "".join(record.text for record in run.trace[:step]) + other.text
     # Its chat API would start a new answer: without the tokenizer to render the
     # conversation for /v1/completions, branch is refused before any request.
-    mine = remote_endpoint._traffic.begin(llama.base_url)
+    mine = transport.traffic.begin(llama.base_url)
     with pytest.raises(ValueError, match="needs the model's tokenizer"):
         run.branch(step, other)
-    assert remote_endpoint._traffic.since(llama.base_url, mine) == 0
+    assert transport.traffic.since(llama.base_url, mine) == 0
     # With it, the same answer (greedy) branches there.
     endpoint = llama.endpoint(tokenizer=AutoTokenizer.from_pretrained(default_model_dir()))
     run = nbstream.stream(endpoint, None, COLORS, max_new_tokens=24, temperature=0, alternatives=3)

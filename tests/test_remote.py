@@ -1,4 +1,4 @@
-"""nbstream.Endpoint: streaming from an OpenAI-compatible server (nbstream/backends/remote.py).
+"""nbstream.Endpoint: streaming from an OpenAI-compatible server (nbstream/backends/remote/).
 
 Against a real ``transformers serve`` of the embedded default model (started once for the
 module, through nbstream.testing.servers, whose probe logs each generation's end on the server's

@@ -1,4 +1,4 @@
-"""run.trace and run.branch on a server: nbstream/backends/remote.py and servers.py.
+"""run.trace and run.branch on a server: nbstream/backends/remote/ and servers.py.
 
 Against the loopback server of branching_server.py (the ``loopback`` fixture), which streams
 logprobs as vLLM documents them and continues an answer when asked to, and records every

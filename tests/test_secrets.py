@@ -7,8 +7,8 @@ its context. The places: the run's error (str and repr), its record, the traceba
 run's and the endpoint's repr, the widget's synced state and traceback, the output saved
 in a notebook, and every log line at DEBUG.
 
-The rule checked (the scrub's own, nbstream/backends/remote.py): no run of 6 or more of the
-key's characters, in any of its written forms, anywhere. The figure for the README:
+The rule checked (the scrub's own, nbstream/backends/remote/secret.py): no run of 6 or more
+of the key's characters, in any of its written forms, anywhere. The figure for the README:
 ``pytest -q -s tests/test_secrets.py -k every_place`` prints the forms × places table.
 """
 
@@ -70,7 +70,7 @@ def leaks(text: str, key: str) -> list[str]:
 
 
 def scrub(key: str, text: str) -> str:
-    return nbstream.Endpoint("http://127.0.0.1:9/v1", "m", api_key=key)._scrub(text)
+    return nbstream.Endpoint("http://127.0.0.1:9/v1", "m", api_key=key).credentials.scrub(text)
 
 
 # Keys as a header can carry them: printable ASCII, any of it.
