@@ -9,7 +9,7 @@ whether the same request gives the same text twice. :data:`FAMILIES` holds one
 request schema or docs, or what was run against it); :func:`detect` reads which family a
 server is from its ``GET /models`` answer.
 
-Used by :class:`nbstream.Endpoint` (``nbstream/backends/remote.py``).
+Used by :class:`nbstream.Endpoint` (``nbstream/backends/remote/``).
 """
 
 from __future__ import annotations
