@@ -210,7 +210,40 @@ def on_page_content(html: str, page: Page, config: Any, files: Files) -> str:
             return match.group(0)
         return f'href="{target.url_relative_to(page.file)}{anchor}"'
 
+    page.toc = _lesson_toc(page, html)
     return _HREF.sub(site_link, html)
+
+
+def _lesson_toc(page: Page, html: str) -> Any:
+    """A lesson page's contents, its headings whole.
+
+    mkdocs-jupyter reads the headings with every inline code span removed (so that a
+    ``# comment`` in code is no heading): "Before a class: `nbstream.doctor()`" became
+    "Before a class:", linked to an id the page does not have. Here the markdown cells are
+    read as Markdown (fenced code is code), each id made as nbconvert makes the heading's.
+    """
+    import markdown
+    from mkdocs.structure.toc import get_toc
+    from mkdocs_jupyter.utils import slugify
+
+    cells = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))["cells"]
+    text = "\n\n".join(
+        "".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown"
+    )
+    md = markdown.Markdown(
+        extensions=["fenced_code", "toc"],
+        extension_configs={"toc": {"slugify": lambda value, _separator: slugify(value)}},
+    )
+    md.convert(text)
+    tokens = md.toc_tokens  # type: ignore[attr-defined]
+    ids = set(re.findall(r'<h[1-6] id="([^"]+)"', html))
+    stack = list(tokens)
+    while stack:
+        token = stack.pop()
+        stack.extend(token["children"])
+        if token["id"] not in ids:
+            log.warning("%s: the contents link #%s, no heading of the page", page.url, token["id"])
+    return get_toc(tokens)
 
 
 # -- the lesson pages' weight ------------------------------------------------------------

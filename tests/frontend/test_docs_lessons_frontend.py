@@ -9,8 +9,10 @@ see is read from the notebook's own saved widget state, not from the page.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -106,6 +108,77 @@ def test_the_site_publishes_no_build_code(site: Path) -> None:
     # The hooks and the griffe extension build the site; they are none of its files.
     published = sorted(p.name for p in site.rglob("*.py"))
     assert published == [], published
+
+
+_CONTENTS_LINK = re.compile(
+    r'<a href="#([^"]+)" class="md-nav__link">\s*<span class="md-ellipsis">\s*(.*?)\s*</span>', re.S
+)
+
+
+def test_the_contents_of_a_lesson_show_each_heading_whole(site: Path) -> None:
+    """A heading with inline code is listed with its code, linked to the heading's id."""
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        text = (site / "lessons" / notebook.stem / "index.html").read_text(encoding="utf-8")
+        links = _CONTENTS_LINK.findall(text)
+        assert links, f"{notebook.name}: no contents"
+        ids = set(re.findall(r'<h[1-6] id="([^"]+)"', text))
+        broken = [(anchor, title) for anchor, title in links if anchor not in ids]
+        assert broken == [], f"{notebook.name}: contents linking no heading"
+    quickstart = (site / "lessons" / "quickstart" / "index.html").read_text(encoding="utf-8")
+    titles = {html.unescape(title) for _anchor, title in _CONTENTS_LINK.findall(quickstart)}
+    assert "Before a class: nbstream.doctor()" in titles
+    assert "From a cell: the %%nbstream magic" in titles
+
+
+# The code blocks of the page whose shown code lies under their copy button (clipped to what
+# each block's code shows), and how many blocks have a button: [[index, first line], count].
+_UNDER_THE_BUTTON = """() => {
+  const hits = [];
+  let buttons = 0;
+  document.querySelectorAll('pre').forEach((pre, i) => {
+    const button = pre.querySelector('.md-code__button, .md-clipboard');
+    const code = pre.querySelector(':scope > code');
+    if (!button || !code) return;
+    buttons += 1;
+    const b = button.getBoundingClientRect();
+    const c = code.getBoundingClientRect();
+    const left = c.left + code.clientLeft, right = left + code.clientWidth;
+    const top = c.top + code.clientTop, bottom = top + code.clientHeight;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!node.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const under = [...range.getClientRects()].some((r) => {
+        const l = Math.max(r.left, left, b.left), rt = Math.min(r.right, right, b.right);
+        const t = Math.max(r.top, top, b.top), bt = Math.min(r.bottom, bottom, b.bottom);
+        return rt > l && bt > t;
+      });
+      if (under) {
+        hits.push([i, code.textContent.split('\\n')[0]]);
+        return;
+      }
+    }
+  });
+  return [hits, buttons];
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_no_code_runs_under_a_copy_button(fe_browser: Browser, site_url: str, width: int) -> None:
+    # install.md's first block has a first line longer than the page is wide.
+    context = fe_browser.new_context(viewport={"width": width, "height": 900})
+    page: Page = context.new_page()
+    page.route(lambda url: not url.startswith(site_url), lambda route: route.abort())
+    try:
+        for path in ("install/", "guide/stream/"):
+            page.goto(f"{site_url}/{path}")
+            page.wait_for_selector(".md-code__button, .md-clipboard", state="attached")
+            hits, buttons = page.evaluate(_UNDER_THE_BUTTON)
+            assert buttons > 1, path
+            assert hits == [], f"{path}: code under the copy button"
+    finally:
+        context.close()
 
 
 def test_the_recorded_lesson_shows_its_run_and_replays_it(
