@@ -1,11 +1,12 @@
 """The quickstart notebook, run cell by cell in a real JupyterLab in Chromium.
 
-tests/test_notebooks.py executes it headlessly (nbclient); this runs it the way a reader does,
-so the widget views it displays are rendered by the front end: each view must end in the
-state its kernel object is in. The packaging test (tests/test_packaging.py) runs this file
-again with nbstream installed from the wheel into a fresh virtual environment, and sets
-NBSTREAM_EXPECT_INSTALLED to that environment's prefix: the kernel must import nbstream
-from there, not from this source tree.
+tests/test_binder.py executes it headlessly; this runs it the way a reader does, so the
+widget views it displays are rendered by the front end: each view must end in the state its
+kernel object is in. It is not named test_*.py: pytest collects it only when named, and
+tests/test_packaging.py names it, with nbstream installed from the wheel into a fresh
+virtual environment and NBSTREAM_EXPECT_INSTALLED set to that environment's prefix (the
+kernel must import nbstream from there, not from this source tree). Run from the source
+tree (`pytest tests/browser/quickstart_in_jupyterlab.py`), the kernel must import it from here.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from jupyter_harness import REPO_ROOT as REPO
 from jupyter_harness import decode_ws_frame
 
 pytestmark = pytest.mark.browser
@@ -33,6 +35,9 @@ def test_run_cells_read_output_and_kernel_eval(lab):
 
     assert nb.kernel_eval("x") == "2"
     assert nb.kernel_eval("sys.executable") == repr(sys.executable)
+    # the kernel finds nbstream in this source tree (not in site-packages)
+    origin = nb.kernel_eval("__import__('importlib.util').util.find_spec('nbstream').origin")
+    assert Path(origin.strip("'\"")).resolve().is_relative_to(REPO), origin
     assert nb.kernel_eval("os.environ.get('HF_HUB_OFFLINE')") == "'1'"
     assert nb.kernel_eval("os.environ.get('TRANSFORMERS_OFFLINE')") == "'1'"
     # silent: the execution count does not move and no cell is added
