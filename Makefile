@@ -14,7 +14,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Prints how long each part of a target took.
 timed = start=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 
-.PHONY: demo test check install install-test chromium llama-cpp js js-watch js-check js-fresh js-lint js-test \
+.PHONY: demo test check install install-test chromium llama-cpp llama-cpp-start llama-cpp-wait js js-watch js-check js-fresh js-lint js-test \
 	labextension \
 	lint mypy races test-only bench reliability prepare clean docs docs-build \
 	notebooks
@@ -50,6 +50,20 @@ $(VENV)/.llama-cpp-$(LLAMA_CPP_VERSION): $(VENV)/.installed
 	touch $@
 
 llama-cpp: $(VENV)/.llama-cpp-$(LLAMA_CPP_VERSION)
+
+# `make test` starts that build in the background, at the lowest priority, as soon as the
+# venv exists: on a fresh machine (no wheel in pip's cache) its minutes of compiling take the
+# CPU the rest of the suite leaves idle, and only the llama-cpp server tests, run after every
+# other test, wait for it. With the wheel cached the build is a second.
+LLAMA_CPP_BUILD := $(VENV)/llama-cpp-build
+llama-cpp-start: install
+	@rm -f $(LLAMA_CPP_BUILD).rc
+	@(nice -n 19 $(MAKE) --no-print-directory llama-cpp >$(LLAMA_CPP_BUILD).log 2>&1; \
+	  echo $$? >$(LLAMA_CPP_BUILD).rc) </dev/null >/dev/null 2>&1 &
+
+llama-cpp-wait:
+	@until [ -f $(LLAMA_CPP_BUILD).rc ]; do sleep 2; done; \
+	  cat $(LLAMA_CPP_BUILD).log; exit $$(cat $(LLAMA_CPP_BUILD).rc)
 
 prepare: install
 	@$(call timed,convert the default model,$(PY) -m nbstream prepare)
@@ -146,15 +160,23 @@ TEST_WORKERS ?= 2
 test-only: install llama-cpp
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
 
-test: install chromium llama-cpp
+# llama-cpp-python builds in the background (llama-cpp-start) while the rest runs; its
+# server's tests run last, once it is built. `pytest --durations` lists the slowest tests.
+test: install chromium
+	@$(MAKE) --no-print-directory llama-cpp-start
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare)
 	@$(call timed,front-end build check,$(MAKE) --no-print-directory js-check)
 	@$(call timed,front-end type check and lint,$(MAKE) --no-print-directory js-lint)
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,docs strict build,$(MAKE) --no-print-directory docs-build)
-	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) $(PYTEST_ARGS))
+	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) \
+	  -m "not llamacpp" $(PYTEST_ARGS))
 	@$(call timed,race tier,$(MAKE) --no-print-directory races)
+	@$(call timed,wait for the llama-cpp-python build,$(MAKE) --no-print-directory llama-cpp-wait)
+	@# exit status 5: PYTEST_ARGS named no test of that server
+	@$(call timed,llama-cpp-python server tests,$(PY) -m pytest -q -p no:cacheprovider \
+	  --durations=5 -m llamacpp $(PYTEST_ARGS) || [ $$? -eq 5 ])
 
 # The documentation site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8000
 # and rebuilds on every save; `make docs-build` builds it strictly into build/site: a broken
@@ -176,12 +198,14 @@ races: install
 	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  -m "not browser and not frontend and not model and not slow" $(RACE_TESTS)
 
-# The tiers of tests/conftest.py: the fast one has no browser, no default model, and nothing
-# that builds environments. Run another with e.g. `make test-only PYTEST_ARGS='-m frontend'`.
-FAST_TESTS := not browser and not frontend and not model and not slow
+# The tiers of tests/conftest.py: the fast one has no browser, no default model, nothing that
+# builds environments or runs a whole script, and no llama-cpp-python server. Run another with
+# e.g. `make test-only PYTEST_ARGS='-m frontend'`.
+FAST_TESTS := not browser and not frontend and not model and not slow and not llamacpp
 
-# The fast loop: a few minutes (CONTRIBUTING.md). `make test` stays the whole suite (CI).
-check: install llama-cpp $(JS_DEPS)
+# The fast loop: under three minutes once installed (CONTRIBUTING.md says what it leaves to
+# `make test`, the whole suite that CI runs). It needs no llama-cpp-python build.
+check: install $(JS_DEPS)
 	@$(call timed,prepare the default model,$(PY) -m nbstream prepare >/dev/null)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,mypy,$(MAKE) --no-print-directory mypy)

@@ -233,10 +233,20 @@ def greedy() -> Any:
 TESTS = Path(__file__).resolve().parent
 # Whole modules that build and install environments (wheel, sdist, fresh venvs, Binder), run
 # mypy over the package (`make check` runs mypy itself), or start a fresh interpreter per test
-# (test_scripts: torch's import each time): a minute or more each.
-SLOW_MODULES = {"test_binder.py", "test_packaging.py", "test_scripts.py"}
+# (test_scripts: torch's import each time; test_benchmarks: each benchmark script end to end,
+# 25 to 50 s each): a minute or more each.
+SLOW_MODULES = {"test_binder.py", "test_packaging.py", "test_scripts.py", "test_benchmarks.py"}
 # Fixtures that load or convert the embedded default model (tens of seconds on a CPU).
 MODEL_FIXTURES = {"real_model", "fresh_conversion"}
+# Modules that start llama-cpp-python's server (`make llama-cpp` builds it: minutes on a
+# fresh machine), so that `make check` needs no such build.
+LLAMACPP_MODULES = {"test_llamacpp_server.py"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "llamacpp: starts llama-cpp-python's server (test_llamacpp_server.py)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -252,11 +262,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.model)
         if path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        if path.name in LLAMACPP_MODULES:
+            item.add_marker(pytest.mark.llamacpp)
 
 
-#: Modules outside tests/browser that start a JupyterLab and a Chromium of their own (the page
+#: Tests outside tests/browser that start a JupyterLab and a Chromium of their own (the page
 #: benchmark; the installed wheel's browser check): they run on the browser tier's worker.
-JUPYTERLAB_MODULES = {"tests/test_benchmarks.py", "tests/test_packaging.py"}
+JUPYTERLAB_TESTS = {
+    "tests/test_benchmarks.py::test_widget_benchmark_quick",
+    "tests/test_packaging.py::test_installed_wheel_works_in_a_fresh_environment",
+}
+#: Modules scheduled test by test rather than whole: each test is a minute or so of its own
+#: (a lesson executed top to bottom) and shares no module-scoped fixture with the others.
+PER_TEST_MODULES = {"tests/test_notebooks.py"}
+#: About what a scope costs, in seconds on the 2-core machine with the other worker busy
+#: (`--durations=0`): the scheduler hands out the dearest first, so the cheap modules fill in
+#: at the end and both workers end near together. A scope not named here goes after these,
+#: by its number of tests (xdist's own order).
+SCOPE_SECONDS = {
+    "tests/browser": 1600,
+    "tests/test_binder.py": 300,
+    "tests/test_benchmarks.py": 250,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[teaching-sampling.ipynb]": 180,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom": 60,
+    "tests/test_packaging.py": 150,
+    "tests/test_docs.py": 150,
+    "tests/frontend/test_widget_frontend.py": 140,
+    "tests/test_cli.py": 95,
+    "tests/test_scripts.py": 80,
+    "tests/test_compare.py": 80,
+    "tests/test_branching.py": 60,
+}
+
+
+def _scope(nodeid: str) -> str:
+    """The unit one worker runs whole: tests/browser (and JUPYTERLAB_TESTS), a test of
+    PER_TEST_MODULES, or else the test's module."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/browser/") or nodeid.split("[", 1)[0] in JUPYTERLAB_TESTS:
+        return "tests/browser"
+    if path in PER_TEST_MODULES:
+        return nodeid
+    return path
+
+
+def _cost(scope: str) -> float:
+    return SCOPE_SECONDS.get(scope, SCOPE_SECONDS.get(scope.split("[", 1)[0], 0.0))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -267,15 +318,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     with their kernels and Chromiums at once would starve each other on a 2-core machine,
     while the other worker runs what needs no JupyterLab beside them. (xdist's own
     ``--dist loadgroup`` marks cannot do this under pytest 9: it renames node ids.)
+    Scopes are handed out dearest first (SCOPE_SECONDS): the browser tier starts at once on
+    one worker, the other takes the slow modules, and whichever is free takes the next.
     """
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path.startswith("tests/browser/") or path in JUPYTERLAB_MODULES:
-                return "tests/browser"
-            return path
+            return _scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # The workqueue is in xdist's order (most tests first); the dearest goes first.
+            dearest = max(self.workqueue, key=_cost)
+            self.workqueue.move_to_end(dearest, last=False)
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
 
