@@ -63,8 +63,13 @@ def api_page() -> str:
         lines += [f"::: nbstream.{name}", "    options:", "      heading_level: 3", ""]
     lines += ["## Modules", ""]
     for module in PUBLIC_MODULES:
-        lines += [f"::: {module}", "    options:", "      heading_level: 3",
-                  "      show_root_full_path: true", ""]
+        lines += [
+            f"::: {module}",
+            "    options:",
+            "      heading_level: 3",
+            "      show_root_full_path: true",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -126,45 +131,51 @@ def _help(*args: str) -> str:
     env = {**os.environ, "COLUMNS": "88", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "nbstream", *args, "--help"],
-        capture_output=True, text=True, env=env, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
     )
     return proc.stdout.rstrip()
 
 
 def cli_page() -> str:
-    return "\n".join([
-        "# Command line reference",
-        "",
-        "Generated at build time from `--help`. `nbstream` is also `python -m nbstream`.",
-        "",
-        "## `nbstream \"prompt\"`",
-        "",
-        "Streams one answer to the terminal; exits 0 when it completed, 1 when it failed,",
-        "2 when a setting or the prompt is refused, 130 when cancelled (Ctrl-C).",
-        "",
-        "```text",
-        _help(),
-        "```",
-        "",
-        "## `nbstream chat`",
-        "",
-        "A conversation in the terminal ([guide](../guide/terminal.md)).",
-        "",
-        "```text",
-        _help("chat"),
-        "```",
-        "",
-        "## `nbstream prepare`",
-        "",
-        "Converts the embedded default model ahead of time (Binder builds, CI) and prints its",
-        "folder. Takes no options.",
-        "",
-        "## `nbstream doctor`",
-        "",
-        "Prints [`nbstream.doctor()`](../guide/doctor.md)'s report; exits 1 when it found a",
-        "problem. Takes no options.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Command line reference",
+            "",
+            "Generated at build time from `--help`. `nbstream` is also `python -m nbstream`.",
+            "",
+            '## `nbstream "prompt"`',
+            "",
+            "Streams one answer to the terminal; exits 0 when it completed, 1 when it failed,",
+            "2 when a setting or the prompt is refused, 130 when cancelled (Ctrl-C).",
+            "",
+            "```text",
+            _help(),
+            "```",
+            "",
+            "## `nbstream chat`",
+            "",
+            "A conversation in the terminal ([guide](../guide/terminal.md)).",
+            "",
+            "```text",
+            _help("chat"),
+            "```",
+            "",
+            "## `nbstream prepare`",
+            "",
+            "Converts the embedded default model ahead of time (Binder builds, CI) and prints its",
+            "folder. Takes no options.",
+            "",
+            "## `nbstream doctor`",
+            "",
+            "Prints [`nbstream.doctor()`](../guide/doctor.md)'s report; exits 1 when it found a",
+            "problem. Takes no options.",
+            "",
+        ]
+    )
 
 
 # Before mkdocs-jupyter's on_files (priority 0), which makes a page of each notebook it is given.
@@ -227,9 +238,7 @@ def _lesson_toc(page: Page, html: str) -> Any:
     from mkdocs_jupyter.utils import slugify
 
     cells = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))["cells"]
-    text = "\n\n".join(
-        "".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown"
-    )
+    text = "\n\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
     md = markdown.Markdown(
         extensions=["fenced_code", "toc"],
         extension_configs={"toc": {"slugify": lambda value, _separator: slugify(value)}},

@@ -50,9 +50,7 @@ def _saved_outputs(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]
     w.generate("Name two colors.")
     assert w.wait() == ANSWER
     w._feed.thread.join(5)  # the snapshot, set after the end, is in the state
-    cells = [
-        {"output_type": "display_data", "data": outputs[key], "metadata": {}} for key in order
-    ]
+    cells = [{"output_type": "display_data", "data": outputs[key], "metadata": {}} for key in order]
     return cells, w
 
 
