@@ -253,7 +253,7 @@ def _device() -> Finding:
             "load_model(name, device_map='auto') uses it",
         )
     budget = usable_cpus()
-    where = f"{budget.describe()}, torch uses {threads} threads"
+    where = f"{budget.describe()}, torch uses {threads} thread{'' if threads == 1 else 's'}"
     if threads > budget.usable:
         return Finding(
             "device",
