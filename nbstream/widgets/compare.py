@@ -731,7 +731,12 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     def _shown(self) -> Bundle | None:
         data = self._bundle()
-        return None if data is None else (None, data, {})
+        if data is None:
+            return None
+        # A host's metadata for a view (Colab: which custom widget manager draws it) comes
+        # with an anywidget's own bundle; the compare is a VBox, so it takes its header's.
+        header = self._header._repr_mimebundle_()
+        return None, data, header[1] if isinstance(header, tuple) else {}
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (children included); this one stays cheap,
