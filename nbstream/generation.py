@@ -1,9 +1,14 @@
-"""One run: its worker thread, its states, stop, budget, metrics, and reading its text.
+"""One run: the handle a caller holds, made of the parts that do its work.
 
-A run is ``queued`` while another run holds the same model (FIFO, never interleaved),
-``running`` once it has the model, then exactly one of ``complete``, ``failed`` or
-``cancelled``. The end state is decided by the worker from what actually happened: the end
-of the token stream is never taken as success on its own.
+:class:`Generation` is the run: its states, Stop, budget and metrics, and reading its text
+(iteration, ``wait``). It composes small parts, each in its own module:
+:mod:`~nbstream.run_lifecycle` (the worker thread and the one end state),
+:mod:`~nbstream.run_text` (decoding on the reader side), :mod:`~nbstream.run_steps` (the
+trace, a step's logits and distribution, the lens, attribution),
+:mod:`~nbstream.run_branches` (branching) and :mod:`~nbstream.run_record` (the record and
+the recording). A run is ``queued`` while another run holds the same model (FIFO, never
+interleaved), ``running`` once it has the model, then exactly one of ``complete``,
+``failed`` or ``cancelled``.
 """
 
 from __future__ import annotations
@@ -13,30 +18,43 @@ import atexit
 import concurrent.futures.thread  # noqa: F401 (its exit hook first: see below)
 import contextlib
 import copy
-import json
 import logging
 import os
 import pathlib
-import sys
 import threading
 import time
-import traceback
 import weakref
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any, Final, cast
+from typing import Any
 
 from . import recording
 from ._errors import input_checked
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
-from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend, ReplayJob, check_speed
+from .backends.replay import ReplayBackend, check_speed
 from .distribution import Distribution
-from .lens import Attribution, Lens, attribution_at, lens_at
-from .protocol import FinishReason, Metrics, RunRecord, Status
-from .record import build_record, replay_arguments, warn_if_different
-from .settings import DEFAULT_THINKING_TAGS, validate_settings
-from .streaming import StopFilter, ThinkingSplitter, TokenBuffer
+from .lens import Attribution, Lens
+from .model_queue import ModelQueue
+from .protocol import Metrics, RunRecord, Status
+from .record import replay_arguments, warn_if_different
+from .run_branches import BranchOrigin, branch_job, rerun_branch_job
+from .run_lifecycle import (
+    CANCELLED,
+    COMPLETE,
+    FAILED,
+    METRIC_KEYS,
+    QUEUED,
+    RUN_THREAD_PREFIX,
+    RUNNING,
+    TERMINAL,
+    InvalidJSON,
+    RunLifecycle,
+)
+from .run_record import run_record, run_recording
+from .run_steps import RunSteps
+from .run_text import RunText
+from .settings import validate_settings
+from .streaming import TokenBuffer
 from .trace import RemoteTrace, TokenTrace
 
 __all__ = [
@@ -61,36 +79,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-QUEUED: Final = "queued"
-RUNNING: Final = "running"
-COMPLETE: Final = "complete"
-FAILED: Final = "failed"
-CANCELLED: Final = "cancelled"
-TERMINAL: frozenset[Status] = frozenset({COMPLETE, FAILED, CANCELLED})
-METRIC_KEYS = (
-    "queued_s",
-    "ttft_s",
-    "first_chunk_s",
-    "tokens",
-    # A branch's forced start (0 for any other run): tokens it was given, not generated;
-    # ttft_s and tokens_per_s count only the tokens generated after them.
-    "forced_tokens",
-    "tokens_per_s",
-    "elapsed_s",
-    "finish_reason",
-    # A reasoning model's thinking (None for a run that did not think): how many tokens it
-    # took, and when the answer's first text appeared.
-    "thinking_tokens",
-    "first_answer_s",
-)
 # A reader woken more often than this only sees one more token each time; waiting a little
 # lets a fast model's tokens pile up so they are decoded and handed on together (50 wakes
 # a second at most: on a small CPU each wake takes the GIL from the generating thread).
 _MIN_WAKE_INTERVAL_S = 0.02
 # After a KeyboardInterrupt in wait(), how long to wait for the worker to acknowledge Stop.
 _INTERRUPT_GRACE_S = 10.0
-#: Every thread nbstream starts for a run (its worker, its budget's timer) is named so.
-RUN_THREAD_PREFIX = "nbstream-run-"
 #: The reason a run gives when a KeyboardInterrupt (Ctrl-C, the kernel's interrupt button)
 #: reached the code following it.
 INTERRUPTED = "interrupted (Ctrl-C, or the kernel's interrupt button)"
@@ -152,148 +146,9 @@ class GenerationFailed(GenerationError):
     """
 
 
-class InvalidJSON(ValueError):
-    """The final text of a run with ``expect="json"`` does not parse as JSON.
-
-    ``lineno``, ``colno`` and ``pos`` say where (as :class:`json.JSONDecodeError`, which
-    is the ``__cause__``); the text itself stays the run's ``partial_text``.
-    """
-
-    def __init__(self, message: str, error: json.JSONDecodeError) -> None:
-        super().__init__(message)
-        self.lineno = error.lineno
-        self.colno = error.colno
-        self.pos = error.pos
-
-
-def _drop_locals(error: BaseException) -> None:
-    """Let ``error`` (and its causes and contexts) keep where it was raised, not what was there.
-
-    A traceback holds its frames, and the frames their locals and functions (a closure's
-    cells too, which clearing a frame does not reach): for an error raised inside
-    ``generate()`` that is the KV cache, the logits and the inputs, kept for as long as the
-    run, a widget, a chat turn or a caught ``GenerationFailed`` keeps the error (on a GPU,
-    the memory the next try needs after running out of it). So each traceback becomes text,
-    kept as a note (which ``traceback.format_exception`` and IPython show with the message),
-    and the frames are let go.
-    """
-    pending: list[BaseException | None] = [error]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        pending += [current.__cause__, current.__context__]
-        frames = current.__traceback__
-        if frames is None:
-            continue
-        if sys.version_info < (3, 11):
-            # No notes to keep the text in (format_exception shows them from 3.11): the
-            # frames stay, without their locals.
-            traceback.clear_frames(frames)
-            continue
-        where = "".join(traceback.format_tb(frames)).rstrip("\n")
-        current.add_note(
-            "Traceback (most recent call last), kept as text (its frames held the model's "
-            f"tensors):\n{where}"
-        )
-        current.__traceback__ = None
-
-
-def _parse_json(text: str, finish_reason: str | None, settings: dict[str, Any]) -> Any:
-    """The value of ``text``; raises :class:`InvalidJSON` saying where and what to do."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        near = text[max(0, exc.pos - 20) : exc.pos + 20]
-        where = f"line {exc.lineno}, column {exc.colno} (character {exc.pos})"
-        message = f"the answer is not valid JSON (expect='json'): {exc.msg} at {where}"
-        if near:
-            message += f", near {near!r}"
-        if not text.strip():
-            hint = "the answer is empty"
-        elif finish_reason == "length":
-            hint = (
-                f"the answer was cut off at max_new_tokens={settings.get('max_new_tokens')}; "
-                "raise max_new_tokens"
-            )
-        elif text.lstrip().startswith("```"):
-            hint = "the answer is wrapped in a Markdown code fence; ask for bare JSON"
-        else:
-            hint = "ask the model for JSON only (an example in the prompt helps)"
-        raise InvalidJSON(
-            f"{message}. Hint: {hint}; the text is kept as partial_text", exc
-        ) from exc
-
-
-class _Ticket:
-    """A place in a model's queue for work that is not a run.
-
-    Such work is, for example, a forward pass that explains a step: it waits its turn as a run does,
-    so it never runs beside one.
-    """
-
-    def __init__(self) -> None:
-        self._turn = threading.Event()
-
-
-class _ModelQueue:
-    """FIFO access to one model: one run at a time, in the order they were started."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holder: Generation | _Ticket | None = None
-        self._waiting: deque[Generation | _Ticket] = deque()
-
-    @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
-        """Hold the model for the block: after the runs queued before, before later ones."""
-        ticket = _Ticket()
-        if not self.try_acquire(ticket):
-            try:
-                ticket._turn.wait()
-            except BaseException:
-                if not self.withdraw(ticket):  # the model came meanwhile: pass it on
-                    self.release(ticket)
-                raise
-        try:
-            yield
-        finally:
-            self.release(ticket)
-
-    def try_acquire(self, run: Generation | _Ticket) -> bool:
-        with self._lock:
-            if self._holder is None and not self._waiting:
-                self._holder = run
-                return True
-            self._waiting.append(run)
-            return False
-
-    def withdraw(self, run: Generation | _Ticket) -> bool:
-        """Take a queued run out of the line; False if it already got the model."""
-        with self._lock:
-            try:
-                self._waiting.remove(run)
-            except ValueError:
-                return False
-            return True
-
-    def release(self, run: Generation | _Ticket) -> None:
-        with self._lock:
-            if self._holder is not run:
-                return
-            self._holder = self._waiting.popleft() if self._waiting else None
-            if self._holder is not None:
-                self._holder._turn.set()
-
-    def snapshot(self) -> tuple[Generation | _Ticket | None, list[Generation | _Ticket]]:
-        with self._lock:
-            return self._holder, list(self._waiting)
-
-
-_queues: weakref.WeakKeyDictionary[Any, _ModelQueue] = weakref.WeakKeyDictionary()
-_strong_queues: dict[Any, _ModelQueue] = {}
+# Each model's queue (see nbstream.model_queue), by the backend's queue_key().
+_queues: weakref.WeakKeyDictionary[Any, ModelQueue] = weakref.WeakKeyDictionary()
+_strong_queues: dict[Any, ModelQueue] = {}
 _queues_lock = threading.Lock()
 # Runs are added by whichever thread starts them and dropped by the garbage collector: a
 # WeakSet iterated while another thread adds to it raises, so every use holds the lock.
@@ -301,16 +156,16 @@ _live: weakref.WeakSet[Generation] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
-def _queue_for(key: Any) -> _ModelQueue:
+def _queue_for(key: Any) -> ModelQueue:
     with _queues_lock:
         try:
             table: Any = _queues
-            queue: _ModelQueue | None = table.get(key)
+            queue: ModelQueue | None = table.get(key)
         except TypeError:  # not weak-referenceable: keep it for the process
             table = _strong_queues
             queue = table.get(key)
         if queue is None:
-            queue = table[key] = _ModelQueue()
+            queue = table[key] = ModelQueue()
         return queue
 
 
@@ -366,6 +221,7 @@ class Generation:
         backend: What produces the tokens (:mod:`nbstream.backends`).
         job: The prepared, checked run (``backend.prepare``).
         settings: The validated settings.
+        branch_of: Where a branch left its parent (:meth:`branch` and :func:`rerun` say).
 
     Example:
         >>> import nbstream
@@ -377,7 +233,14 @@ class Generation:
         ('complete', True)
     """
 
-    def __init__(self, backend: Backend, job: Job, settings: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        job: Job,
+        settings: dict[str, Any],
+        *,
+        branch_of: BranchOrigin | None = None,
+    ) -> None:
         self._backend = backend
         self._job = job
         #: The settings this run was asked for (after validation).
@@ -388,269 +251,21 @@ class Generation:
         self.prompt_text = job.prompt_text
         #: How many tokens ``prompt_text`` is.
         self.prompt_tokens = job.prompt_tokens
-        self._lock = threading.Lock()
-        self._status: Status = QUEUED
-        # The end state once decided, before it is published (see _publish_end): readers
-        # see only _status, written last, so an end they see is an end with all its parts.
-        self._end: Status | None = None
-        self._error: BaseException | None = None
-        self._finish_reason: FinishReason | None = None
         self._control = RunControl(settings.get("budget_s"))
         self._buffer = TokenBuffer()
-        self._decoder = job.decoder()
-        # A backend that captures the trace (alternatives > 0) gives its job one.
-        self._trace_capture = job.trace_capture
-        stops = self.settings.get("stop")
-        self._stops = StopFilter(stops) if stops else None
-        self._value: Any = None
-        self._record: RunRecord | None = None
-        self._created_at = time.time()
-        self._init_text(job)
-        self._created = time.perf_counter()
-        self._started: float | None = None
-        self._ended: float | None = None
-        self._turn = threading.Event()
-        self._done = threading.Event()
-        self._callbacks: list[Callable[[Generation], Any]] = []
-        # The worker is inside the job (generating); the budget's watchdog may end the run
-        # only then, and once it has, the worker no longer decides the end state.
-        self._generating = False
-        self._abandoned = False
-        # stop() was called (cancel_event is also set by a failing decoder and the watchdog).
-        self._stopped_by_user = False
-        # Why, when the caller said (stop(reason=...)): kept for the message and the record.
-        self._cancel_reason: str | None = None
-        self._watchdog: threading.Timer | None = None
-        # Set by branch(): the run this one branched from, and where (see branch_info).
-        self._parent: Generation | None = None
-        #: A rerun branch's parent, as its record has it (the run itself is not at hand).
-        self._parent_record: Any = None
-        self._branch: dict[str, Any] | None = None
-        self._start(backend.queue_key())
-
-    def _init_text(self, job: Job) -> None:
-        """The reader side's state: the decoded text, its thinking, and their times."""
-        self._decode_lock = threading.Lock()
-        self._decoded = 0
-        # The text is kept as its chunks; joined on demand (see _text): appending to one
-        # growing string would copy the whole answer on every chunk.
-        self._chunks: list[str] = []
-        # (text, how many chunks it joins): one attribute, so readers replace it atomically.
-        self._joined: tuple[str, int] = ("", 0)
-        self._finalized = False
-        self._decode_error: Exception | None = None
-        self._first_chunk_at: float | None = None
-        # A reasoning model's thinking, split from the answer on the reader side: its
-        # chunks, how many tokens it took, and when the answer's first text came.
-        self._thinker = _thinking_splitter(job, self.settings)
-        self._thinking_chunks: list[str] = []
-        self._thinking_tokens: int | None = None
-        self._first_answer_at: float | None = None
-        # What the decoder emitted, before splitting and stop strings (for its finish()).
-        self._raw: list[str] = []
-
-    def _start(self, queue_key: Any) -> None:
-        """Take this run's place in its model's queue and start the worker.
-
-        The run takes the model at once if it is free; a run that cannot start leaves no trace.
-        """
-        self._queue = _queue_for(queue_key)
-        if self._queue.try_acquire(self):
-            self._status = RUNNING
-            self._started = self._created
-            self._turn.set()
-        self._thread = threading.Thread(
-            target=self._work, name=f"{RUN_THREAD_PREFIX}{id(self):x}", daemon=True
+        # The parts (composed, each in its own module): the text on the reader side, the
+        # worker and its end state, the looks at the model's steps, where a branch began.
+        self._text = RunText(job, self.settings, self._buffer, self._control)
+        self._queue = _queue_for(backend.queue_key())
+        self._lifecycle = RunLifecycle(
+            job, self.settings, self._buffer, self._control, self._text, self._queue
         )
-        try:
-            self._thread.start()
-        except BaseException:
-            # No worker (the process is out of threads): leave no trace of this run, above
-            # all no place in the model's queue, which would stall every later run.
-            if not self._queue.withdraw(self):
-                self._queue.release(self)
-            raise
+        self._steps = RunSteps(backend, job, self._queue, self._text)
+        self._origin = branch_of
+        self._record: RunRecord | None = None
+        self._thread = self._lifecycle.start(self)
         with _live_lock:
             _live.add(self)
-
-    # -- the worker ------------------------------------------------------------------------
-    def _work(self) -> None:
-        holds_model = False
-        try:
-            self._turn.wait()
-            # Woken either with the model, or (stopped while queued) withdrawn from the line.
-            holds_model = self._holder_is_self()
-            if not self._begin():
-                return
-            self._control.start_clock()
-            self._arm_watchdog()
-            try:
-                # A backend ends a run by its model's end, its length or a stop string.
-                reason = cast(FinishReason, self._job.run(self._buffer, self._control))
-            finally:
-                with self._lock:
-                    self._generating = False
-                    abandoned = self._abandoned
-            if abandoned:
-                return  # the budget's watchdog already ended the run; only the model was busy
-            self._decide_end(reason)
-        except BaseException as exc:  # any failure of the worker is a failed run, kept
-            logger.debug("run failed", exc_info=True)
-            with self._lock:
-                if not self._abandoned:
-                    self._finish(FAILED, "error", exc)
-        finally:
-            if self._watchdog is not None:
-                self._watchdog.cancel()
-            if holds_model:
-                self._queue.release(self)
-            if not self._abandoned:
-                self._publish_end()
-
-    def _begin(self) -> bool:
-        """The run has its turn: running from now.
-
-        False if it was stopped while queued (it then ends cancelled, never having had the model).
-        """
-        with self._lock:
-            if self._control.cancel_event.is_set():
-                self._finish(CANCELLED, "cancelled", None)
-                return False
-            if self._started is None:
-                self._started = time.perf_counter()
-            self._status = RUNNING
-            self._generating = True
-        return True
-
-    def _decide_end(self, reason: FinishReason) -> None:
-        """Decide the end state once the job has returned ``reason``."""
-        # Decode all of the text here, before the end state is decided: a decoder that
-        # fails (here or in a reader) fails the run, and a complete run's text is final.
-        self._pump(final=True)
-        if self._stops is not None and self._stops.found is not None:
-            reason = "stop"
-        # A stop string in the text means the answer was over, whatever came after it
-        # (a Stop click, the budget running out): the run is complete.
-        ended_by_stop = reason == "stop"
-        value, invalid = None, None
-        if self.settings.get("expect") == "json" and self._decode_error is None:
-            # Only ever the final text: a partial answer is not expected to parse.
-            try:
-                value = _parse_json(self._text(), reason, self.settings)
-            except InvalidJSON as exc:
-                invalid = exc
-        with self._lock:
-            cancelled = self._control.cancel_event.is_set()
-            if self._decode_error is not None:
-                self._finish(FAILED, "error", self._decode_error)
-            elif ended_by_stop or not (cancelled or self._control.timed_out):
-                if invalid is not None:
-                    self._finish(FAILED, "error", invalid)
-                else:
-                    self._value = value
-                    self._finish(COMPLETE, reason, None)
-            elif cancelled:
-                if not self._stopped_by_user:
-                    # Ended cancelled by the job itself (a replay of a cancelled run).
-                    self._cancel_reason = self._control.cancel_reason
-                self._finish(CANCELLED, "cancelled", None)
-            else:
-                budget = self._control.budget_s
-                self._finish(
-                    FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
-                )
-
-    def _publish_end(self) -> None:
-        """Make the decided end visible: text final, then ``done``, then wake every reader.
-
-        In this order, so that whoever sees the end (an iterator woken by the buffer's
-        close, a ``wait()``) finds the whole text, ``result``, ``value`` and ``record``.
-        """
-        self._pump(final=True)  # a no-op unless the job raised before the text was final
-        if self._error is not None:
-            # Before the error is published (run.error), outside the lock (it reads sources).
-            _drop_locals(self._error)
-        with self._lock:  # with add_done_callback's check: no callback is ever missed
-            if self._end is None:  # cannot happen: every way out of the worker decides
-                self._finish(FAILED, "error", RuntimeError("the run ended without an end state"))
-            # The one write that makes the end visible, after the text, the error and the
-            # reason: a reader that sees a terminal status (``done`` is read from it too)
-            # finds everything as that status says.
-            end = self._end
-            assert end is not None
-            self._status = end
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        self._buffer.close()
-        self._run_callbacks(callbacks)
-
-    def _arm_watchdog(self) -> None:
-        # generate() checks the budget only between decode steps: a long prefill or a hung
-        # step would hold the run (and wait()) past its budget. A timer ends the run at the
-        # deadline whatever the model is doing; the model's queue stays held until the job
-        # really returns, since the model is still busy until then.
-        budget = self._control.budget_s
-        if budget is None:
-            return
-        self._watchdog = threading.Timer(budget, self._budget_spent)
-        self._watchdog.name = f"{RUN_THREAD_PREFIX}budget-{id(self):x}"
-        self._watchdog.daemon = True
-        self._watchdog.start()
-
-    def _budget_spent(self) -> None:
-        budget = self._control.budget_s
-        with self._lock:
-            if not self._generating or self._end is not None:
-                return  # the job already returned: the worker decides, as usual
-            # From here on this thread decides the end; the worker only releases the model
-            # when its step finally returns.
-            self._abandoned = True
-            self._control.timed_out = True
-        self._control.cancel_event.set()  # halt at the next step, if there is one
-        logger.debug("run %x: budget of %s s spent while the model was busy", id(self), budget)
-        self._pump(final=True)  # the text is closed on what was generated by the deadline
-        found = self._stops is not None and self._stops.found is not None
-        with self._lock:
-            if self._decode_error is not None:
-                self._finish(FAILED, "error", self._decode_error)
-            elif found or self._control.stop_found.is_set():
-                # The answer was over (a stop string) before the step hung: complete, as
-                # the worker would have decided.
-                self._finish(COMPLETE, "stop", None)
-            elif self._stopped_by_user:
-                # Stopped, and the budget says not to wait any longer for the step to end.
-                self._finish(CANCELLED, "cancelled", None)
-            else:
-                # The same words as an overrun seen between steps: the user's fact is the same.
-                self._finish(
-                    FAILED, "timeout", TimeoutError(f"the run overran its budget of {budget} s")
-                )
-        self._publish_end()
-
-    def _holder_is_self(self) -> bool:
-        holder, _ = self._queue.snapshot()
-        return holder is self
-
-    def _finish(self, status: Status, reason: FinishReason, error: BaseException | None) -> None:
-        # Called with self._lock held: the end state, its reason and its error change together.
-        # Decided here, published by _publish_end once the text is final.
-        if self._end is not None:
-            return  # exactly one end state: the first one decided stays
-        self._ended = time.perf_counter()
-        self._finish_reason = reason
-        self._error = error
-        self._end = status
-
-    def _run_callbacks(self, callbacks: list[Callable[[Generation], Any]]) -> None:
-        for callback in callbacks:
-            try:
-                callback(self)
-            except Exception:
-                logger.exception("an nbstream done-callback raised; the run's state is unchanged")
-
-    def _remove_done_callback(self, callback: Callable[[Generation], Any]) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._callbacks.remove(callback)
 
     def add_done_callback(self, callback: Callable[[Generation], Any]) -> None:
         """Call ``callback(run)`` once the run has ended.
@@ -662,26 +277,21 @@ class Generation:
         Args:
             callback: Called with the run.
         """
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(callback)
-                return
-        try:
-            callback(self)
-        except Exception:
-            logger.exception("an nbstream done-callback raised; the run's state is unchanged")
+        if not self._lifecycle.add_done_callback(callback):
+            RunLifecycle.run_callbacks(self, [callback])
 
     # -- state -------------------------------------------------------------------------------
+
     @property
     def status(self) -> Status:
         """``"queued"``, ``"running"``, ``"complete"``, ``"failed"`` or ``"cancelled"``."""
-        return self._status
+        return self._lifecycle.status
 
     @property
     def done(self) -> bool:
         """True once the run has ended (its state is final and its text complete)."""
-        # Read from the status, so that the two never disagree (see _publish_end).
-        return self._status in TERMINAL
+        # Read from the status, so that the two never disagree (see RunLifecycle.publish_end).
+        return self._lifecycle.status in TERMINAL
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Block until the run has ended; never raises.
@@ -695,13 +305,14 @@ class Generation:
         Returns:
             :attr:`done`.
         """
-        self._done.wait(timeout)
+        self._lifecycle.done.wait(timeout)
         return self.done
 
     @property
     def error(self) -> BaseException | None:
         """The exception that ended a failed run (a ``TimeoutError`` for a budget overrun)."""
-        return self._error if self._status in TERMINAL else None
+        life = self._lifecycle
+        return life.error if life.status in TERMINAL else None
 
     @property
     def cancel_reason(self) -> str | None:
@@ -710,14 +321,14 @@ class Generation:
         ``None`` if no reason was given, or the run was not stopped. Also in :attr:`record`
         (``cancel_reason``).
         """
-        return self._cancel_reason if self._status == CANCELLED else None
+        life = self._lifecycle
+        return life.cancel_reason if life.status == CANCELLED else None
 
     @property
     def value(self) -> Any:
         """The parsed JSON of a complete run with ``expect="json"``; ``None`` otherwise."""
-        if self._status != COMPLETE:
-            return None
-        return self._value
+        life = self._lifecycle
+        return life.value if life.status == COMPLETE else None
 
     @property
     def record(self) -> RunRecord | None:
@@ -736,35 +347,24 @@ class Generation:
             >>> nbstream.rerun(run.record, model, tokenizer).wait() == text
             True
         """
-        status = self._status
-        if status not in TERMINAL:
+        if self._lifecycle.status not in TERMINAL:
             return None
         record = self._record
         if record is None:
             # Built once, on first use, off the generating thread; whole before it is kept,
             # as another reader may copy the kept one at any moment.
-            record = build_record(
-                backend=self._backend,
-                job=self._job,
-                status=status,
-                metrics=self.metrics,
-                error=self._error,
-                created_at=self._created_at,
-            )
-            record["cancel_reason"] = self.cancel_reason
-            record["branch"] = self._branch_record()
-            # A reasoning model's thinking, kept apart from the text (None: it did not think).
-            record["thinking"] = self.thinking
+            branch = self._origin.record(self._job) if self._origin is not None else None
+            record = run_record(self, self._backend, self._job, self._lifecycle.created_at, branch)
             self._record = record
         return copy.deepcopy(record)  # each caller may edit its own copy
 
     @property
     def result(self) -> str | None:
         """The final text, only when the run completed; ``None`` otherwise."""
-        if self._status != COMPLETE:
-            return None  # once it is, the text is final (see _publish_end)
-        self._pump()
-        return self._text()
+        if self._lifecycle.status != COMPLETE:
+            return None  # once it is, the text is final (see RunLifecycle.publish_end)
+        self._text.pump()
+        return self._text.text()
 
     @property
     def thinking(self) -> str | None:
@@ -774,30 +374,25 @@ class Generation:
         keeps its partial thinking here, never in ``result``). The answer alone is in ``result``,
         ``partial_text`` and the chunks the run yields.
         """
-        self._pump()
-        thinker = self._thinker
-        if thinker is None or not thinker.opened:
-            return None
-        return "".join(self._thinking_chunks)
+        self._text.pump()
+        return self._text.thinking()
 
     @property
     def thinking_tags(self) -> tuple[str, str] | None:
         """The tags this run looked for around a reasoning model's thinking (None: off)."""
-        thinker = self._thinker
-        return (thinker.open_tag, thinker.close_tag) if thinker is not None else None
+        return self._text.thinking_tags
 
     @property
     def partial_text(self) -> str:
         """The text decoded so far (all of it once the run has ended)."""
-        self._pump()
-        return self._text()
+        self._text.pump()
+        return self._text.text()
 
     @property
     def token_ids(self) -> list[int]:
         """The generated token ids so far (local models); a new list on each call."""
-        self._pump()
-        ids: list[int] | None = getattr(self._decoder, "ids", None)  # already a copy
-        return ids if ids is not None else []
+        self._text.pump()
+        return self._text.token_ids()
 
     @property
     def seed(self) -> int | None:
@@ -832,6 +427,20 @@ class Generation:
         return self._buffer.wait_for_more(seen, timeout)
 
     @property
+    def metrics(self) -> Metrics:
+        """Timings and counts; every key is present from the start, ``None`` until known.
+
+        Timings start when the run gets the model. ``tokens`` counts the run's token ids
+        (not chunks); ``tokens_per_s`` is the decode rate after the first token. For a
+        branch, ``forced_tokens`` says how many of them were given (its answer so far, read
+        as prefill, not generated): ``ttft_s`` is the time to the first token generated
+        after them, and ``tokens_per_s`` counts only the generated ones.
+        """
+        return self._lifecycle.metrics()
+
+    # -- the model's steps (nbstream.run_steps) ---------------------------------------------
+
+    @property
     def trace(self) -> list[TokenTrace] | RemoteTrace | None:
         """One :class:`~nbstream.trace.TokenTrace` per generated token so far, or ``None``.
 
@@ -850,114 +459,7 @@ class Generation:
             >>> text = run.wait()
             >>> steps = [(step.text, round(step.prob, 2), step.rank) for step in run.trace]
         """
-        capture = self._trace_capture
-        if capture is None:
-            return None
-        records: list[TokenTrace] | RemoteTrace = capture.records(self.token_ids)
-        return records
-
-    # -- what if: branches and the sampling explainer ---------------------------------------
-    @input_checked
-    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """A new run that keeps this run's first ``step`` tokens, takes ``token``, goes on.
-
-        Returned at once, like :func:`stream`, with this run's settings (its seed too)
-        unless overridden. Its ``token_ids`` start with those ``step + 1`` tokens (they
-        count toward ``max_new_tokens``); its record names this run's as its parent, so
-        :func:`rerun` repeats it. On a server that continues an answer (see
-        :mod:`nbstream.backends.servers`), the answer so far goes as text
-        (``record["branch"]["prefix_text"]``).
-
-        Args:
-            step: Where the answer takes another token (0-based, into ``token_ids``).
-            token: A token id, or one of ``run.trace[step].alternatives`` (a text too, on
-                a server).
-            **settings: Override this run's settings for the branch.
-
-        Raises:
-            RuntimeError: This run has not ended (wait for it, or stop it, first).
-            ValueError: A backend that cannot branch says why, before anything is sent.
-
-        Example:
-            >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
-            >>> text = run.wait()
-            >>> other = run.trace[0].alternatives[1]       # the model's second choice
-            >>> branch = run.branch(0, other)
-            >>> branch.wait(); branch.token_ids[0] == other.id
-            True
-        """
-        backend = self._backend
-        if not backend.is_server:
-            why = backend.why_no_branch()
-            if why is not None:
-                raise ValueError(why)
-        if not self._done.is_set():
-            raise RuntimeError(
-                "this run has not ended: wait() for it, or stop() it, before branching"
-            )
-        if backend.is_server:
-            # A server (nbstream.Endpoint): the answer so far goes as text for it to continue.
-            clean = self._branch_settings(settings)
-            job, info = backend.branch_job(self, step, token, clean)
-            return self._branched(job, clean, info)
-        ids = self.token_ids
-        step = self._check_step(step, len(ids))
-        token_id = getattr(token, "id", token)
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
-            raise TypeError(
-                f"token must be a token id or one of run.trace[{step}].alternatives, "
-                f"got {token!r:.80}"
-            )
-        clean = self._branch_settings(settings)
-        job = backend.prepare(self.prompt, clean, prefix_ids=[*ids[:step], token_id])
-        return self._branched(
-            job, clean, {"step": step, "token": token_id, "parent_token": ids[step]}
-        )
-
-    def _branch_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """A branch's settings: this run's as asked, then ``settings`` over them."""
-        asked = validate_settings(settings)
-        clean = {**self._asked_settings(), **asked}
-        if "seed" not in asked and self.seed is not None:
-            clean["seed"] = self.seed  # the same dice: a sampled branch is reproducible too
-        return clean
-
-    def _branched(self, job: Job, settings: dict[str, Any], info: dict[str, Any]) -> Generation:
-        """Start the branch ``job`` of this run; ``info`` is what its ``branch_info`` says."""
-        run = Generation(self._backend, job, settings)
-        run._parent = self
-        run._branch = info
-        return run
-
-    def _asked_settings(self) -> dict[str, Any]:
-        """What this run was given, not what it resolved from them and the model's defaults.
-
-        Resolved values such as ``do_sample`` and ``max_new_tokens`` are not here: a branch inherits
-        these, so that its own settings mean what they mean on a fresh run.
-        """
-        asked = self._job.asked
-        return dict(asked if asked is not None else self.settings)
-
-    @property
-    def branch_info(self) -> dict[str, Any] | None:
-        """Where a branch left its parent; ``None`` for a run not made by :meth:`branch`.
-
-        For a run made by :meth:`branch`: ``{"parent": the run, "step", "token", "parent_token",
-        "prefix_ids"}``.
-        """
-        if self._branch is None:
-            return None
-        if "prefix_text" in self._branch:  # a branch on a server: text, no token ids
-            return {"parent": self._parent, **self._branch}
-        prefix = list(self._job.prefix_ids)
-        return {"parent": self._parent, **self._branch, "prefix_ids": prefix}
-
-    def _branch_record(self) -> dict[str, Any] | None:
-        info = self.branch_info
-        if info is None:
-            return None
-        parent = info.pop("parent")
-        return {**info, "parent": parent.record if parent is not None else self._parent_record}
+        return self._steps.trace()
 
     @input_checked
     def distribution(
@@ -1000,26 +502,7 @@ class Generation:
             >>> logits = run.step_logits(3)      # one forward pass, then any number of views
             >>> [run.distribution(3, temperature=t, logits=logits).kept("top_p") for t in (0.5, 2)]
         """
-        self._require_logits()
-        step = self._check_step(step, len(self.token_ids))
-        asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
-        if logits is None:
-            logits = self.step_logits(step)
-        elif getattr(logits, "ndim", None) != 1:
-            raise ValueError(
-                f"logits must be run.step_logits({step}): a 1-D tensor over the vocabulary, "
-                f"got {type(logits).__name__} of shape {tuple(getattr(logits, 'shape', ()))}"
-            )
-        return self._distribution_at(step, asked, logits)
-
-    def _require_logits(self) -> None:
-        if isinstance(self._backend, ReplayBackend):
-            raise ValueError(RECORDING_HAS_NO_LOGITS)
-        if not self._backend.supports_step_logits:
-            raise ValueError(
-                f"{type(self._backend).__name__} does not give the model's logits (a model "
-                "server streams text); the distribution needs a local transformers model"
-            )
+        return self._steps.distribution(step, temperature, top_k, top_p, logits)
 
     @input_checked
     def step_logits(self, step: int) -> Any:
@@ -1035,23 +518,8 @@ class Generation:
         Returns:
             A 1-D float tensor over the vocabulary, on the CPU.
         """
-        self._require_logits()
-        step = self._check_step(step, len(self.token_ids))
-        ids = self.token_ids[:step]
-        with self._queue.turn():
-            return self._job.step_logits(ids, step)[0].detach().float().cpu()
+        return self._steps.step_logits(step)
 
-    def _distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
-        """:meth:`distribution` from ``logits`` already computed for ``step``.
-
-        The widget's sampling panel keeps them, so a slider move needs no forward pass.
-        """
-        # The job knows what the run applied (the model's processors, as generate() builds
-        # them), so the stages are those, in its order.
-        self._require_logits()
-        return self._job.distribution(step, self.token_ids, asked, logits)
-
-    # -- why this token: the logit lens and attribution (nbstream.lens) -----------------------
     @input_checked
     def lens(self, step: int) -> Lens:
         """What each layer of the model would have said at ``step``: the logit lens.
@@ -1074,9 +542,7 @@ class Generation:
             >>> lens.probs[-1] == run.trace[3].prob  # the trace's own number
             >>> print(lens.describe())
         """
-        trace = self.trace
-        record = trace[step] if isinstance(trace, list) and step < len(trace) else None
-        return lens_at(self._backend, self._job, self.token_ids, step, self._queue.turn, record)
+        return self._steps.lens(step)
 
     @input_checked
     def attribution(self, step: int) -> Attribution:
@@ -1099,237 +565,63 @@ class Generation:
             >>> attr = run.attribution(3)
             >>> print(attr.describe())
         """
-        return attribution_at(self._backend, self._job, self.token_ids, step, self._queue.turn)
+        return self._steps.attribution(step)
 
-    @staticmethod
-    def _check_step(step: Any, length: int) -> int:
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"step must be an int (an index into run.token_ids), got {step!r:.80}")
-        if not 0 <= step < length:
-            raise ValueError(
-                f"step {step} is not a step of this run: it has {length} token"
-                f"{'' if length == 1 else 's'} (steps 0 to {length - 1})"
-            )
-        return step
+    # -- what if: branches (nbstream.run_branches) -------------------------------------------
+
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
+        """A new run that keeps this run's first ``step`` tokens, takes ``token``, goes on.
+
+        Returned at once, like :func:`stream`, with this run's settings (its seed too)
+        unless overridden. Its ``token_ids`` start with those ``step + 1`` tokens (they
+        count toward ``max_new_tokens``); its record names this run's as its parent, so
+        :func:`rerun` repeats it. On a server that continues an answer (see
+        :mod:`nbstream.backends.servers`), the answer so far goes as text
+        (``record["branch"]["prefix_text"]``).
+
+        Args:
+            step: Where the answer takes another token (0-based, into ``token_ids``).
+            token: A token id, or one of ``run.trace[step].alternatives`` (a text too, on
+                a server).
+            **settings: Override this run's settings for the branch.
+
+        Raises:
+            RuntimeError: This run has not ended (wait for it, or stop it, first).
+            ValueError: A backend that cannot branch says why, before anything is sent.
+
+        Example:
+            >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
+            >>> text = run.wait()
+            >>> other = run.trace[0].alternatives[1]       # the model's second choice
+            >>> branch = run.branch(0, other)
+            >>> branch.wait(); branch.token_ids[0] == other.id
+            True
+        """
+        job, clean, origin = branch_job(self, self._backend, self._job, step, token, settings)
+        return Generation(self._backend, job, clean, branch_of=origin)
 
     @property
-    def metrics(self) -> Metrics:
-        """Timings and counts; every key is present from the start, ``None`` until known.
+    def branch_info(self) -> dict[str, Any] | None:
+        """Where a branch left its parent; ``None`` for a run not made by :meth:`branch`.
 
-        Timings start when the run gets the model. ``tokens`` counts the run's token ids
-        (not chunks); ``tokens_per_s`` is the decode rate after the first token. For a
-        branch, ``forced_tokens`` says how many of them were given (its answer so far, read
-        as prefill, not generated): ``ttft_s`` is the time to the first token generated
-        after them, and ``tokens_per_s`` counts only the generated ones.
+        For a run made by :meth:`branch`: ``{"parent": the run, "step", "token", "parent_token",
+        "prefix_ids"}``.
         """
-        self._pump()
-        times = self._buffer.times
-        started, ended = self._started, self._ended
-        tokens = self._job.count_tokens(self._buffer)
-        if self._abandoned and self._finalized:
-            # Ended by the budget while a step went on: count what the run kept, not the
-            # tokens the model put after its end.
-            times = times[: self._decoded]
-            if tokens is not None and tokens > self._decoded:
-                tokens = self._decoded
-        forced_items, forced_tokens, counted = self._forced()
-        generated_times = times[forced_items:]
-        generated = tokens - counted if tokens is not None else None
-        metrics = cast(Metrics, dict.fromkeys(METRIC_KEYS))
-        if started is not None:
-            metrics["queued_s"] = started - self._created
-            now = ended if ended is not None else time.perf_counter()
-            metrics["elapsed_s"] = now - started
-            if generated_times:
-                metrics["ttft_s"] = generated_times[0] - started
-            if self._first_chunk_at is not None:
-                metrics["first_chunk_s"] = self._first_chunk_at - started
-        elif ended is not None:
-            metrics["queued_s"] = ended - self._created
-        metrics["tokens"] = tokens
-        metrics["forced_tokens"] = forced_tokens
-        first, last = generated_times[:1], generated_times[-1:]
-        if generated and generated >= 2 and len(generated_times) >= 2 and last[0] > first[0]:
-            metrics["tokens_per_s"] = (generated - 1) / (last[0] - first[0])
-        # Published with the end state, as the rest of the end.
-        metrics["finish_reason"] = self._finish_reason if self._status in TERMINAL else None
-        thinker = self._thinker
-        if thinker is not None and thinker.opened:
-            # Still thinking: every token so far is thinking.
-            metrics["thinking_tokens"] = (
-                self._thinking_tokens if self._thinking_tokens is not None else tokens
-            )
-            if started is not None and self._first_answer_at is not None:
-                metrics["first_answer_s"] = self._first_answer_at - started
-        else:
-            metrics["first_answer_s"] = metrics["first_chunk_s"]
-        # Counts only a backend knows (a server's received chunks), after the common keys.
-        metrics.update(cast(Metrics, self._job.extra_metrics()))
-        return metrics
+        return self._origin.info(self._job) if self._origin is not None else None
 
-    def _forced(self) -> tuple[int, int | None, int]:
-        """A branch's forced start: how many buffer items, tokens and counted tokens it is.
-
-        How many of the buffer's first items it is, how many tokens (None: a server's, not counted),
-        and how many of them ``count_tokens`` counts (a local model counts its ids; a server counts
-        what it generated).
-        """
-        ids = self._job.prefix_ids
-        if ids:
-            return len(ids), len(ids), len(ids)
-        if self._job.assistant_prefix:
-            # Sent as one text, put as one item; as long as the parent's trace records.
-            return 1, self._job.prefix_steps, 0
-        return 0, 0, 0
-
-    # -- decoding on the reader side ---------------------------------------------------------
-    def _pump(self, final: bool = False) -> None:
-        """Decode whatever the worker has produced since the last call (any thread).
-
-        ``final`` (only the thread that decides the end state passes it): decode the rest
-        and close the text; items put after that are ignored (a step that ends after the
-        budget's deadline). A decoder that raises never raises into a reader: the run ends
-        failed with it.
-        """
-        if self._finalized:
-            return
-        with self._decode_lock:
-            if self._finalized:
-                return
-            items = self._buffer.items
-            n = len(items)
-            if self._decode_error is None:
-                try:
-                    if n > self._decoded:
-                        new = items[self._decoded : n]
-                        if self._needs_item_timing():
-                            self._feed_one_by_one(new)
-                        else:
-                            self._append(self._decoder.feed(new))
-                    if final:
-                        self._finish_text()
-                except Exception as exc:
-                    logger.debug("decoding failed", exc_info=True)
-                    self._decode_error = exc
-                    self._control.cancel_event.set()  # stop the model; the run ends failed
-            self._decoded = n
-            if final:
-                self._finalized = True
-
-    def _needs_item_timing(self) -> bool:
-        """Whether a time is still to be taken per token.
-
-        The first visible text's, or (a reasoning model's) the end of its thinking and its answer's
-        first text.
-        """
-        if self._first_chunk_at is None:
-            return True
-        thinker = self._thinker
-        return thinker is not None and not thinker.answering and self._first_answer_at is None
-
-    def _feed_one_by_one(self, new: list[Any]) -> None:
-        # One item at a time while a time is to be taken, so first_chunk_s (first_answer_s)
-        # is the time of the token that completed the first visible text (answer), whoever
-        # decodes it and whenever.
-        base = self._decoded
-        for offset, item in enumerate(new):
-            answered = self._first_answer_at is not None
-            if self._append(self._decoder.feed([item])) and self._first_chunk_at is None:
-                self._first_chunk_at = self._buffer.times[base + offset]
-            thinker = self._thinker
-            if (
-                thinker is not None
-                and thinker.opened
-                and self._thinking_tokens is None
-                and thinker.state in ("gap", "answer")
-            ):
-                self._thinking_tokens = base + offset + 1  # the close tag's token too
-            if not answered and self._first_answer_at is not None:
-                self._first_answer_at = self._buffer.times[base + offset]
-            if self._stops is not None and self._stops.found is not None:
-                self._decoder.feed(new[offset + 1 :])  # no text will follow; keep the ids
-                return
-            if not self._needs_item_timing():
-                self._append(self._decoder.feed(new[offset + 1 :]))
-                return
-
-    def _finish_text(self) -> None:
-        stops = self._stops
-        if stops is not None and stops.found is not None:
-            return
-        shown = self._append(self._decoder.finish("".join(self._raw)))
-        if self._thinker is not None:
-            thinking, answer = self._thinker.flush()
-            shown = self._think(thinking) or shown
-            shown = self._answer(answer) or shown
-        if stops is not None and stops.found is None:
-            # No token will follow: what was held back can no longer begin a stop string.
-            shown = self._release(stops.flush()) or shown
-        if shown and self._first_chunk_at is None and self._buffer.times:
-            # Text held back to the end (an answer of blanks, which might still have opened
-            # a thinking section; the start of a stop string): first seen with the last token.
-            self._first_chunk_at = self._buffer.times[-1]
-
-    def _append(self, text: str) -> bool:
-        """Add decoded text: its thinking part, then its answer through the stop strings if any.
-
-        True if any became visible.
-        """
-        if not text:
-            return False
-        self._raw.append(text)
-        if self._thinker is None:
-            return self._answer(text)
-        thinking, answer = self._thinker.feed(text)
-        shown = self._think(thinking)
-        return self._answer(answer) or shown
-
-    def _think(self, text: str) -> bool:
-        if text:
-            self._thinking_chunks.append(text)
-            return True
-        return False
-
-    def _answer(self, text: str) -> bool:
-        """Answer text, through the stop strings if any; True if any became visible."""
-        stops = self._stops
-        if stops is not None and text:
-            text = stops.feed(text)
-            if stops.found is not None:
-                # Halt the model if the worker has not noticed yet (see _StopStringWatch).
-                self._control.stop_found.set()
-        return self._release(text)
-
-    def _release(self, text: str) -> bool:
-        if text:
-            if self._first_answer_at is None and self._thinker is not None:
-                # Taken per token while it matters (see _feed_one_by_one); this is a floor.
-                self._first_answer_at = self._buffer.times[-1] if self._buffer.times else None
-            self._chunks.append(text)
-            return True
-        return False
-
-    def _text(self) -> str:
-        """The chunks so far, joined; each chunk is copied into the join once."""
-        text, joined = self._joined
-        count = len(self._chunks)  # only ever appended: the first `count` stay as they are
-        if count != joined:
-            text += "".join(self._chunks[joined:count])
-            # Two readers may join at once: either pair is right for its own count.
-            self._joined = (text, count)
-        return text
-
+    # -- reading -----------------------------------------------------------------------------
     def _raise_for_end(self) -> None:
-        if self._status == CANCELLED:
-            reason = self._cancel_reason
+        status = self._lifecycle.status
+        if status == CANCELLED:
+            reason = self._lifecycle.cancel_reason
             why = f" because {reason}" if reason else ""
             raise GenerationCancelled(f"the run was cancelled{why}", self)
-        if self._status == FAILED:
-            error = self._error
+        if status == FAILED:
+            error = self._lifecycle.error
             detail = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
             raise GenerationFailed(f"the run failed: {detail}", self) from error
 
-    # -- reading -----------------------------------------------------------------------------
     def _ready(self, index: int) -> tuple[list[str], int, bool]:
         """For an iterator at chunk ``index``: the chunks ready from there, their items, the end.
 
@@ -1337,13 +629,10 @@ class Generation:
         whether the run had ended before they were read (then they are the last).
         """
         # Seen before the read: once done is set, the text is final and the state, result
-        # and record are published (see _publish_end).
-        ended = self._status in TERMINAL
-        self._pump()
-        # Everything up to `seen` is decoded and its chunks are in the list, whoever decoded
-        # them (another reader may have: then the iterator does not sleep on them).
-        seen = self._decoded
-        return self._chunks[index:], seen, ended
+        # and record are published (see RunLifecycle.publish_end).
+        ended = self._lifecycle.status in TERMINAL
+        chunks, seen = self._text.ready(index)
+        return chunks, seen, ended
 
     def __iter__(self) -> Iterator[str]:
         """Yield text chunks: replays from the first chunk, then follows the run live.
@@ -1411,14 +700,14 @@ class Generation:
             TimeoutError: ``timeout`` expired; the run goes on.
         """
         try:
-            finished = self._done.wait(timeout) or self.done
+            finished = self._lifecycle.done.wait(timeout) or self.done
         except KeyboardInterrupt:
             self.stop(INTERRUPTED)
-            self._done.wait(_INTERRUPT_GRACE_S)
+            self._lifecycle.done.wait(_INTERRUPT_GRACE_S)
             raise
         if not finished:
             raise TimeoutError(
-                f"the run is still {self._status} after {timeout} s; it goes on "
+                f"the run is still {self.status} after {timeout} s; it goes on "
                 "(call stop() to cancel it)"
             )
         self._raise_for_end()
@@ -1438,7 +727,7 @@ class Generation:
         Returns:
             The run's text, or raises as :meth:`wait` does.
         """
-        if not self._done.is_set():
+        if not self._lifecycle.done.is_set():
             loop = asyncio.get_running_loop()
             ended = asyncio.Event()
 
@@ -1452,13 +741,13 @@ class Generation:
                 await asyncio.wait_for(ended.wait(), timeout)
             except asyncio.TimeoutError:
                 raise TimeoutError(
-                    f"the run is still {self._status} after {timeout} s; it goes on"
+                    f"the run is still {self.status} after {timeout} s; it goes on"
                 ) from None
             except asyncio.CancelledError:
                 self.stop()
                 raise
             finally:
-                self._remove_done_callback(wake)
+                self._lifecycle.remove_done_callback(wake)
         return self.wait(0)
 
     def stop(self, reason: str | None = None) -> bool:
@@ -1472,16 +761,7 @@ class Generation:
             True if the run was queued or running (it will end ``cancelled``); False if it
             had already ended or was already stopped.
         """
-        with self._lock:
-            if self._end is not None or self._control.cancel_event.is_set():
-                return False
-            self._control.cancel_event.set()
-            self._stopped_by_user = True
-            self._cancel_reason = reason
-            queued = self._status == QUEUED
-        if queued and self._queue.withdraw(self):
-            self._turn.set()  # wake the worker so it ends cancelled without the model
-        return True
+        return self._lifecycle.stop(reason)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker thread itself to exit.
@@ -1494,6 +774,8 @@ class Generation:
         """
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    # -- the record and the recording (nbstream.run_record) ----------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Write this run's recording: a JSON file that ``nbstream.replay`` plays again.
@@ -1528,26 +810,11 @@ class Generation:
             >>> nbstream.replay(run.to_recording(), speed=None).wait() == run.result
             True
         """
-        if not self._done.is_set():
+        if not self._lifecycle.done.is_set():
             raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
-        # Each kept token decoded on its own turn, as the stream showed it; the decoder's
-        # last words (a cut character) go with the last token.
-        count = self._decoded
-        decoder = self._job.decoder()
-        pieces = [decoder.feed([item]) for item in self._buffer.items[:count]]
-        rest = decoder.finish("".join(pieces))
-        if pieces and rest:
-            pieces[-1] += rest
-        start = self._started if self._started is not None else self._created
-        times = [max(0.0, at - start) for at in self._buffer.times[:count]]
-        if isinstance(self._job, ReplayJob):
-            # A replay keeps the recorded pace and figures, whatever speed it played at:
-            # played through, it is the recording it played; stopped, that recording's start.
-            source = self._job.recording
-            if self._status == source.status and count == len(source.tokens):
-                return source
-            times = [token.time_s for token in source.tokens[:count]]
-        return recording.from_run(self, pieces=pieces, times=times)
+        life = self._lifecycle
+        start = life.started if life.started is not None else life.created
+        return run_recording(self, self._job, self._buffer, self._text.decoded, start)
 
     @property
     def is_replay(self) -> bool:
@@ -1555,6 +822,7 @@ class Generation:
         return isinstance(self._backend, ReplayBackend)
 
     # -- display -----------------------------------------------------------------------------
+
     def __repr__(self) -> str:
         metrics = self.metrics
         text = self.partial_text
@@ -1565,32 +833,16 @@ class Generation:
         if metrics["tokens"] is None and metrics.get("text_chunks") is not None:
             count = f"chunks={metrics['text_chunks']} (no token count)"
         kind = "Generation replay" if self.is_replay else "Generation"
-        return f"<{kind} {self._status} {count} elapsed={elapsed_txt} text={preview!r}>"
+        return f"<{kind} {self.status} {count} elapsed={elapsed_txt} text={preview!r}>"
 
     def _repr_markdown_(self) -> str:
         text = self.partial_text
         head = "*replay of a recorded run, not a live model*\n\n" if self.is_replay else ""
-        if self._status == COMPLETE:
+        status = self.status
+        if status == COMPLETE:
             return f"{head}{text}"
-        state = f"**{self._status}** (partial)\n\n{text}" if text else f"**{self._status}**"
+        state = f"**{status}** (partial)\n\n{text}" if text else f"**{status}**"
         return f"{head}{state}"
-
-
-def _thinking_splitter(job: Job, settings: Mapping[str, Any]) -> ThinkingSplitter | None:
-    """The splitter for a run's thinking.
-
-    Its tags are the setting's, else the job's, else the usual ``<think>``/``</think>``; it starts
-    inside when the prompt opened the thinking.
-    """
-    tags = settings.get("thinking_tags")
-    if tags is None:
-        tags = job.thinking_tags or DEFAULT_THINKING_TAGS
-    if not tags:
-        return None  # thinking_tags=[]: detection off
-    open_tag, close_tag = tags
-    prompt_text = job.prompt_text or ""
-    inside = prompt_text.rstrip().endswith(open_tag)
-    return ThinkingSplitter(open_tag, close_tag, inside=inside)
 
 
 @input_checked
@@ -1635,44 +887,6 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
     return Generation(backend, job, clean)
 
 
-def _rerun_branch(run: Generation, branch: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    """A rerun of a branch is that branch again.
-
-    Its record says so (``branch``, with the parent's record), so that a rerun of the rerun starts
-    from the same answer so far.
-    """
-    run._branch = {key: branch.get(key) for key in keys}
-    run._parent_record = branch.get("parent")
-
-
-def _rerun_of_branch(
-    backend: Backend, branch: Any, prompt: Any, settings: dict[str, Any]
-) -> Generation:
-    """A rerun of a branch's record: the same answer so far, then generated on."""
-    if isinstance(branch, Mapping) and isinstance(branch.get("prefix_text"), str):
-        # A branch on a server: the same answer so far, sent for it to continue again.
-        if not backend.is_server:
-            raise ValueError("record is of a branch made on a server: rerun it on an Endpoint")
-        step = branch.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError("record['branch'] must hold the branch's 'step' (an int >= 0)")
-        job = backend.prepare(
-            prompt, settings, assistant_prefix=branch["prefix_text"], prefix_steps=step + 1
-        )
-        run = Generation(backend, job, settings)
-        _rerun_branch(run, branch, ("step", "token", "parent_token", "prefix_text"))
-        return run
-    # A branch of a local model: the same forced prefix again.
-    if not isinstance(branch, Mapping) or not isinstance(branch.get("prefix_ids"), list):
-        raise ValueError("record['branch'] must hold the branch's 'prefix_ids' (a list)")
-    if not backend.supports_branching:
-        raise ValueError("record is of a branch, which needs a local transformers model")
-    job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])
-    run = Generation(backend, job, settings)
-    _rerun_branch(run, branch, ("step", "token", "parent_token"))
-    return run
-
-
 def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Generation:
     """Start the run described by ``record`` again: same prompt, same settings, same seed.
 
@@ -1709,7 +923,8 @@ def rerun(record: Mapping[str, Any], model: Any, tokenizer: Any = None) -> Gener
     if branch is None:
         run = stream(model, tokenizer, prompt, **settings)
     else:
-        run = _rerun_of_branch(backend, branch, prompt, settings)
+        job, origin = rerun_branch_job(backend, branch, prompt, settings)
+        run = Generation(backend, job, settings, branch_of=origin)
     # Either count may be unknown: a record from a server that sent no usage has None, and
     # a run on a server has None until the server counts the prompt (after it has started).
     then, now = record["prompt_tokens"], run.prompt_tokens

@@ -922,7 +922,7 @@ def test_a_branchs_rate_and_first_token_count_only_what_it_generated(tiny_line, 
     generated tokens', as a fresh run's; the metrics say how many were forced."""
     import types
 
-    import nbstream.generation as generation
+    import nbstream.run_lifecycle as lifecycle
     import nbstream.streaming as streaming
 
     model, tokenizer = tiny_line
@@ -930,7 +930,7 @@ def test_a_branchs_rate_and_first_token_count_only_what_it_generated(tiny_line, 
     parent.wait()
     clock = StepClock()
     fake = types.SimpleNamespace(**{**vars(time), "perf_counter": clock.perf_counter})
-    monkeypatch.setattr(generation, "time", fake)
+    monkeypatch.setattr(lifecycle, "time", fake)
     monkeypatch.setattr(streaming, "time", fake)
     probe(model).on_call = clock.tick
     branch = parent.branch(110, parent.token_ids[110] + 1)

@@ -24,6 +24,7 @@ import pytest
 
 import nbstream
 from nbstream.generation import RUN_THREAD_PREFIX, active_runs
+from nbstream.run_text import RunText
 from nbstream.streaming import TokenBuffer
 
 SHAKE_RUNS = int(os.environ.get("NBSTREAM_SHAKE_RUNS", "200"))
@@ -491,14 +492,14 @@ def test_the_whole_text_is_not_rebuilt_per_chunk(monkeypatch, probe):
     p = probe(model)
     p.on_call = lambda calls: time.sleep(0.025)  # slower than the iterator's wake interval
     builds = {"n": 0}
-    setattr_ = nbstream.Generation.__setattr__
+    setattr_ = RunText.__setattr__
 
     def counting(self: Any, name: str, value: Any) -> None:
         if name in ("_text", "_joined"):
             builds["n"] += 1
         setattr_(self, name, value)
 
-    monkeypatch.setattr(nbstream.Generation, "__setattr__", counting)
+    monkeypatch.setattr(RunText, "__setattr__", counting)
     run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=400)
     chunks = list(run)  # follows the run chunk by chunk, never reading the whole text
     assert len(chunks) > 20  # many chunks (about one per token)

@@ -1,0 +1,184 @@
+"""What a run knows about the model's steps: trace, logits, distribution, lens, attribution.
+
+:class:`RunSteps` answers for one run, running or ended: ``run.trace``,
+``run.distribution(step)``, ``run.step_logits(step)``, ``run.lens(step)`` and
+``run.attribution(step)`` are its methods, shown on :class:`~nbstream.Generation`. A
+forward pass it needs waits its turn in the model's queue (the lens and attribution run
+beside a run instead: see :mod:`nbstream.lens`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backends.base import Backend, Job
+from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend
+from .distribution import Distribution
+from .lens import Attribution, Lens, attribution_at, lens_at
+from .model_queue import ModelQueue
+from .run_text import RunText
+from .settings import validate_settings
+from .trace import RemoteTrace, TokenTrace
+
+__all__ = ["RunSteps", "check_step"]
+
+
+def check_step(step: Any, length: int) -> int:
+    """``step`` if it is a step of a run of ``length`` tokens; raises saying why not.
+
+    Args:
+        step: An index into ``run.token_ids``.
+        length: How many tokens the run has.
+
+    Returns:
+        ``step``.
+
+    Raises:
+        TypeError: ``step`` is not an int.
+        ValueError: It is out of range.
+
+    Example:
+        >>> check_step(2, 5)
+        2
+    """
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"step must be an int (an index into run.token_ids), got {step!r:.80}")
+    if not 0 <= step < length:
+        raise ValueError(
+            f"step {step} is not a step of this run: it has {length} token"
+            f"{'' if length == 1 else 's'} (steps 0 to {length - 1})"
+        )
+    return step
+
+
+class RunSteps:
+    """The model's steps of one run, looked at after the fact or while it streams.
+
+    Args:
+        backend: The run's backend.
+        job: The run's job (what it applied at each step, its prompt's encoding).
+        queue: The model's queue, where a forward pass waits its turn.
+        text: The run's text (its token ids so far).
+
+    Example:
+        >>> steps = RunSteps(backend, job, queue, text)
+        >>> steps.distribution(3, temperature=0.7).kept("temperature")
+    """
+
+    def __init__(self, backend: Backend, job: Job, queue: ModelQueue, text: RunText) -> None:
+        self._backend = backend
+        self._job = job
+        self._queue = queue
+        self._text = text
+
+    def _token_ids(self) -> list[int]:
+        self._text.pump()
+        return self._text.token_ids()
+
+    def trace(self) -> list[TokenTrace] | RemoteTrace | None:
+        """The trace so far (see :attr:`nbstream.Generation.trace`); ``None`` without one."""
+        # A backend that captures the trace (alternatives > 0) gives its job one.
+        capture = self._job.trace_capture
+        if capture is None:
+            return None
+        records: list[TokenTrace] | RemoteTrace = capture.records(self._token_ids())
+        return records
+
+    def require_logits(self) -> None:
+        """Raise ``ValueError`` saying why, unless the backend gives the model's logits."""
+        if isinstance(self._backend, ReplayBackend):
+            raise ValueError(RECORDING_HAS_NO_LOGITS)
+        if not self._backend.supports_step_logits:
+            raise ValueError(
+                f"{type(self._backend).__name__} does not give the model's logits (a model "
+                "server streams text); the distribution needs a local transformers model"
+            )
+
+    def distribution(
+        self,
+        step: int,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        logits: Any = None,
+    ) -> Distribution:
+        """What the sampling sliders do at ``step`` (see :meth:`nbstream.Generation.distribution`).
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+            temperature: The temperature to try; ``None`` for the run's.
+            top_k: The top-k to try; ``None`` for the run's, 0 for off.
+            top_p: The top-p to try; ``None`` for the run's, 1.0 for off.
+            logits: The step's logits already computed (:meth:`step_logits`).
+
+        Returns:
+            A :class:`~nbstream.distribution.Distribution`.
+        """
+        self.require_logits()
+        step = check_step(step, len(self._token_ids()))
+        asked = validate_settings({"temperature": temperature, "top_k": top_k, "top_p": top_p})
+        if logits is None:
+            logits = self.step_logits(step)
+        elif getattr(logits, "ndim", None) != 1:
+            raise ValueError(
+                f"logits must be run.step_logits({step}): a 1-D tensor over the vocabulary, "
+                f"got {type(logits).__name__} of shape {tuple(getattr(logits, 'shape', ()))}"
+            )
+        return self.distribution_at(step, asked, logits)
+
+    def step_logits(self, step: int) -> Any:
+        """The model's raw logits at ``step`` (see :meth:`nbstream.Generation.step_logits`).
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            A 1-D float tensor over the vocabulary, on the CPU.
+        """
+        self.require_logits()
+        step = check_step(step, len(self._token_ids()))
+        ids = self._token_ids()[:step]
+        with self._queue.turn():
+            return self._job.step_logits(ids, step)[0].detach().float().cpu()
+
+    def distribution_at(self, step: int, asked: dict[str, Any], logits: Any) -> Distribution:
+        """:meth:`distribution` from ``logits`` already computed for ``step``.
+
+        The widget's sampling panel keeps them, so a slider move needs no forward pass.
+
+        Args:
+            step: The step.
+            asked: The checked sampling settings to try.
+            logits: The step's logits.
+
+        Returns:
+            The step's distribution.
+        """
+        # The job knows what the run applied (the model's processors, as generate() builds
+        # them), so the stages are those, in its order.
+        self.require_logits()
+        return self._job.distribution(step, self._token_ids(), asked, logits)
+
+    def lens(self, step: int) -> Lens:
+        """The logit lens at ``step`` (see :meth:`nbstream.Generation.lens`).
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            A :class:`~nbstream.lens.Lens`.
+        """
+        trace = self.trace()
+        record = trace[step] if isinstance(trace, list) and step < len(trace) else None
+        return lens_at(self._backend, self._job, self._token_ids(), step, self._queue.turn, record)
+
+    def attribution(self, step: int) -> Attribution:
+        """Attribution at ``step`` (see :meth:`nbstream.Generation.attribution`).
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            An :class:`~nbstream.lens.Attribution`.
+        """
+        return attribution_at(self._backend, self._job, self._token_ids(), step, self._queue.turn)
