@@ -27,6 +27,7 @@ from .models import ModelNotFoundError, default_model_dir, load_model
 from .recording import load
 
 if TYPE_CHECKING:
+    from .arena import arena
     from .backends.remote import Endpoint, EndpointError
     from .doctor import doctor
     from .widgets.chat import ChatWidget
@@ -40,6 +41,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 # local model needs (about 0.3 s of a fresh process). Each name -> the module defining it.
 _LAZY = {
     "ChatWidget": ".widgets.chat",
+    # A class's votes into a leaderboard: numpy, and a function named like its module.
+    "arena": ".arena",
     "CompareWidget": ".widgets.compare",
     "Endpoint": ".backends.remote",
     "EndpointError": ".backends.remote",
@@ -132,6 +135,7 @@ __all__ = [
     "ModelNotFoundError",
     "StreamWidget",
     "__version__",
+    "arena",
     "default_model_dir",
     "doctor",
     "load",

@@ -66,16 +66,53 @@ def test_votes_open_once_every_answer_ended_and_close_at_reveal():
     rounds.start()
     with pytest.raises(RuntimeError, match="columns A, B still running"):
         rounds.vote("A", going=["B", "A"])
-    with pytest.raises(ValueError, match="no column is labelled 'C'"):
+    with pytest.raises(RuntimeError, match="columns A, B still running"):
+        rounds.vote("tie", going=["B", "A"])  # a tie waits for whole answers too
+    with pytest.raises(ValueError, match=r"no column is labelled 'C'.*or 'tie' for neither"):
         rounds.vote("C", going=[])
-    assert rounds.vote("B", going=[]) == {"A": 0, "B": 1}
+    assert rounds.vote("B", going=[]) == {"A": 0, "B": 1, "tie": 0}
     assert rounds.words({}) == "Votes: A 0, B 1 · Blind round 1: not revealed"
+    assert rounds.vote("tie", going=[]) == {"A": 0, "B": 1, "tie": 1}
+    assert rounds.words({}) == "Votes: A 0, B 1, tie 1 · Blind round 1: not revealed"
     rounds.reveal()
-    with pytest.raises(RuntimeError, match="this round is revealed"):
-        rounds.vote("A", going=[])
-    assert rounds.words({"A": "m1", "B": "m2"}) == "Votes: A 0, B 1 · Revealed: A = m1, B = m2"
+    for label in ("A", "tie"):
+        with pytest.raises(RuntimeError, match="this round is revealed"):
+            rounds.vote(label, going=[])
+    assert rounds.words({"A": "m1", "B": "m2"}) == (
+        "Votes: A 0, B 1, tie 1 · Revealed: A = m1, B = m2"
+    )
     rounds.start()
-    assert rounds.votes == {"A": 0, "B": 0}
+    assert rounds.votes == {"A": 0, "B": 0, "tie": 0}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_saved_round_says_who_was_which_only_once_shown(seed):
+    rounds = BlindRound(3, blind=True, shuffler=random.Random(seed))
+    rounds.start()
+    rounds.vote("C", going=[])
+    words = [f"model {i}" for i in rounds.order]  # each column's model, left to right
+    hidden = rounds.saved(words)
+    assert hidden == {
+        "round": 1,
+        "blind": True,
+        "revealed": False,
+        "votes": {"A": 0, "B": 0, "C": 1, "tie": 0},
+    }
+    assert "model" not in repr(hidden)
+    rounds.reveal()
+    shown = rounds.saved(words)
+    assert shown["revealed"] is True
+    assert shown["columns"] == [
+        {"label": label, "model": f"model {i}", "model_index": i}
+        for label, i in zip("ABC", rounds.order, strict=True)
+    ]
+    rounds.close(words)  # the next Run all keeps it
+    rounds.start()
+    assert rounds.past == [shown]
+    rounds.blind = False
+    rounds.close(words)
+    rounds.start()  # a round that was not blind shows its columns: nothing was hidden
+    assert "columns" in rounds.saved(["m0", "m1", "m2"])
 
 
 def test_a_record_s_note_names_the_model_only_once_revealed():

@@ -385,22 +385,26 @@ def test_votes_are_refused_until_every_column_ended_and_then_count(two_models, p
         send(cw, {"type": "vote", "label": "B"})
         assert "once every answer has ended" in cw._header.vote_error
         assert cw._header.can_vote is False
-        assert cw.votes == {"A": 0, "B": 0}
+        with pytest.raises(RuntimeError, match="once every answer has ended"):
+            cw.vote("tie")  # a tie is refused when a letter is
+        assert cw.votes == {"A": 0, "B": 0, "tie": 0}
         gate.release()
         cw.wait(60)
         wait_until(lambda: cw._header.can_vote, what="the vote to open")
         cw.vote("A")
         send(cw, {"type": "vote", "label": "A"})
         send(cw, {"type": "vote", "label": "B"})
-        assert cw.votes == {"A": 2, "B": 1}
-        assert cw._header.votes == {"A": 2, "B": 1}
+        send(cw, {"type": "vote", "label": "tie"})
+        assert cw.vote("tie") == {"A": 2, "B": 1, "tie": 2}
+        assert cw.votes == {"A": 2, "B": 1, "tie": 2}
+        assert cw._header.votes == {"A": 2, "B": 1, "tie": 2}
         assert cw._header.vote_error == ""
         with pytest.raises(ValueError, match="no column is labelled 'C'"):
             cw.vote("C")
         # A new round counts from zero.
         cw.generate()
         cw.wait(60)
-        assert cw.votes == {"A": 0, "B": 0}
+        assert cw.votes == {"A": 0, "B": 0, "tie": 0}
     finally:
         cw.close()
 
@@ -419,8 +423,10 @@ def test_a_reveal_is_final_for_its_round(two_models):
         assert cw.reveal() == mapping  # the same answer again
         with pytest.raises(RuntimeError, match="this round is revealed"):
             cw.vote("A")
+        with pytest.raises(RuntimeError, match="this round is revealed"):
+            cw.vote("tie")
         assert cw._header.can_vote is False
-        assert cw.votes == {"A": 0, "B": 1}
+        assert cw.votes == {"A": 0, "B": 1, "tie": 0}
         # The columns now name their models, after their letters.
         for column, label in zip(cw.columns, cw.labels, strict=True):
             assert column.label == f"{label} · {mapping[label]}"
@@ -641,6 +647,50 @@ def test_saved_columns_replay_side_by_side(two_models, tmp_path):
         assert all(r["model"]["replayed"] for r in replay.records)  # type: ignore[index]
     finally:
         replay.close()
+
+
+def test_a_saved_folder_keeps_every_round_s_votes_and_who_was_which(two_models, tmp_path):
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=2, blind=True)
+    try:
+        cw.generate()
+        cw.wait(60)
+        cw.vote("A")
+        cw.vote("tie")
+        first = cw.reveal()
+        cw.generate()  # round 2: voted, never revealed
+        cw.wait(60)
+        cw.vote("B")
+        cw.generate()  # round 3: revealed, saved
+        cw.wait(60)
+        cw.vote("B")
+        with pytest.raises(RuntimeError, match="this blind round is hidden"):
+            cw.save(tmp_path / "hidden")
+        assert not (tmp_path / "hidden").exists()  # nothing written while hidden
+        third = cw.reveal()
+        cw.save(tmp_path / "alice")
+    finally:
+        cw.close()
+    index = json.loads((tmp_path / "alice" / "index.json").read_text())
+    assert index["format"] == "nbstream.compare/1"
+    assert index["models"] == cw.model_names
+    assert index["files"] == ["column-1.json", "column-2.json"]
+    rounds = index["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert rounds[0]["votes"] == {"A": 1, "B": 0, "tie": 1}
+    assert {c["label"]: c["model"] for c in rounds[0]["columns"]} == first
+    for entry in (rounds[0], rounds[2]):
+        for column in entry["columns"]:  # each column's model index is the model's
+            assert cw.model_names[column["model_index"]] == column["model"]
+    # The round never revealed keeps its votes and nothing of who was which.
+    assert rounds[1] == {"round": 2, "blind": True, "revealed": False, "votes": rounds[1]["votes"]}
+    assert {c["label"]: c["model"] for c in rounds[2]["columns"]} == third
+    # The class's board reads it: two rounds count, the unrevealed one is refused, named.
+    with pytest.warns(UserWarning, match="round 2 was never revealed"):
+        board = nbstream.arena(tmp_path / "alice")
+    assert sorted(row["model"] for row in board.table) == sorted(cw.model_names)
+    assert board.votes == 3
+    assert sum(row["ties"] for row in board.table) == 2  # one tie, counted for each model
+    assert board.refused == [(str(tmp_path / "alice" / "index.json"), board.refused[0][1])]
 
 
 @pytest.mark.parametrize(

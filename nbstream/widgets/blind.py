@@ -21,7 +21,7 @@ Nothing here needs a widget:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from ..protocol import CompareRecord, ErrorInfo, RunRecord
@@ -36,6 +36,7 @@ __all__ = [
     "LABELS",
     "MASKED_TRAITS",
     "SHOWN_TRAITS",
+    "TIE",
     "BlindRound",
     "shown_error",
     "shown_message",
@@ -47,6 +48,9 @@ __all__ = [
 
 #: The labels of the columns in a vote, left to right as shown.
 LABELS = "ABCD"
+#: The vote for neither answer (``cw.vote("tie")``, the **Tie** button), counted beside the
+#: letters in :attr:`BlindRound.votes`.
+TIE = "tie"
 #: Said for a column's error while its blind round is hidden (a message can name the model).
 HIDDEN_ERROR = "this column's run failed (details at Reveal)"
 #: Said when a column's own run, a branch or "Inside the model" is asked for during a hidden
@@ -125,9 +129,11 @@ class BlindRound:
         >>> round_.hidden
         True
         >>> round_.vote("A", going=[])
-        {'A': 1, 'B': 0}
+        {'A': 1, 'B': 0, 'tie': 0}
         >>> round_.reveal(); round_.hidden
         False
+        >>> round_.saved(["m2", "m1"])["columns"][0]
+        {'label': 'A', 'model': 'm2', 'model_index': 1}
     """
 
     def __init__(self, columns: int, *, blind: bool = False, shuffler: Any = None) -> None:
@@ -141,8 +147,10 @@ class BlindRound:
         #: Whether the current round is blind.
         self.round_blind = False
         self.revealed = False
-        self.votes = {LABELS[i]: 0 for i in range(columns)}
+        self.votes = _no_votes(LABELS[i] for i in range(columns))
         self.shuffler = shuffler if shuffler is not None else random.SystemRandom()
+        #: The rounds ended before this one, as :meth:`saved` wrote each when the next began.
+        self.past: list[dict[str, Any]] = []
 
     @property
     def hidden(self) -> bool:
@@ -168,8 +176,44 @@ class BlindRound:
             self.shuffler.shuffle(order)
         moved = [p for p, index in enumerate(order) if index != self.order[p]]
         self.order = order
-        self.votes = {label: 0 for label in self.labels}
+        self.votes = _no_votes(self.labels)
         return moved
+
+    def close(self, words: Sequence[str]) -> None:
+        """Keep the round now ending in :attr:`past` (before :meth:`start` begins the next).
+
+        Args:
+            words: Each column's model in words, left to right (as :meth:`reveal` names them).
+        """
+        if self.number:
+            self.past.append(self.saved(words))
+
+    def saved(self, words: Sequence[str]) -> dict[str, Any]:
+        """The current round as a saved folder's index keeps it: its votes, and who was which.
+
+        Who was which (each column's label, model in words and model index) is kept only when
+        the round showed it: a blind round once revealed, or a round that was not blind. A
+        blind round never revealed keeps its votes and ``"revealed": false``, nothing more
+        (only Reveal tells which was which; ``nbstream.arena`` refuses such a round).
+
+        Args:
+            words: Each column's model in words, left to right (as :meth:`reveal` names them).
+
+        Returns:
+            ``{"round", "blind", "revealed", "votes"}`` and, when shown, ``"columns"``.
+        """
+        entry: dict[str, Any] = {
+            "round": self.number,
+            "blind": self.round_blind,
+            "revealed": self.revealed,
+            "votes": dict(self.votes),
+        }
+        if self.revealed or not self.round_blind:
+            entry["columns"] = [
+                {"label": label, "model": words[p], "model_index": self.order[p]}
+                for p, label in enumerate(self.labels)
+            ]
+        return entry
 
     def reveal(self) -> None:
         """End the hiding of this round (final for it)."""
@@ -193,10 +237,11 @@ class BlindRound:
             )
 
     def vote(self, label: Any, going: Iterable[str]) -> dict[str, int]:
-        """Count a vote for ``label``; returns the round's votes so far."""
+        """Count a vote for ``label`` (a column's letter, or :data:`TIE`); returns the votes."""
         if not isinstance(label, str) or label not in self.votes:
             raise ValueError(
-                f"no column is labelled {label!r}; vote for one of {', '.join(self.votes)}"
+                f"no column is labelled {label!r:.40}; vote for one of "
+                f"{', '.join(self.labels)}, or {TIE!r} for neither"
             )
         self.check_vote_open(going)
         self.votes[label] += 1
@@ -220,16 +265,24 @@ class BlindRound:
     def words(self, mapping: Mapping[str, str]) -> str:
         """The round's votes, and ``mapping`` (label to model) once revealed, in one line.
 
-        ``""`` before any vote in a round that is not blind.
+        ``""`` before any vote in a round that is not blind; a tie is said once one is cast.
         """
         parts = []
         if any(self.votes.values()):
-            parts.append("Votes: " + ", ".join(f"{k} {n}" for k, n in self.votes.items()))
+            shown = {k: n for k, n in self.votes.items() if k != TIE or n}
+            parts.append("Votes: " + ", ".join(f"{k} {n}" for k, n in shown.items()))
         if self.revealed:
             parts.append("Revealed: " + ", ".join(f"{k} = {v}" for k, v in mapping.items()))
         elif self.round_blind:
             parts.append(f"Blind round {self.number}: not revealed")
         return " · ".join(parts)
+
+
+def _no_votes(labels: Iterable[str]) -> dict[str, int]:
+    # Every key from the start, the tie last: the counts read in the order the page shows.
+    votes = dict.fromkeys(labels, 0)
+    votes[TIE] = 0
+    return votes
 
 
 # -- what a hidden round shows of a column -----------------------------------------------------

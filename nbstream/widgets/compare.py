@@ -47,7 +47,7 @@ from .compare_column import describe_settings as describe_settings
 from .compare_header import CompareHeader, summary_line
 from .compare_models import ModelLoadFailed, column_model, model_name, recorded_prompt
 from .compare_records import Runs as Runs
-from .compare_records import fallback, save_runs
+from .compare_records import compare_index, fallback, save_runs
 from .display import Bundle, FallbackDisplay, shown_by_widget
 from .divergence import DivergenceMarks, TextDivergence
 from .divergence import divergence_words as divergence_words
@@ -389,7 +389,10 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def votes(self) -> dict[str, int]:
-        """Label to count of votes, for the current round (every count 0 before one is cast)."""
+        """Label to count of votes for the current round, and ``"tie"``: votes for neither.
+
+        Every count is 0 before one is cast, e.g. ``{"A": 2, "B": 1, "tie": 1}``.
+        """
         with self._view_lock:
             return dict(self._lineup.rounds.votes)
 
@@ -405,11 +408,14 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     def vote(self, label: str) -> dict[str, int]:
         """Vote for the better answer: the column labelled ``label`` (as a vote button does).
 
+        ``"tie"`` (the **Tie** button) is a vote for neither: the answers are as good (or as
+        bad). It is refused when a letter would be.
+
         Args:
-            label: ``"A"``, ``"B"``, ... as the columns are labelled on the page.
+            label: ``"A"``, ``"B"``, ... as the columns are labelled on the page, or ``"tie"``.
 
         Returns:
-            The round's votes so far, label to count.
+            The round's votes so far, label to count (``"tie"`` last).
 
         Raises:
             RuntimeError: No round yet, a column still running (vote on whole answers), or
@@ -419,7 +425,9 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         Example:
             >>> cw.generate("Explain recursion to a child."); cw.wait()
             >>> cw.vote("B")
-            {'A': 0, 'B': 1}
+            {'A': 0, 'B': 1, 'tie': 0}
+            >>> cw.vote("tie")
+            {'A': 0, 'B': 1, 'tie': 1}
         """
         with self._view_lock:
             votes = self._lineup.rounds.vote(label, self._lineup.going())
@@ -448,25 +456,31 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         return mapping
 
     def save(self, path: str | os.PathLike[str]) -> list[Path]:
-        """Save every column's last run as a recording, in a folder (one file per column).
+        """Save every column's last run as a recording, and every round's votes, in a folder.
 
         Replay them side by side with ``CompareWidget(models=[nbstream.load(p) for p in
-        paths])``: each column replays its recorded answer at its recorded pace.
+        paths])``: each column replays its recorded answer at its recorded pace. The folder's
+        ``index.json`` keeps the prompt, the models and every round of this widget: its
+        votes and, once revealed, who was which (each column's label, model as
+        :meth:`reveal` names it, and model index); ``nbstream.arena`` adds up a class's
+        folders into a leaderboard.
 
         Args:
             path: The folder (created if missing); the files are ``column-1.json``, ...,
-                one per model, in the order given to ``models=``.
+                one per model, in the order given to ``models=``, and ``index.json``.
 
         Returns:
-            The files written, in that order.
+            The recordings written, in that order (``index.json`` is beside them).
 
         Raises:
             RuntimeError: A column has no run, or one still running, or a blind round not
                 revealed yet (the files, in the models' order, would say which was which).
 
         Example:
-            >>> paths = cw.save("lesson")
+            >>> cw.reveal()
+            >>> paths = cw.save("votes/alice")
             >>> replayed = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
+            >>> board = nbstream.arena("votes/*")
         """
         with self._view_lock:
             if self._hidden():
@@ -475,7 +489,8 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
                     "model; Reveal (cw.reveal()) first, then save"
                 )
             runs = self._lineup.runs_by_model()
-        return save_runs(runs, path)
+            rounds = self._lineup.saved_rounds()
+        return save_runs(runs, path, index=compare_index(self.prompt, self.model_names, rounds))
 
     def _lettered(self) -> bool:
         """Whether the columns carry letters (and the header votes): models, or blind."""

@@ -1,9 +1,10 @@
 """What a CompareWidget's runs leave: the list a Run all returns, saved files, its text copy.
 
 :class:`Runs` is what ``cw.generate()`` returns; :func:`save_runs` writes each column's
-last run as a recording; :func:`fallback` is the comparison as text, for everything that
-cannot run widgets (nbconvert, GitHub). While a blind round is hidden, none of them names a
-model, a figure or a replay.
+last run as a recording, and the folder's index (:func:`compare_index`: the prompt, the
+models and every round's votes, read back by ``nbstream.arena``); :func:`fallback` is
+the comparison as text, for everything that cannot run widgets (nbconvert, GitHub). While a
+blind round is hidden, none of them names a model, a figure or a replay.
 
 Example:
     >>> paths = save_runs([run_a, run_b], "lesson")
@@ -13,17 +14,21 @@ Example:
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .._version import __version__
+from ..arena import INDEX_FORMAT, INDEX_NAME
 from ..generation import Generation
 from .blind import shown_metrics
 from .compare_column import CompareColumn
 from .display import compare_fallback_bundle, show
 
-__all__ = ["Runs", "fallback", "save_runs"]
+__all__ = ["Runs", "compare_index", "fallback", "save_runs"]
 
 
 class Runs(list[Generation]):
@@ -63,15 +68,52 @@ class _HiddenRun(NamedTuple):
         return f"<Generation {self.run.status} text={preview!r}>"
 
 
-def save_runs(runs: Sequence[Generation | None], path: str | os.PathLike[str]) -> list[Path]:
+def compare_index(
+    prompt: str, models: Sequence[str], rounds: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A saved folder's ``index.json``: the prompt, the models, the recordings, every round.
+
+    Args:
+        prompt: The shared prompt.
+        models: Each model in words, in the order given to ``models=`` (``column-1.json``
+            is the first's).
+        rounds: Every round of the widget, as ``BlindRound.saved`` gives each: its votes
+            and, when the round showed it, who was which.
+
+    Returns:
+        The index (format :data:`nbstream.arena.INDEX_FORMAT`).
+
+    Example:
+        >>> compare_index("Hi", ["m1", "m2"], [])["files"]
+        ['column-1.json', 'column-2.json']
+    """
+    return {
+        "format": INDEX_FORMAT,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"nbstream": __version__},
+        "prompt": prompt,
+        "models": list(models),
+        "files": [f"column-{i + 1}.json" for i in range(len(models))],
+        "rounds": [dict(entry) for entry in rounds],
+    }
+
+
+def save_runs(
+    runs: Sequence[Generation | None],
+    path: str | os.PathLike[str],
+    *,
+    index: Mapping[str, Any] | None = None,
+) -> list[Path]:
     """Save each run as a recording in folder ``path``: ``column-1.json``, ... in this order.
 
     Args:
         runs: One run per column, in the order given to ``models=``.
         path: The folder (created if missing).
+        index: The folder's index (:func:`compare_index`), written as ``index.json`` after
+            the recordings; ``None`` writes none.
 
     Returns:
-        The files written, in that order.
+        The recordings written, in that order.
 
     Raises:
         RuntimeError: A column has no run, or one still running.
@@ -84,9 +126,14 @@ def save_runs(runs: Sequence[Generation | None], path: str | os.PathLike[str]) -
         )
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    return [
+    paths = [
         run.save(folder / f"column-{i + 1}.json") for i, run in enumerate(runs) if run is not None
     ]
+    if index is not None:
+        # Last: an index names recordings that are all there.
+        text = json.dumps(index, indent=1, ensure_ascii=False)
+        (folder / INDEX_NAME).write_text(text + "\n", encoding="utf-8")
+    return paths
 
 
 def fallback(

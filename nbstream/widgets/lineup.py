@@ -146,6 +146,9 @@ class Lineup:
         with self._lock:
             for slot, index in zip(held, self.rounds.order, strict=True):
                 self._slots[index] = slot
+            # The round ending is kept (its votes, and who was which if it showed it), named
+            # as its columns were before they are handed out anew.
+            self.rounds.close(list(self.mapping().values()))
             moved = self.rounds.start()
             order = self.rounds.order
         # The columns stay in place on the page (A, B, C left to right, as the DOM, the saved
@@ -160,6 +163,13 @@ class Lineup:
             if column not in self._columns:
                 return None
             return self.rounds.note(self._columns.index(column), self.names)
+
+    def saved_rounds(self) -> list[dict[str, Any]]:
+        """Every round so far as a saved folder's index keeps it (see ``BlindRound.saved``)."""
+        with self._lock:
+            rounds = self.rounds
+            now = [rounds.saved(list(self.mapping().values()))] if rounds.number else []
+            return [*rounds.past, *now]
 
     def covered_caps(self) -> dict[str, bool]:
         """What a hidden round shows of every column's capabilities: the same for all."""
