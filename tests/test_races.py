@@ -255,10 +255,10 @@ def test_a_run_stopped_during_a_hung_step_ends_cancelled_at_its_deadline(tiny_li
 def test_a_stop_string_found_before_a_hung_step_completes_the_run(probe, monkeypatch):
     """A reader found the stop string (one the generating thread's watch missed, as across
     a special token), then the next step hangs past the budget: the answer was over."""
-    from nbstream.backends import local
+    from nbstream.backends import stopping
     from nbstream.testing import forced_model
 
-    monkeypatch.setattr(local._StopStringWatch, "hit", lambda self, input_ids: False)
+    monkeypatch.setattr(stopping.StopStringWatch, "hit", lambda self, input_ids: False)
     answer = "An answer. END"
     model, tokenizer = forced_model(answer + " and then the model goes on and on" * 4)
     p = probe(model)
