@@ -529,7 +529,7 @@ class CompareHeaderTraits(TypedDict):
     voting: bool
     #: The columns' labels, left to right as shown.
     labels: list[str]
-    #: Label to count, this round.
+    #: Label to count, this round, and ``"tie"``.
     votes: dict[str, int]
     #: Whether a vote is taken now.
     can_vote: bool
@@ -883,7 +883,7 @@ ChatWidgetRequest = (
 
 
 class CompareVoteRequest(TypedDict):
-    """A vote button (a compare header's)."""
+    """A vote button (a compare header's): a column's label, or ``"tie"`` for Tie."""
 
     type: Literal["vote"]
     label: str

@@ -1,7 +1,7 @@
 // nbstream — browser front end of the header of `nbstream.widgets.compare.CompareWidget` (an
 // anywidget): the shared prompt, Run all, Stop all, the Same seed and Blind checkboxes, a
-// summary of the columns' states, and (models compared, or blind) a vote button per column,
-// the round's votes, Reveal and what it revealed. The columns themselves are StreamWidget
+// summary of the columns' states, and (models compared, or blind) a vote button per column
+// and Tie, the round's votes, Reveal and what it revealed. The columns themselves are StreamWidget
 // views (stream.js) inside an ipywidgets HBox; this view never touches them. Everything it
 // shows is in the model's traits, so a view made again (a re-render) shows the same votes.
 //
@@ -29,6 +29,9 @@ import {
 } from "./common.js";
 import { announcer, compareAnnouncement, comparePhase, runAllStatuses, stopOnEscape } from "./announce.js";
 import { kernelWatch } from "./replay.js";
+
+/** The vote for neither answer: the Tie button's `label` in a `vote` message. */
+const TIE = "tie";
 
 /** What the header's controls say when no kernel holds the compare (a saved notebook). */
 const SAVED_TITLE = "No running kernel holds this compare (a saved notebook): run its cells again to use it";
@@ -101,18 +104,22 @@ class VoteRow {
     const votes = /** @type {Record<string, number>} */ (model.get("votes") ?? {});
     const open = Boolean(model.get("can_vote"));
     const revealed = /** @type {Record<string, string>} */ (model.get("revealed") ?? {});
-    const wanted = labels.map((label) => this.button(label));
+    // A button per letter, then Tie: a vote for neither answer (the kernel's "tie").
+    const choices = labels.length ? [...labels, TIE] : [];
+    const wanted = choices.map((label) => this.button(label));
     if (wanted.length !== this.buttons.children.length || wanted.some((b, i) => this.buttons.children[i] !== b)) {
       this.buttons.replaceChildren(...wanted);
     }
-    for (const label of labels) {
+    for (const label of choices) {
       const btn = this.button(label);
       const count = Number(votes[label] ?? 0);
-      const text = `${label} · ${count}`;
+      const counted = `${count} vote${count === 1 ? "" : "s"}`;
+      const text = `${label === TIE ? "Tie" : label} · ${count}`;
       if (btn.textContent !== text) btn.textContent = text;
-      btn.setAttribute("aria-label", `Vote for ${label} (${count} vote${count === 1 ? "" : "s"})`);
+      btn.setAttribute("aria-label", label === TIE ? `Vote a tie (${counted})` : `Vote for ${label} (${counted})`);
       btn.disabled = !open;
-      btn.title = open ? `Vote for answer ${label}` : "Votes open once every answer has ended (closed after Reveal)";
+      const what = label === TIE ? "Neither answer is better: a tie" : `Vote for answer ${label}`;
+      btn.title = open ? what : "Votes open once every answer has ended (closed after Reveal)";
     }
     const mapping = Object.entries(revealed);
     // Reveal is for a blind round: once one ran (every column idle: nothing to reveal yet).

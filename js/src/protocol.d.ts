@@ -138,7 +138,7 @@ export interface CompareHeaderTraits {
   voting: boolean;
   /** The columns' labels, left to right as shown. */
   labels: string[];
-  /** Label to count, this round. */
+  /** Label to count, this round, and `"tie"`. */
   votes: Record<string, number>;
   /** Whether a vote is taken now. */
   can_vote: boolean;
@@ -192,7 +192,7 @@ export interface CompareSyncedMessage {
   type: "synced";
 }
 
-/** A vote button (a compare header's). */
+/** A vote button (a compare header's): a column's label, or `"tie"` for Tie. */
 export interface CompareVoteRequest {
   type: "vote";
   label: string;

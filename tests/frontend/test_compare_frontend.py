@@ -125,3 +125,32 @@ def test_a_busy_kernel_s_column_states_keep_the_header_live(compare_page: Page) 
     expect(page.get_by_role("checkbox", name="Same seed")).to_be_enabled()
     change(page, statuses=["complete", "complete"], summary="2 complete")
     expect(run_all).to_be_enabled()
+
+
+def test_a_tie_button_beside_the_letters_votes_for_neither_by_keyboard(compare_page: Page) -> None:
+    page = compare_page
+    mount(
+        page,
+        voting=True,
+        blind=True,
+        labels=["A", "B"],
+        votes={"A": 1, "B": 0, "tie": 2},
+        statuses=["complete", "complete"],
+        can_vote=True,
+    )
+    group = page.get_by_role("group", name="Vote for the better answer")
+    tie = group.get_by_role("button", name="Vote a tie (2 votes)")
+    expect(tie).to_have_text("Tie · 2")
+    expect(tie).to_be_enabled()
+    names = group.get_by_role("button").all_inner_texts()
+    assert names[:3] == ["A · 1", "B · 0", "Tie · 2"]  # after the letters, before Reveal
+    # Keyboard: Tab from B's button reaches Tie; Enter votes.
+    group.get_by_role("button", name="Vote for B (0 votes)").focus()
+    page.keyboard.press("Tab")
+    expect(tie).to_be_focused()
+    page.keyboard.press("Enter")
+    assert sent(page)[-1] == {"type": "vote", "label": "tie"}
+    # Closed as a letter is: after Reveal (or before every answer ended).
+    change(page, can_vote=False, revealed={"A": "m1", "B": "m2"})
+    expect(tie).to_be_disabled()
+    expect(tie).to_have_attribute("title", re.compile("Votes open once every answer has ended"))
