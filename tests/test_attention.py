@@ -1,0 +1,275 @@
+"""nbstream/attention.py against transformers' own eager attention, computed independently.
+
+Each family is a tiny random model built from its config (no download, SDPA as transformers
+picks by default), with SmolLM2's tokenizer. The reference is a second model of the same
+config built with ``attn_implementation="eager"`` and loaded with the same weights, asked for
+``output_attentions=True`` over the same input: its last query row, every layer and head.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from typing import Any
+
+import pytest
+
+from nbstream.attention import SINK_HEADS, AttentionUnavailable, attention_at
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+PROMPT = "Why is the sky blue?"
+FAMILIES = [
+    "llama",
+    "smollm3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "gpt2",
+]
+
+
+def family_config(family: str, tokenizer: Any) -> Any:
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    common = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        **ids,
+    }
+    t = transformers
+    # A sliding window shorter than the input, so the windowed masks are exercised too;
+    # Gemma 2's attention logits are soft-capped in eager attention only.
+    window = {"sliding_window": 6}
+    made = {
+        "llama": lambda: t.LlamaConfig(**common),
+        "smollm3": lambda: t.SmolLM3Config(**common),
+        "mistral": lambda: t.MistralConfig(**common, **window),
+        "qwen2": lambda: t.Qwen2Config(**common),
+        "qwen3": lambda: t.Qwen3Config(**common, head_dim=8),
+        "gemma": lambda: t.GemmaConfig(**common, head_dim=8),
+        "gemma2": lambda: t.Gemma2Config(
+            **common, head_dim=8, attn_logit_softcapping=5.0, **window
+        ),
+        "gemma3_text": lambda: t.Gemma3TextConfig(**common, head_dim=8, **window),
+        "phi": lambda: t.PhiConfig(**common),
+        "phi3": lambda: t.Phi3Config(**common),
+        "gpt2": lambda: t.GPT2Config(
+            vocab_size=len(tokenizer), n_embd=32, n_layer=3, n_head=4, n_positions=512, **ids
+        ),
+    }
+    return made[family]()
+
+
+_models: dict[str, Any] = {}
+
+
+def family_model(family: str, tokenizer: Any) -> Any:
+    if family not in _models:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            model = transformers.AutoModelForCausalLM.from_config(
+                family_config(family, tokenizer)
+            ).eval()
+            # Random weights this small give flat attention; larger ones make heads differ.
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    if parameter.ndim == 2:
+                        parameter.mul_(8.0)
+        _models[family] = model
+    return _models[family]
+
+
+def eager_reference(model: Any) -> Any:
+    """The same weights in a model built eager from the start (not nbstream's twin)."""
+    config = copy.deepcopy(model.config)
+    reference = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager"
+    ).eval()
+    reference.load_state_dict(model.state_dict())
+    return reference
+
+
+def reference_rows(reference: Any, ids: list[int]) -> Any:
+    """(layers, heads, positions): eager ``output_attentions`` at the last position."""
+    with torch.no_grad():
+        out = reference(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
+    assert len(out.attentions) == reference.config.num_hidden_layers
+    return torch.stack([layer[0, :, -1, :] for layer in out.attentions]).float()
+
+
+def run_ids(tokenizer: Any, answer: str = " Rayleigh scattering of sunlight") -> tuple[list, int]:
+    messages = [{"role": "user", "content": PROMPT}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return prompt + tokenizer(answer, add_special_tokens=False)["input_ids"], len(prompt)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_layer_and_head_is_eager_attention(family, tiny):
+    tokenizer = tiny[1]
+    model = family_model(family, tokenizer)
+    # SDPA (which computes no weights) as transformers loads them; Gemma 2 has only eager.
+    loaded = "eager" if family == "gemma2" else "sdpa"
+    assert model.config._attn_implementation == loaded
+    reference = eager_reference(model)
+    ids, prompt_len = run_ids(tokenizer)
+    answer = len(ids) - prompt_len
+    for step in (0, answer // 2, answer - 1):
+        seen = attention_at(model, tokenizer, ids, prompt_len, step)
+        expected = reference_rows(reference, ids[: prompt_len + step])
+        assert seen.weights.dtype == torch.float32 and seen.weights.shape == expected.shape
+        assert torch.equal(seen.weights, expected)
+        assert seen.weights.sum(-1) == pytest.approx(1.0, abs=1e-5)
+        assert (seen.family, seen.step, seen.token_id) == (family, step, ids[prompt_len + step])
+        assert list(seen.token_ids) == ids[: prompt_len + step]
+    # The live model was not switched, and none of its modules was touched.
+    assert model.config._attn_implementation == loaded
+    assert not [m for m in model.modules() if "forward" in vars(m)]
+
+
+def test_views_of_the_weights(tiny):
+    model, tokenizer = family_model("qwen2", tiny[1]), tiny[1]
+    ids, prompt_len = run_ids(tokenizer)
+    seen = attention_at(model, tokenizer, ids, prompt_len, 3)
+    assert (seen.layers, seen.heads, seen.positions) == (3, 4, prompt_len + 3)
+    assert torch.equal(seen.layer(1), seen.weights[1])
+    assert torch.equal(seen.head(2, 3), seen.weights[2, 3])
+    assert seen.prompt_tokens == prompt_len and seen.token == tokenizer.decode(
+        [ids[prompt_len + 3]]
+    )
+    assert seen.tokens[0] == "<|im_start|>" and len(seen.tokens) == seen.positions
+    top = seen.top(1, 3)
+    mean = seen.weights[1].mean(0)
+    assert [p for p, _t, _w in top] == mean.topk(3).indices.tolist()
+    assert [w for _p, _t, w in top] == pytest.approx(mean.topk(3).values.tolist())
+    assert all(text == seen.tokens[p] for p, text, _w in top)
+    one = seen.top(2, 2, head=1)
+    assert [p for p, _t, _w in one] == seen.weights[2, 1].topk(2).indices.tolist()
+    assert seen.top(-1, 99) == seen.top(2, seen.positions)
+    with pytest.raises(IndexError, match="layer 3 out of range"):
+        seen.top(3)
+    argmax = seen.weights.argmax(-1)
+    assert seen.sink_heads == int((argmax == 0).sum())
+    assert seen.sink == (seen.sink_heads >= SINK_HEADS * 12)
+    assert seen.sink_share == pytest.approx(float(seen.weights[..., 0].mean()))
+    said = seen.describe()
+    assert seen.token in said and "3 layers × 4 heads" in said and "previous token" in said
+    assert ("Attention sink" in said) == seen.sink
+    assert "Attention(step=3" in repr(seen)
+
+
+def test_the_sink_is_labelled_and_explained(tiny):
+    # A model whose every head looks at the first token (its keys pulled towards the
+    # queries there): the sink is named, not hidden, and the weights are left as they are.
+    model, tokenizer = family_model("llama", tiny[1]), tiny[1]
+    ids, prompt_len = run_ids(tokenizer)
+    seen = attention_at(model, tokenizer, ids, prompt_len, 0)
+    rest = torch.full((3, 4, prompt_len - 1), 0.1 / (prompt_len - 1))
+    sunk = dataclasses.replace(seen, weights=torch.cat((torch.full((3, 4, 1), 0.9), rest), -1))
+    assert sunk.sink and sunk.sink_heads == 12 and sunk.sink_share == pytest.approx(0.9)
+    said = sunk.describe()
+    assert "Attention sink: the first token ('<|im_start|>')" in said and "12 of 12 heads" in said
+    assert "where a head rests, not what it reads" in said
+    assert sunk.top(0, 1)[0][:2] == (0, "<|im_start|>")
+
+
+def test_refused_by_name(tiny):
+    tokenizer = tiny[1]
+    config = transformers.GPTNeoXConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+    )
+    neox = transformers.GPTNeoXForCausalLM(config).eval()
+    ids, prompt_len = run_ids(tokenizer)
+    with pytest.raises(AttentionUnavailable, match=r"GPTNeoXForCausalLM.*'gpt_neox'.*Known: gemma"):
+        attention_at(neox, tokenizer, ids, prompt_len, 0)
+    model = family_model("llama", tokenizer)
+    answer = len(ids) - prompt_len
+    with pytest.raises(AttentionUnavailable, match=f"step {answer} is not a step of this run"):
+        attention_at(model, tokenizer, ids, prompt_len, answer)
+    with pytest.raises(AttentionUnavailable, match="step -1"):
+        attention_at(model, tokenizer, ids, prompt_len, -1)
+    with pytest.raises(TypeError, match="step must be an int"):
+        attention_at(model, tokenizer, ids, prompt_len, "1")
+    offloaded = copy.deepcopy(model)
+    offloaded.hf_device_map = {"model.layers.0": "cpu", "model.layers.1": "disk"}
+    with pytest.raises(AttentionUnavailable, match="offloaded"):
+        attention_at(offloaded, tokenizer, ids, prompt_len, 0)
+    assert issubclass(AttentionUnavailable, ValueError)
+
+
+def test_beside_a_generating_thread_it_switches_nothing(tiny_line):
+    # A generate() on another thread is held inside its forward pass (layer 0) while the
+    # attention is computed on this one: it goes on with its own attention, and makes the
+    # same tokens as undisturbed.
+    model, tokenizer = tiny_line
+    inputs = tokenizer("The sea", return_tensors="pt")
+    settings = {"max_new_tokens": 12, "do_sample": False}
+    with torch.no_grad():
+        alone = model.generate(**inputs, **settings)[0].tolist()
+    ids, prompt_len = run_ids(tokenizer)
+    generator: dict[str, Any] = {}
+    inside, gate = threading.Event(), threading.Event()
+
+    def hold(module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() == generator.get("id") and not inside.is_set():
+            inside.set()
+            assert gate.wait(60)
+
+    def generate() -> None:
+        generator["id"] = threading.get_ident()
+        with torch.no_grad():
+            generator["ids"] = model.generate(**inputs, **settings)[0].tolist()
+
+    handle = model.model.layers[0].register_forward_hook(hold)
+    worker = threading.Thread(target=generate, daemon=True)
+    try:
+        worker.start()
+        assert inside.wait(60)
+        seen = attention_at(model, tokenizer, ids, prompt_len, 2)  # the held hook is copied too
+        assert model.config._attn_implementation == "sdpa"
+    finally:
+        gate.set()
+        worker.join(60)
+        handle.remove()
+    assert not worker.is_alive() and generator["ids"] == alone
+    expected = reference_rows(eager_reference(model), ids[: prompt_len + 2])
+    assert torch.equal(seen.weights, expected)
+
+
+@pytest.mark.model
+def test_the_default_model(real_model):
+    model, tokenizer = real_model
+    messages = [{"role": "user", "content": "Name the capital of France."}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ids = model.generate(prompt, max_new_tokens=8, do_sample=False)[0].tolist()
+    prompt_len = prompt.shape[-1]
+    reference = copy.deepcopy(model)
+    reference.set_attn_implementation("eager")
+    for step in (0, len(ids) - prompt_len - 1):
+        seen = attention_at(model, tokenizer, ids, prompt_len, step)
+        assert (seen.layers, seen.heads) == (30, 9)
+        assert torch.equal(seen.weights, reference_rows(reference, ids[: prompt_len + step]))
+    assert seen.sink and "Attention sink" in seen.describe()
+    assert model.config._attn_implementation == "sdpa"
