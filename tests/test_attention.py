@@ -273,3 +273,29 @@ def test_the_default_model(real_model):
         assert torch.equal(seen.weights, reference_rows(reference, ids[: prompt_len + step]))
     assert seen.sink and "Attention sink" in seen.describe()
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_steered_thread_reads_its_steered_attention(tiny):
+    # The twin keeps the model's hooks: inside a steered() block, the attention is the one
+    # the steered run computes; outside it, the plain one.
+    from nbstream.steering import Direction, steered
+
+    model, tokenizer = family_model("llama", tiny[1]), tiny[1]
+    ids, prompt_len = run_ids(tokenizer)
+    direction = Direction(vector=torch.linspace(-1.0, 1.0, 32), layer=0)
+    reference = eager_reference(model)
+
+    def add(module: Any, args: Any, output: Any) -> Any:
+        return output + 3.0 * direction.vector
+
+    with steered(model, direction, 3.0):
+        seen = attention_at(model, tokenizer, ids, prompt_len, 2)
+    handle = reference.model.layers[0].register_forward_hook(add)
+    try:
+        expected = reference_rows(reference, ids[: prompt_len + 2])
+    finally:
+        handle.remove()
+    assert torch.equal(seen.weights, expected)
+    plain = attention_at(model, tokenizer, ids, prompt_len, 2)
+    assert torch.equal(plain.weights, reference_rows(reference, ids[: prompt_len + 2]))
+    assert not torch.equal(plain.weights, seen.weights)
