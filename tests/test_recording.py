@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import nbstream
 from nbstream import recording as recording_module
+from nbstream import recording_checks
 from nbstream.backends.replay import RecordedFailure, ReplayBackend, ReplayJob
 from nbstream.testing import forced_model
 
@@ -315,14 +316,14 @@ def test_a_file_of_another_kind_is_refused(tmp_path):
 
 
 def test_too_many_tokens_are_refused(tmp_path, saved, monkeypatch):
-    monkeypatch.setattr(recording_module, "MAX_TOKENS", 3)
+    monkeypatch.setattr(recording_checks, "MAX_TOKENS", 3)
     path = write(tmp_path, saved)
     with pytest.raises(ValueError, match="over the 3-token limit"):
         nbstream.load(path)
 
 
 def test_too_large_a_file_is_refused_before_it_is_read(tmp_path, saved, monkeypatch):
-    monkeypatch.setattr(recording_module, "MAX_BYTES", 100)
+    monkeypatch.setattr(recording_checks, "MAX_BYTES", 100)
     path = write(tmp_path, saved)
     with pytest.raises(ValueError, match="over the 100-byte limit"):
         nbstream.load(path)
@@ -331,7 +332,7 @@ def test_too_large_a_file_is_refused_before_it_is_read(tmp_path, saved, monkeypa
 def test_a_recording_load_would_refuse_is_not_saved(tiny, tmp_path, monkeypatch):
     model, tokenizer = tiny
     run = ended(nbstream.stream(model, tokenizer, "Hello", max_new_tokens=8))
-    monkeypatch.setattr(recording_module, "MAX_BYTES", 100)
+    monkeypatch.setattr(recording_checks, "MAX_BYTES", 100)
     with pytest.raises(ValueError, match=r"over the 100-byte limit of nbstream\.load"):
         run.save(tmp_path / "big.json")
     assert not (tmp_path / "big.json").exists()
@@ -371,7 +372,7 @@ def test_json_nested_past_the_recursion_limit_is_refused_in_words(tmp_path):
 
 
 def test_a_file_over_the_limit_says_what_a_lesson_needs(tmp_path, saved, monkeypatch):
-    monkeypatch.setattr(recording_module, "MAX_BYTES", 100)
+    monkeypatch.setattr(recording_checks, "MAX_BYTES", 100)
     path = write(tmp_path, saved)
     with pytest.raises(ValueError, match=r"over the 100-byte limit; .*0\.1 MiB.*shorter run"):
         nbstream.load(path)
