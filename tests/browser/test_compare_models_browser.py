@@ -85,7 +85,8 @@ def test_a_blind_round_hides_the_models_counts_votes_and_reveals(lab):
     vote_b.click()
     expect(vote_a).to_have_text("A · 2")
     expect(vote_b).to_have_text("B · 1")
-    wait_until(lambda: kval(nb, "cw.votes") == {"A": 2, "B": 1}, 15, what="the votes counted")
+    votes = {"A": 2, "B": 1, "tie": 0}
+    wait_until(lambda: kval(nb, "cw.votes") == votes, 15, what="the votes counted")
 
     # A re-render (the widget shown again, a new view from the kernel's state) shows them.
     nb.run_cell(2)
