@@ -65,6 +65,10 @@ __all__ = [
     "Metrics",
     "ModelInfo",
     "NoMetrics",
+    "ProbeMessage",
+    "PullOffsets",
+    "PullRequest",
+    "PulledMessage",
     "RegenerateRequest",
     "RemovedRequest",
     "ResetMessage",
@@ -718,8 +722,37 @@ class LensReply(_LensFields):
 
 #: What a ``RunFeed`` sends to the views of a ``StreamWidget`` or ``ChatWidget``.
 FeedMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage
+
+
+class ProbeMessage(TypedDict):
+    """Sent from a kernel thread after a view's ``sync`` was answered.
+
+    A view that gets it knows pushes reach it; one that does not pulls.
+    """
+
+    type: Literal["probe"]
+    view: str
+
+
+class _PulledState(TypedDict, total=False):
+    #: The synced traits that changed since the view's ``version``, by name.
+    state: dict[str, Any]
+
+
+class PulledMessage(_PulledState):
+    """The answer to a ``pull``, sent inside its handler: what the view lacks."""
+
+    type: Literal["pulled"]
+    view: str
+    #: The version of the traits the view now holds (send it with the next pull).
+    version: int
+    #: Feed messages to apply in order, as if pushed (``delta``, ``thinking``, ``tokens``,
+    #: or a ``reset`` and ``tokens`` from 0).
+    messages: list[FeedMessage]
+
+
 #: Every custom message the views of a ``StreamWidget`` or ``ChatWidget`` get.
-RunWidgetMessage = FeedMessage | DistributionReply | LensReply
+RunWidgetMessage = FeedMessage | DistributionReply | LensReply | ProbeMessage | PulledMessage
 
 
 # -- page to kernel -----------------------------------------------------------------------------
@@ -733,6 +766,28 @@ class SyncRequest(TypedDict):
     view: str
     #: One id per page load.
     page: str
+
+
+class PullOffsets(TypedDict):
+    """What a pulling view holds of the feed (offsets in code points, as a ``delta``'s)."""
+
+    #: The run whose text it holds.
+    run_id: int
+    #: The length of that run's text.
+    text: int
+    #: How many of that run's tokens it lists.
+    tokens: int
+    #: The length of that run's thinking.
+    thinking: int
+    #: The version of the traits it holds (0: none pulled yet).
+    version: int
+
+
+class PullRequest(PullOffsets):
+    """A view whose host drops what the kernel sends unasked asks for what it lacks."""
+
+    type: Literal["pull"]
+    view: str
 
 
 class StopRequest(TypedDict):
@@ -863,7 +918,9 @@ class CompareRunRequest(TypedDict):
 
 
 #: What every view of a ``StreamWidget`` or ``ChatWidget`` sends.
-ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest
+ViewRequest = (
+    SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest
+)
 #: What a ``StreamWidget``'s view sends.
 StreamWidgetRequest = (
     ViewRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest

@@ -91,7 +91,7 @@ export interface ChatWidgetOwnTraits {
 }
 
 /** What a `ChatWidget`'s view sends. */
-export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `ChatWidget` (nbstream/widgets/chat.py). */
 export type ChatWidgetTraits = RunWidgetTraits & BranchTraits & ChatWidgetOwnTraits;
@@ -378,6 +378,44 @@ export interface ModelInfo {
 /** The metrics trait before a widget's first run, and after a chat's clear. */
 export type NoMetrics = Record<string, never>;
 
+/** Sent from a kernel thread after a view's `sync` was answered. A view that gets it knows pushes reach it; one that does not pulls. */
+export interface ProbeMessage {
+  type: "probe";
+  view: string;
+}
+
+/** What a pulling view holds of the feed (offsets in code points, as a `delta`'s). */
+export interface PullOffsets {
+  /** The run whose text it holds. */
+  run_id: number;
+  /** The length of that run's text. */
+  text: number;
+  /** How many of that run's tokens it lists. */
+  tokens: number;
+  /** The length of that run's thinking. */
+  thinking: number;
+  /** The version of the traits it holds (0: none pulled yet). */
+  version: number;
+}
+
+/** A view whose host drops what the kernel sends unasked asks for what it lacks. */
+export interface PullRequest extends PullOffsets {
+  type: "pull";
+  view: string;
+}
+
+/** The answer to a `pull`, sent inside its handler: what the view lacks. */
+export interface PulledMessage {
+  type: "pulled";
+  view: string;
+  /** The version of the traits the view now holds (send it with the next pull). */
+  version: number;
+  /** Feed messages to apply in order, as if pushed (`delta`, `thinking`, `tokens`, or a `reset` and `tokens` from 0). */
+  messages: FeedMessage[];
+  /** The synced traits that changed since the view's `version`, by name. */
+  state?: Record<string, any>;
+}
+
 /** Regenerate the last answer. */
 export interface RegenerateRequest {
   type: "regenerate";
@@ -472,7 +510,7 @@ export interface RunSnapshot {
 }
 
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
-export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply;
+export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply | ProbeMessage | PulledMessage;
 
 /** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py. */
 export interface RunWidgetTraits {
@@ -615,7 +653,7 @@ export interface StreamWidgetOwnTraits {
 }
 
 /** What a `StreamWidget`'s view sends. */
-export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `StreamWidget` (nbstream/widgets/stream.py). */
 export type StreamWidgetTraits = RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits;
@@ -669,7 +707,7 @@ export interface TokensMessage {
 }
 
 /** What every view of a `StreamWidget` or `ChatWidget` sends. */
-export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest;
+export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest;
 
 /** A widget's state: its current run's, or `idle` before any (and after a chat's clear). */
 export type WidgetStatus = "idle" | "queued" | "running" | "complete" | "failed" | "cancelled";

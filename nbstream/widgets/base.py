@@ -23,7 +23,7 @@ import anywidget
 import traitlets
 
 from ..generation import TERMINAL, Generation
-from ..protocol import RunRecord, RunWidgetMessage
+from ..protocol import PulledMessage, PullOffsets, RunRecord, RunWidgetMessage
 from ..settings import validate_settings
 from . import cells as cells
 from .display import (
@@ -35,7 +35,7 @@ from .display import (
 )
 from .feed import RunFeed
 from .lens_view import LensViewer
-from .route import PageRoute, answer_on_sending_subshell
+from .route import PageRoute, answer_on_sending_subshell, send_unasked
 from .sampling import Explainer
 from .settings_panel import (
     PANEL_SETTINGS,
@@ -60,6 +60,30 @@ register_run_display()
 _JOIN_S = 5.0
 #: The teaching views' toggles (traits; also keywords of the widgets).
 VIEW_TOGGLES = ("show_tokens", "show_probabilities", "show_alternatives")
+
+
+#: The traits a page writes (both ways, PROTOCOL.md); it only reads the others.
+_PAGE_WRITES = frozenset({*PANEL_SETTINGS, *VIEW_TOGGLES, "prompt", "system"})
+#: Synced traits a pull never carries: they never change after construction.
+_NEVER_PULLED = frozenset({"settings_schema", "_esm", "_css", "_anywidget_id"})
+
+
+def _pull_offsets(content: dict[str, Any]) -> PullOffsets | None:
+    """A ``pull``'s offsets, or None unless each is a whole number of at least 0."""
+    values: list[int] = []
+    for name in ("run_id", "text", "tokens", "thinking", "version"):
+        value = content.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return None
+        values.append(value)
+    run_id, text, tokens, thinking, version = values
+    return {
+        "run_id": run_id,
+        "text": text,
+        "tokens": tokens,
+        "thinking": thinking,
+        "version": version,
+    }
 
 
 class _RunInProgress(RuntimeError):
@@ -195,6 +219,8 @@ class RunWidget(anywidget.AnyWidget):
         # widget blocks (see widgets/route.py).
         answer_on_sending_subshell(self.comm)
         cells.register(self)
+        # From here on a change of a synced trait is numbered, for views that pull.
+        self._versions: dict[str, int] = {}
 
     def _show_replay(self, prompt: Any) -> None:
         """A widget on a recording says "replay" in its label; its box holds the recorded prompt."""
@@ -227,6 +253,10 @@ class RunWidget(anywidget.AnyWidget):
         self._views: dict[str, set[str]] = {}
         # The page's subshell: a Stop is handled while a cell keeps the main shell busy.
         self._route = PageRoute()
+        # For views that pull (PROTOCOL.md, Pulling): the number of the last change of each
+        # synced trait the kernel made, and whether the page's own state is being applied.
+        self._version = 0
+        self._from_page = False
         # Set once the widget is displayed in a kernel: its outputs' static fallbacks are
         # rewritten (update_display) when a run ends, since they were captured before it did.
         self._output = FallbackDisplay(self._lock, "nbstream")
@@ -262,11 +292,31 @@ class RunWidget(anywidget.AnyWidget):
             return
         with lock:
             super().notify_change(change)
+            self._number_change(change.get("name"))
+
+    def _number_change(self, name: Any) -> None:
+        """Number a change the kernel made to a synced trait (lock held): a pull carries it."""
+        versions = self.__dict__.get("_versions")
+        if versions is None or self._from_page or name in _NEVER_PULLED:
+            return
+        if self.trait_metadata(name, "sync"):
+            self._version += 1
+            versions[name] = self._version
 
     def set_state(self, sync_data: Any) -> None:
-        """Apply state from the page under the widget's lock."""
+        """Apply state from the page under the widget's lock.
+
+        A trait the page only reads is never taken from it: a page that pulls sets such
+        traits in its own copy, which a later save may send back.
+        """
+        if isinstance(sync_data, dict):
+            sync_data = {k: v for k, v in sync_data.items() if k in _PAGE_WRITES}
         with self._lock:
-            super().set_state(sync_data)
+            self._from_page = True
+            try:
+                super().set_state(sync_data)
+            finally:
+                self._from_page = False
 
     # -- comm messages go out under the page's subshell (see widgets/route.py) ---------------------
     def send_state(self, key: Any = None) -> None:
@@ -623,6 +673,11 @@ class RunWidget(anywidget.AnyWidget):
             with self._lock:
                 self._feed.reset(content.get("view"))
                 self._send_all_tokens()
+            if isinstance(view, str):
+                # Whether what the kernel sends unasked reaches this view (see _answer_pull).
+                send_unasked(self.comm, lambda: self._send_msg({"type": "probe", "view": view}))
+        elif kind == "pull":
+            self._answer_pull(content)
         elif kind == "stop":
             self.stop()
         elif kind == "removed":
@@ -642,6 +697,31 @@ class RunWidget(anywidget.AnyWidget):
                         if name in PANEL_SETTINGS and getattr(self, name) != value:
                             setattr(self, name, value)
             self._on_view_message(kind, content)
+
+    def _answer_pull(self, content: dict[str, Any]) -> None:
+        """Answer a view that pulls, inside this handler: what it lacks, by its offsets.
+
+        A host that delivers a kernel message to a view only as an answer to that view's own
+        message (Colab, by its parent header) never shows a push; the view finds out (it never
+        gets the probe sent after its ``sync``) and asks instead. The answer carries the
+        synced traits changed since the version the view holds (applied by the page as a
+        synced change would be) and the feed's messages after its offsets.
+        """
+        view = content.get("view")
+        offsets = _pull_offsets(content)
+        if not isinstance(view, str) or offsets is None:
+            return  # a malformed pull: never raise into the comm handler
+        with self._lock:
+            answer: PulledMessage = {
+                "type": "pulled",
+                "view": view,
+                "version": self._version,
+                "messages": self._feed.pull(view, offsets, self._token_runs()),
+            }
+            changed = [name for name, v in self._versions.items() if v > offsets["version"]]
+            if changed:
+                answer["state"] = self.get_state(changed)
+        self._send_msg(answer)
 
     def _view_removed(self, page: Any, view: Any) -> None:
         """A view left a notebook that stays open (its output was cleared, its cell deleted).

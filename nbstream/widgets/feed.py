@@ -28,7 +28,9 @@ from typing import Any, cast
 from .._tokens import TokenPieces, server_token_entries, token_entries
 from ..generation import TERMINAL, Generation
 from ..protocol import (
+    DeltaMessage,
     FeedMessage,
+    PullOffsets,
     ResetMessage,
     ThinkingCounters,
     ThinkingState,
@@ -161,17 +163,60 @@ class RunFeed:
     def reset(self, view: Any) -> None:
         """Answer a view's ``sync``: the text sent so far, then every shown run's tokens."""
         with self._lock:
-            run = self._run
-            message: ResetMessage = {
-                "type": "reset",
-                "run_id": self._run_id,
-                "view": view,
-                "text": run.partial_text[: self._sent] if run is not None else "",
-            }
-            thinking = self._thinking_reset(run)
-            if thinking is not None:  # only a run that thought: others' resets stay as they were
-                message["thinking"] = thinking
-            self._send(message)
+            self._send(self._reset_message(view))
+
+    def _reset_message(self, view: Any) -> ResetMessage:
+        """The ``reset`` for ``view``: exactly the text and thinking sent so far (lock held)."""
+        run = self._run
+        message: ResetMessage = {
+            "type": "reset",
+            "run_id": self._run_id,
+            "view": view,
+            "text": run.partial_text[: self._sent] if run is not None else "",
+        }
+        thinking = self._thinking_reset(run)
+        if thinking is not None:  # only a run that thought: others' resets stay as they were
+            message["thinking"] = thinking
+        return message
+
+    def pull(self, view: Any, have: PullOffsets, runs: list[tuple[int, Generation]]) -> list[Any]:
+        """What ``view`` lacks of the feed, given what it holds: the answer to a ``pull``.
+
+        The same messages the views are pushed, from the view's own offsets up to what the
+        feed has pushed so far, so that a push arriving as well is placed (or dropped) by the
+        view's usual rules and no text is shown twice: the current run's ``thinking``,
+        ``delta`` and ``tokens`` after those offsets, or a ``reset`` (and every shown run's
+        tokens from 0) when the view holds another run or more than was sent. ``runs`` are
+        the shown runs (``RunWidget._token_runs``).
+        """
+        with self._lock:
+            run, run_id = self._run, self._run_id
+            if have["run_id"] != run_id or have["text"] > self._sent:
+                out: list[Any] = [self._reset_message(view)]
+                if self._token_options() is not None:
+                    out += [self._tokens_message(r, i, 0)[0] for i, r in runs]
+                return out
+            if run is None:
+                return []
+            return self._pull_run(run, run_id, have)
+
+    def _pull_run(self, run: Generation, run_id: int, have: PullOffsets) -> list[Any]:
+        """The current run's messages after the view's offsets (lock held)."""
+        out: list[Any] = []
+        active = run.status not in TERMINAL
+        if self._thinking_last is not None and have["thinking"] <= self._thinking_sent:
+            start = have["thinking"]
+            text = (run.thinking or "")[start : self._thinking_sent]
+            message = {"type": "thinking", "run_id": run_id, "offset": start, "text": text}
+            out.append({**message, **self._thinking_last})
+        if have["text"] < self._sent or active:
+            # While the run is active an empty one still brings the metrics line's counters.
+            out.append(self._delta_message(run, run_id, have["text"], run.partial_text))
+        if self._token_options() is not None:
+            start = have["tokens"] if have["tokens"] <= _token_count(run) else 0
+            if start < _token_count(run) or start == 0 < have["tokens"]:
+                out.append(self._tokens_message(run, run_id, start)[0])
+        return out
 
     def send_all_tokens(self, runs: list[tuple[int, Generation]]) -> None:
         """Every run's tokens in full (a view turned on, or a view synced)."""
@@ -321,19 +366,23 @@ class RunFeed:
     def _send_delta(self, run: Generation, run_id: int, offset: int, text: str) -> None:
         if not self._is_open():
             return
+        self._send(self._delta_message(run, run_id, offset, text, whole=False))
+
+    def _delta_message(
+        self, run: Generation, run_id: int, offset: int, text: str, *, whole: bool = True
+    ) -> DeltaMessage:
+        """A ``delta`` from ``offset``; ``whole``: ``text`` is the run's, cut at what was sent."""
         metrics = run.metrics
         elapsed = metrics["elapsed_s"]
-        self._send(
-            {
-                "type": "delta",
-                "run_id": run_id,
-                "offset": offset,
-                "text": text,
-                "tokens": metrics["tokens"],
-                # Rounded: the metrics line shows tenths, and every byte here is per frame.
-                "elapsed_s": None if elapsed is None else round(elapsed, 2),
-            }
-        )
+        return {
+            "type": "delta",
+            "run_id": run_id,
+            "offset": offset,
+            "text": text[offset : self._sent] if whole else text,
+            "tokens": metrics["tokens"],
+            # Rounded: the metrics line shows tenths, and every byte here is per frame.
+            "elapsed_s": None if elapsed is None else round(elapsed, 2),
+        }
 
     # -- tokens, for the teaching views ---------------------------------------------------
     def _tokens_behind(self, run: Generation, run_id: int) -> bool:
@@ -348,13 +397,21 @@ class RunFeed:
         ``start`` 0: the views replace their list, even with an empty one. With a trace, only tokens
         whose records exist are sent (a record is made before its token is read).
         """
+        message, stop = self._tokens_message(run, run_id, start)
+        if stop > start or start == 0:
+            self._send(message)
+        return max(stop, start)
+
+    def _tokens_message(
+        self, run: Generation, run_id: int, start: int
+    ) -> tuple[TokensMessage, int]:
+        """``run``'s tokens from ``start`` on, and how many the views then have."""
         trace = run.trace
         if isinstance(trace, RemoteTrace):
-            return self._send_server_tokens(trace, run_id, start)
+            return self._server_tokens_message(trace, run_id, start)
         ids = run.token_ids
         stop = len(ids) if trace is None else min(len(ids), len(trace))
-        if stop <= start and start > 0:
-            return start
+        stop = max(stop, start)
         if self._pieces is None:
             self._pieces = TokenPieces(self._tokenizer)
         with_alternatives = bool(self._token_options())
@@ -373,21 +430,19 @@ class RunFeed:
         if thinking is not None:
             # A reasoning model's: its first `thinking` tokens (tags included) are thinking.
             message["thinking"] = thinking
-        self._send(message)
-        return stop
+        return message, stop
 
-    def _send_server_tokens(self, trace: RemoteTrace, run_id: int, start: int) -> int:
+    def _server_tokens_message(
+        self, trace: RemoteTrace, run_id: int, start: int
+    ) -> tuple[TokensMessage, int]:
         """A server run's tokens from ``start`` on, from its trace (it has no token ids).
 
-        The records the server sent so far. Returns how many the views now have.
+        The records the server sent so far, and how many the views then have.
         """
-        stop = len(trace)
-        if stop <= start and start > 0:
-            return start
+        stop = max(len(trace), start)
         tokens = server_token_entries(trace, start, stop, bool(self._token_options()))
         entries = cast("list[TokenEntry]", tokens)
-        self._send({"type": "tokens", "run_id": run_id, "offset": start, "tokens": entries})
-        return stop
+        return {"type": "tokens", "run_id": run_id, "offset": start, "tokens": entries}, stop
 
     def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
         """How many tokens made the answer of a run that ended at a stop string, else None.

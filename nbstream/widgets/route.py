@@ -41,13 +41,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PageRoute", "answer_on_sending_subshell"]
+__all__ = ["PageRoute", "answer_on_sending_subshell", "send_unasked"]
 
 
 # The parent of the cell that last started (its execute_request), kept by an IPython
@@ -194,3 +194,34 @@ def answer_on_sending_subshell(comm: Any) -> bool:
         logger.debug("could not route the page's messages to its subshell", exc_info=True)
         return False
     return True
+
+
+def send_unasked(comm: Any, send: Callable[[], None]) -> threading.Thread | None:
+    """Call ``send`` on a new thread, under a parent no page or cell sent: a probe.
+
+    What a widget's thread sends reaches the page under whatever parent the kernel falls back
+    to. A host that routes by parent (Colab gives each cell's output its own frame and feeds
+    it only the messages of its cell, and answers to its own messages) drops a message whose
+    parent is neither; JupyterLab, Notebook 7 and Voila deliver a comm's messages whatever
+    their parent. A message under a fresh parent therefore reaches a view exactly where a
+    push from a later cell or a thread would. Where the kernel has no such parent to set
+    (before ipykernel 7) the thread's fallback parent is used; outside a kernel nothing is
+    sent (no page to probe). Returns the thread, or None.
+    """
+    kernel = getattr(comm, "kernel", None)
+    session = getattr(kernel, "session", None)
+    if session is None:
+        return None
+    var = getattr(kernel, "_shell_parent", None)
+
+    def probe() -> None:
+        try:
+            if isinstance(var, ContextVar):
+                var.set(session.msg("nbstream_probe", {}))
+            send()
+        except Exception:  # a probe never raises anywhere
+            logger.debug("the probe could not be sent", exc_info=True)
+
+    thread = threading.Thread(target=probe, name="nbstream-probe", daemon=True)
+    thread.start()
+    return thread
