@@ -208,7 +208,7 @@ def test_runs_on_a_shared_model_queue_in_order_and_never_interleave(line, probe)
     assert [sequence.count(i) for i in range(3)] == [40, 40, 40]
     # And in time: each run got the model only after the one before it ended.
     for before, after in itertools.pairwise(runs):
-        assert after._started >= before._ended
+        assert after._lifecycle.started >= before._lifecycle.ended
     assert runs[2].metrics["queued_s"] > runs[1].metrics["queued_s"] > 0
 
 
