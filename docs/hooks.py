@@ -36,6 +36,7 @@ log = logging.getLogger("mkdocs.hooks")
 
 #: Modules documented whole, besides the names of ``nbstream.__all__``.
 PUBLIC_MODULES = (
+    "nbstream.run_steps",
     "nbstream.distribution",
     "nbstream.lens",
     "nbstream.trace",
