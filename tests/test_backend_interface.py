@@ -251,8 +251,10 @@ def test_a_widget_shows_a_job_that_raises_as_failed():
 # -- no probing: the interface is read as declared ------------------------------------------
 ROOT = Path(nbstream.__file__).parent
 # Where a backend or a job is used: the engine, the widgets, the backends themselves.
-CHECKED = [ROOT / "generation.py", *sorted((ROOT / "widgets").glob("*.py"))]
-CHECKED += sorted((ROOT / "backends").glob("*.py"))
+# The run handle and its parts, the widgets, and every backend module (packages included).
+CHECKED = [ROOT / "generation.py", *sorted(ROOT.glob("run_*.py")), ROOT / "model_queue.py"]
+CHECKED += sorted((ROOT / "widgets").glob("*.py"))
+CHECKED += sorted((ROOT / "backends").rglob("*.py"))
 # What names a backend or a job: a variable so named, or an attribute so named (self._job,
 # run._backend, ...); in the modules that resolve what the caller passed, ``model`` too
 # (anywhere else, ``model`` is a transformers model, whose config is probed on purpose).
