@@ -55,6 +55,7 @@ import { ClearChat, Composer } from "./chat_composer.js";
 import { kernelWatch, onStaticPage, replayRow } from "./replay.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking } from "./thinking.js";
+import { pullWhenUnpushed } from "./pull.js";
 import { sayCapture, tokenViews } from "./tokens.js";
 
 /** @typedef {import("./incremental.js").FrameStats} FrameStats */
@@ -554,7 +555,7 @@ class ChatView {
     const { scope, live, composer, root } = this;
     const { on, onModel } = scope;
     const chrome = () => this.updateChrome();
-    onRunMessages(scope, live, {
+    const receive = onRunMessages(scope, live, {
       chrome,
       metrics: () => this.updateMetrics(),
       redraw: () => this.schedule(),
@@ -562,8 +563,24 @@ class ChatView {
       thinking: this.liveThinking,
     });
     // The answer's text still arriving after a Stop: the kernel has not acted on it (yet).
-    onModel("msg:custom", (/** @type {any} */ msg) => {
+    const progress = (/** @type {any} */ msg) => {
       if (msg?.type === "delta" && Number(msg.run_id) === live.runId) this.stopWaiting.progress();
+    };
+    onModel("msg:custom", progress);
+    // Where the kernel's pushes never arrive (Colab), the same messages, pulled.
+    pullWhenUnpushed(scope, this.model, {
+      viewId: this.viewId,
+      root,
+      held: () => ({
+        run_id: live.runId,
+        text: live.cpLen,
+        tokens: this.tokenLists.get(live.runId)?.tokens.length ?? 0,
+        thinking: this.liveThinking.runId === live.runId ? this.liveThinking.live.cpLen : 0,
+      }),
+      deliver: (msg) => {
+        receive(msg);
+        progress(msg);
+      },
     });
     onModel("change:next_run_samples", chrome); // the note beside Regenerate
     onModel("change:run_id", () => this.onRunId());

@@ -289,9 +289,10 @@ function modelStatus(model) {
  * @param {ViewScope} scope @param {LiveText} live
  * @param {{chrome: () => void, metrics: () => void, redraw: () => void,
  *          tokens: (msg: any) => void, thinking?: {receive: (msg: any) => void}}} view
+ * @returns {(msg: any) => void} the handler, for messages that come another way (pulled)
  */
 function onRunMessages(scope, live, view) {
-  scope.onModel("msg:custom", (/** @type {any} */ msg) => {
+  const receive = (/** @type {any} */ msg) => {
     if (scope.disposed || !msg || typeof msg !== "object") return;
     if (msg.type === "delta") {
       const what = live.delta(msg);
@@ -307,7 +308,9 @@ function onRunMessages(scope, live, view) {
     } else if (msg.type === "tokens") {
       view.tokens(msg);
     }
-  });
+  };
+  scope.onModel("msg:custom", receive);
+  return receive; // a pulled message goes the same way (pull.js)
 }
 
 /**

@@ -57,6 +57,7 @@ import { branchAction, branchSwitcher } from "./branches.js";
 import { Replayer, currentSnapshot, kernelWatch, replayRow, snapshotMessages } from "./replay.js";
 import { compareMarkView } from "./sampling.js";
 import { TextRenderer } from "./incremental.js";
+import { pullWhenUnpushed } from "./pull.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
 import { tokenViews } from "./tokens.js";
@@ -474,7 +475,7 @@ class StreamView {
     const { prompt, runBtn, stopBtn } = this.controls;
     const { output } = this.out;
     const chrome = () => this.updateChrome();
-    onRunMessages(scope, live, {
+    const receive = onRunMessages(scope, live, {
       chrome,
       metrics: () => this.updateMetrics(),
       redraw: () => this.schedule(),
@@ -482,8 +483,24 @@ class StreamView {
       thinking: this.thinking,
     });
     // The run's text still arriving after a Stop: the kernel has not acted on it (yet).
-    onModel("msg:custom", (/** @type {any} */ msg) => {
+    const progress = (/** @type {any} */ msg) => {
       if (msg?.type === "delta" && Number(msg.run_id) === live.runId) this.stopWaiting.progress();
+    };
+    onModel("msg:custom", progress);
+    // Where the kernel's pushes never arrive (Colab), the same messages, pulled.
+    pullWhenUnpushed(scope, this.model, {
+      viewId: this.viewId,
+      root,
+      held: () => ({
+        run_id: live.runId,
+        text: live.cpLen,
+        tokens: this.tokens.runId === live.runId ? this.tokens.tokens.length : 0,
+        thinking: this.thinking.runId === live.runId ? this.thinking.live.cpLen : 0,
+      }),
+      deliver: (msg) => {
+        receive(msg);
+        progress(msg);
+      },
     });
     onModel("change:run_id", () => this.onRunId());
     onModel("change:status", (/** @type {unknown} */ shared) => this.onStatus(shared));

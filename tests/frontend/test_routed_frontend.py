@@ -1,0 +1,129 @@
+"""The four paths of a run in a host that routes like Colab, with a real kernel.
+
+Each test drives a real ipykernel and nbstream's page modules through
+:class:`colab_router.ColabRouter` (its docstring states the rule and its evidence). In every
+mode a view must show a run from its start to its end, whoever started it, and its Stop
+must stop it: Run in the view, ``w.generate()`` from a later cell, a run that streams after
+its cell ended, Stop while streaming. ``all`` (every message delivered, as JupyterLab does)
+keeps the push path: the kernel's probe arrives and the view never pulls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from colab_router import ColabRouter
+from playwright.sync_api import Browser, Page, expect
+
+# A run streams for seconds (a sleep in every forward pass), long enough to outlive its cell.
+_SLOW = """
+_m, _tok = tiny_model(one_line=True)
+slow = type(_m)(_m.config)
+slow.load_state_dict(_m.state_dict())
+slow.eval()
+slow.generation_config = _m.generation_config
+slow.register_forward_hook(lambda *_: time.sleep(0.02))
+"""
+_WAIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[ColabRouter]:
+    """One kernel for the module's tests (each test makes its own widgets and page)."""
+    router = ColabRouter().start()
+    router.execute(_SLOW, timeout=120)
+    try:
+        yield router
+    finally:
+        router.stop()
+
+
+@pytest.fixture
+def host(
+    request: pytest.FixtureRequest, router: ColabRouter, fe_browser: Browser, fe_server: str
+) -> Iterator[tuple[ColabRouter, Page]]:
+    """The router in the test's mode (its parameter) and a fresh page attached to it."""
+    router.mode = request.param
+    page = fe_browser.new_page(viewport={"width": 900, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        router.attach(page, fe_server)
+        yield router, page
+        assert page.evaluate("window.__errors") + errors == []
+    finally:
+        page.close()
+
+
+def _shown(router: ColabRouter, page: Page, code: str) -> Any:
+    """Run ``code`` (a cell that displays one widget) and return that widget's view."""
+    before = page.locator(".host").count()
+    router.execute(code)
+    root = page.locator(".host").nth(before).locator(".nbstream")
+    expect(root).to_be_visible(timeout=_WAIT_S * 1000)
+    return root
+
+
+def _ends_as_kernel_says(router: ColabRouter, root: Any, name: str, status: str) -> None:
+    """The view shows the run's end state and exactly the kernel's text."""
+    badge = root.locator(".nbstream-badge")
+    expect(badge).to_have_attribute("data-status", status, timeout=_WAIT_S * 1000)
+    assert router.eval(f"{name}.status") == status
+    text = router.eval(f"{name}.run.partial_text")
+    assert text
+    expect(root.locator(".nbstream-output")).to_have_text(text.strip(), timeout=_WAIT_S * 1000)
+
+
+MODES = ["strict", "lenient", "asked", "all"]
+
+
+@pytest.mark.parametrize("host", MODES, indirect=True)
+def test_run_in_the_view_streams_to_its_end(host: tuple[ColabRouter, Page]) -> None:
+    router, page = host
+    root = _shown(router, page, "w1 = StreamWidget(*tiny_model(), max_new_tokens=40)\nw1")
+    root.locator(".nbstream-prompt").fill("Name two colors.")
+    root.locator(".nbstream-run").click()
+    _ends_as_kernel_says(router, root, "w1", "complete")
+
+
+@pytest.mark.parametrize("host", MODES, indirect=True)
+def test_generate_from_a_later_cell_streams_into_the_view(host: tuple[ColabRouter, Page]) -> None:
+    router, page = host
+    root = _shown(router, page, "w2 = StreamWidget(*tiny_model(), max_new_tokens=40)\nw2")
+    router.execute('_ = w2.generate("Name two colors.")')
+    _ends_as_kernel_says(router, root, "w2", "complete")
+
+
+@pytest.mark.parametrize("host", MODES, indirect=True)
+def test_a_run_that_outlives_its_cell_shows_to_its_end(host: tuple[ColabRouter, Page]) -> None:
+    router, page = host
+    code = (
+        "w3 = StreamWidget(slow, _tok, max_new_tokens=80)\n"
+        "display(w3)\n"
+        '_ = w3.generate("Name two colors.")'
+    )
+    root = _shown(router, page, code)
+    _ends_as_kernel_says(router, root, "w3", "complete")
+
+
+@pytest.mark.parametrize("host", MODES, indirect=True)
+def test_stop_while_streaming_stops_the_run(host: tuple[ColabRouter, Page]) -> None:
+    router, page = host
+    root = _shown(router, page, "w4 = StreamWidget(slow, _tok, max_new_tokens=4000)\nw4")
+    router.execute('_ = w4.generate("Name two colors.")')
+    stop = root.locator(".nbstream-stop")
+    expect(stop).to_be_enabled(timeout=_WAIT_S * 1000)  # the view learned the run started
+    stop.click()
+    _ends_as_kernel_says(router, root, "w4", "cancelled")
+
+
+@pytest.mark.parametrize("host", ["all"], indirect=True)
+def test_a_host_that_delivers_pushes_never_pulls(host: tuple[ColabRouter, Page]) -> None:
+    router, page = host
+    root = _shown(router, page, "w5 = StreamWidget(*tiny_model(), max_new_tokens=40)\nw5")
+    router.execute('_ = w5.generate("Name two colors.")')
+    _ends_as_kernel_says(router, root, "w5", "complete")
+    page.wait_for_timeout(2500)  # past the probe's deadline
+    assert [m for m in router.page_sent if m.get("type") == "pull"] == []
