@@ -915,7 +915,8 @@ function markCut(output, cutEl, cut) {
 function sayNoKernel(pop, why, place) {
   if (pop.querySelector(".nbstream-no-kernel-note")) return;
   const note = h("div", "nbstream-token-note nbstream-no-kernel-note", { role: "note" });
-  note.textContent = `${why}: the actions on a token need a running kernel.`;
+  // `why` names the kernel already: the note says what follows for the token, once.
+  note.textContent = `${why}, so a token's actions (Continue, How was this picked?) are not offered.`;
   place(note);
 }
 

@@ -206,7 +206,7 @@ def test_stop_click_cancels_mid_stream(lab):
     state = read_view(v)
     assert state["partial"] == "true"
     label = v.locator(".nbstream-partial-label")
-    expect(label).to_have_text("Partial output — run cancelled")
+    expect(label).to_have_text("Partial output — stopped before its end")
     show_raw(v)
     wait_raw_equals(v, partial)
     assert v.get_by_role("button", name="Stop", exact=True).is_disabled()
