@@ -24,6 +24,7 @@ from .generation import (
     stream,
 )
 from .models import ModelNotFoundError, default_model_dir, load_model
+from .prompt_template import template
 from .recording import load
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .doctor import doctor
     from .widgets.chat import ChatWidget
     from .widgets.compare import CompareWidget
+    from .widgets.grid import Grid
     from .widgets.stream import StreamWidget
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -45,6 +47,8 @@ _LAZY = {
     "arena": ".arena",
     "CompareWidget": ".widgets.compare",
     "Endpoint": ".backends.remote",
+    # A prompt grid's cells are runs; it shows as a table (a widget), so it comes with them.
+    "Grid": ".widgets.grid",
     "EndpointError": ".backends.remote",
     "StreamWidget": ".widgets.stream",
     "doctor": ".doctor",
@@ -132,6 +136,7 @@ __all__ = [
     "GenerationCancelled",
     "GenerationError",
     "GenerationFailed",
+    "Grid",
     "ModelNotFoundError",
     "StreamWidget",
     "__version__",
@@ -144,4 +149,5 @@ __all__ = [
     "replay",
     "rerun",
     "stream",
+    "template",
 ]
