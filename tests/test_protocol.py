@@ -431,6 +431,7 @@ def handled_kinds(function: Callable[..., Any]) -> set[str]:
 #: PROTOCOL.md's message tables: (the types, the kernel's handlers of them, or None).
 MESSAGE_TABLES: dict[str, tuple[Any, list[Callable[..., Any]] | None]] = {
     "Kernel to page": (protocol.FeedMessage, None),
+    "Kernel to page: pulling": (protocol.ProbeMessage | protocol.PulledMessage, None),
     "Kernel to page: the sampling panel": (protocol.DistributionReply, None),
     "Kernel to page: Inside the model": (protocol.LensReply, None),
     "Kernel to page: CompareWidget header": (protocol.CompareHeaderMessage, None),
