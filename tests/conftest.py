@@ -234,8 +234,17 @@ TESTS = Path(__file__).resolve().parent
 # Whole modules that build and install environments (wheel, sdist, fresh venvs, Binder), run
 # mypy over the package (`make check` runs mypy itself), or start a fresh interpreter per test
 # (test_scripts: torch's import each time; test_benchmarks: each benchmark script end to end,
-# 25 to 50 s each): a minute or more each.
-SLOW_MODULES = {"test_binder.py", "test_packaging.py", "test_scripts.py", "test_benchmarks.py"}
+# 25 to 50 s each; test_terminal_chat: `nbstream chat` in a pseudo-terminal): a minute or
+# more each.
+SLOW_MODULES = {
+    "test_binder.py",
+    "test_packaging.py",
+    "test_scripts.py",
+    "test_benchmarks.py",
+    "test_terminal_chat.py",
+}
+# Single tests as long as those, in modules otherwise quick: `make check` leaves them too.
+SLOW_TESTS = {"tests/test_reliability.py::test_soak_two_hundred_generations"}
 # Fixtures that load or convert the embedded default model (tens of seconds on a CPU).
 MODEL_FIXTURES = {"real_model", "fresh_conversion"}
 # Modules that start llama-cpp-python's server (`make llama-cpp` builds it: minutes on a
@@ -260,7 +269,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         if MODEL_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.model)
-        if path.name in SLOW_MODULES:
+        if path.name in SLOW_MODULES or item.nodeid in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
         if path.name in LLAMACPP_MODULES:
             item.add_marker(pytest.mark.llamacpp)
@@ -276,22 +285,30 @@ JUPYTERLAB_TESTS = {
 #: (a lesson executed top to bottom) and shares no module-scoped fixture with the others.
 PER_TEST_MODULES = {"tests/test_notebooks.py"}
 #: About what a scope costs, in seconds on the 2-core machine with the other worker busy
-#: (`--durations=0`): the scheduler hands out the dearest first, so the cheap modules fill in
-#: at the end and both workers end near together. A scope not named here goes after these,
-#: by its number of tests (xdist's own order).
+#: (`--durations=0`; only their order matters): the scheduler hands out the dearest first, so
+#: the cheap modules fill in at the end and both workers end near together. A scope not named
+#: here (each under 30 s) goes after these, by its number of tests (xdist's own order).
 SCOPE_SECONDS = {
     "tests/browser": 1600,
-    "tests/test_binder.py": 300,
-    "tests/test_benchmarks.py": 250,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[teaching-sampling.ipynb]": 180,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom": 60,
-    "tests/test_packaging.py": 150,
-    "tests/test_docs.py": 150,
+    "tests/test_scripts.py": 500,
+    "tests/test_benchmarks.py": 350,
+    "tests/test_binder.py": 200,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[teaching-sampling.ipynb]": 50,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom": 20,
     "tests/frontend/test_widget_frontend.py": 140,
+    "tests/test_remote.py": 140,
+    "tests/test_docs.py": 100,
     "tests/test_cli.py": 95,
-    "tests/test_scripts.py": 80,
+    "tests/test_terminal_chat.py": 90,
+    "tests/test_stop_strings.py": 85,
     "tests/test_compare.py": 80,
     "tests/test_branching.py": 60,
+    "tests/test_packaging.py": 60,
+    "tests/frontend/test_docs_lessons_frontend.py": 50,
+    "tests/test_secrets.py": 40,
+    "tests/test_default_model.py": 40,
+    "tests/test_remote_branch.py": 35,
+    "tests/test_model_cache.py": 35,
 }
 
 

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.browser
 def test_widget_benchmark_quick(tmp_path):
+    """About a minute: the script starts a JupyterLab and a Chromium of its own and streams
+    the same answer with nbstream and with the hand-written recipe (what it compares)."""
     out = tmp_path / "widget.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = ["-m", "benchmarks.widget", "--quick", "--only", "tiny", "--json", str(out)]
@@ -42,6 +44,8 @@ def test_widget_benchmark_quick(tmp_path):
 
 
 def test_remote_benchmark_quick(tmp_path):
+    """About 25 s: a real `transformers serve` of the default model is started, streamed
+    from and stopped twice (the stop on both sides of the wire is what it measures)."""
     out = tmp_path / "remote.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
@@ -63,6 +67,8 @@ def test_remote_benchmark_quick(tmp_path):
 
 @pytest.mark.model
 def test_branching_benchmark_quick(tmp_path):
+    """About 30 to 50 s: a fresh interpreter loads the default model and times
+    `run.distribution` and a branch on a 40-token answer, the script's whole path."""
     out = tmp_path / "branching.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
@@ -81,6 +87,9 @@ def test_branching_benchmark_quick(tmp_path):
 
 
 def test_review_benchmark_quick(tmp_path):
+    """About 30 to 50 s: every figure of the review (memory after kept runs, queues, faults
+    and races) measured as the full run measures it, the timed ones once instead of three
+    times."""
     out = tmp_path / "review.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
@@ -138,8 +147,37 @@ def test_shape_prints_each_figure_of_the_code():
         assert heading in proc.stdout
 
 
+def test_trace_benchmark_quick(tmp_path):
+    """Up to a minute and a half on a busy 2-core machine: the tiny model's runs with and
+    without the trace, interleaved, then the widget's views of tokens, probabilities and
+    alternatives."""
+    # Figures come from the full run (python -m benchmarks.trace); only validity here.
+    out = tmp_path / "trace.json"
+    command = ["-m", "benchmarks.trace", "--quick", "--models", "tiny", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, *command],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    assert all(r["valid"] for r in report["cases"][0]["result"]["rounds"])
+    assert "| median ratio on/off |" in proc.stdout
+    # The widget part: every view sends tokens; the candidates cost the most by far.
+    per_token = report["cases"][0]["views"]["bytes_per_token"]
+    assert per_token["tokens"] > 0 and per_token["probabilities"] > 0
+    assert per_token["tokens+probabilities+alternatives"] > 2 * per_token["tokens"]
+    assert "| views off tok/s |" in proc.stdout
+
+
 @pytest.mark.model
 def test_lens_benchmark_quick(tmp_path):
+    """About 30 to 45 s: a fresh interpreter loads the default model and streams a 40-token
+    run with and without a lens computed beside it (the side by side it reports)."""
     out = tmp_path / "lens.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
@@ -165,6 +203,9 @@ def test_lens_benchmark_quick(tmp_path):
 
 @pytest.mark.model
 def test_coldstart_benchmark_quick(tmp_path):
+    """About a minute: a cold start is what it measures, so each sample is a new interpreter
+    importing torch and transformers and loading the default model (one pair, and the
+    breakdown of each program's imports)."""
     out = tmp_path / "coldstart.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
