@@ -89,6 +89,8 @@ def run_script(setup: str, body: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_a_script_exits_0_right_after_its_last_wait(name):
+    """A fresh interpreter per script (its exit is the test): torch and transformers imported
+    again and the tiny model built, about 4 s of CPU, up to a minute on a busy machine."""
     done = run_script(TINY, SCRIPTS[name])
     assert done.returncode == 0, f"exit status {done.returncode}:\n{done.stderr[-3000:]}"
     assert done.stdout.strip().splitlines()[-1] not in ("", "False")
@@ -96,6 +98,8 @@ def test_a_script_exits_0_right_after_its_last_wait(name):
 
 @pytest.mark.parametrize("how", ["running", "queued behind another"])
 def test_a_script_that_ends_before_its_run_exits_0(how):
+    """A fresh interpreter (see test_a_script_exits_0_right_after_its_last_wait): seconds on
+    an idle machine, up to a minute on a busy one."""
     # No wait(): the run is still generating (and, queued, another still waits) when the
     # interpreter exits; each is stopped and its worker joined first.
     body = """\
@@ -113,6 +117,8 @@ print(all(run.status in ("running", "queued") for run in runs))
 
 
 def test_work_queued_behind_a_run_at_exit_does_not_keep_the_process(tmp_path):
+    """A fresh interpreter (see test_a_script_exits_0_right_after_its_last_wait): seconds on
+    an idle machine, up to a minute on a busy one."""
     # The sampling panel's forward pass (on a non-daemon worker) waits in the model's queue
     # behind a long run when the script ends: the run is stopped before the interpreter
     # joins that worker, instead of the exit waiting for all its tokens.

@@ -142,6 +142,8 @@ def assert_one_end(texts: list[str], end: str) -> None:
 
 
 def test_stream_widget_in_each_state_and_one_announcement_per_run(nb):
+    """Up to 50 s, most of it the module's notebook (its cells run once, for every test of
+    the module) and an axe audit of the view in each state it passes through."""
     v, second = stream(nb, 1), stream(nb, 2)
     out = v.locator(".nbstream-output")
     assert_accessible_but_contrast(nb.page, "an idle StreamWidget")

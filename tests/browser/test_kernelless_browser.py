@@ -196,6 +196,8 @@ def _check_chat(page: Page, where: str) -> None:
 def test_the_html_export_shows_the_runs_with_no_server_and_no_network(
     chromium: Any, cdn: dict[str, Path], saved: dict[str, Any]
 ) -> None:
+    """Up to 50 s, most of it the module's `saved` fixture (shared by every test here): the
+    notebook executed headless with its widget state stored, then exported to HTML."""
     context = chromium.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     errors: list[str] = []

@@ -335,6 +335,8 @@ def run_every_theme(nb, pop) -> None:
 
 
 def test_every_widget_and_state_is_legible_in_every_jupyterlab_theme(themed_lab):
+    """About a minute: a JupyterLab of this module's own, every widget in every state in one
+    notebook, and axe's contrast audit over all of them once per theme (three themes)."""
     nb, pop = every_state(themed_lab)
     run_every_theme(nb, pop)
     nb.kernel_eval("held_compare.opened.set()")  # no run left held at the kernel's shutdown
