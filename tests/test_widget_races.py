@@ -228,9 +228,9 @@ def test_a_display_racing_the_end_never_leaves_a_stale_saved_state(line, monkeyp
 def test_wait_joins_its_own_runs_view_thread_not_a_later_one(line, probe, monkeypatch):
     """An on_complete callback starts the next run before wait() gets to join: wait() must
     not block on the new run's view thread (which lives as long as that run)."""
-    from nbstream.widgets import base as _widget_base
+    from nbstream.widgets import run_slot as _run_slot
 
-    monkeypatch.setattr(_widget_base, "_JOIN_S", 600.0)  # a wrong join would block for good
+    monkeypatch.setattr(_run_slot, "JOIN_S", 600.0)  # a wrong join would block for good
     model, tokenizer = line
     p = probe(model)
     w = nbstream.StreamWidget(model, tokenizer, max_new_tokens=3)

@@ -144,12 +144,12 @@ class BranchingWidget(RunWidget):
             if not 0 <= index < len(runs):
                 rest = f", 1 to {len(runs) - 1} the branches" if len(runs) > 1 else " (no branches)"
                 raise ValueError(f"there is no answer {index}: 0 is the original{rest}")
-            if self._busy():
+            if self._slot.busy():
                 raise RuntimeError(
                     "a run is in progress; wait() for it or stop() it before switching answers"
                 )
             run = runs[index]
-            if run is not self._run:
+            if run is not self._slot.run:
                 self._select(run)
                 self._replay(run)
             return run
@@ -161,7 +161,7 @@ class BranchingWidget(RunWidget):
         first (it is not running: a badge, a Stop button or an announcement saying so
         would be wrong), and then its text as deltas, as any run's.
         """
-        self._run = run
+        self._slot.run = run
         with self.hold_sync():
             self.input_error = ""
             self.error_info = error_summary(run.error)  # type: ignore[assignment]
@@ -181,7 +181,7 @@ class BranchingWidget(RunWidget):
 
     # -- what the views get ---------------------------------------------------------------
     def _shown_index(self, runs: list[Generation]) -> int:
-        return next((i for i, r in enumerate(runs) if r is self._run), 0)
+        return next((i for i, r in enumerate(runs) if r is self._slot.run), 0)
 
     def _why_no_branch(self) -> str:
         # Read from __dict__: asked while __init__ runs, before _endpoint is set.
@@ -190,7 +190,7 @@ class BranchingWidget(RunWidget):
             return self._why_no_server_branch(endpoint)
         if not self._model_branches:
             return getattr(self, "_cannot_branch", MODEL_CANNOT_BRANCH)
-        if self._busy():
+        if self._slot.busy():
             return STILL_RUNNING
         return ""
 
@@ -201,14 +201,14 @@ class BranchingWidget(RunWidget):
         """
         from ..trace import RemoteTrace
 
-        run = self._run
+        run = self._slot.run
         if run is None or not isinstance(run.trace, RemoteTrace):
             return ENDPOINT_BRANCHES_IN_CODE
         # Asked already (the run's request): no new request under the widget's lock.
         why = endpoint.why_no_branch()
         if why is not None:
             return why
-        if self._busy():
+        if self._slot.busy():
             return STILL_RUNNING
         return ""
 
@@ -219,7 +219,7 @@ class BranchingWidget(RunWidget):
         """
         from ..trace import RemoteTrace
 
-        trace = self._run.trace if self._run is not None else None
+        trace = self._slot.run.trace if self._slot.run is not None else None
         if not isinstance(trace, RemoteTrace):
             raise ValueError(
                 "This answer has no token probabilities to continue from: generate with "
@@ -316,13 +316,13 @@ class BranchingWidget(RunWidget):
             # A run in progress first: the page offers no Continue then (branch_unavailable
             # says why), so this is a click that overtook the run's start, often the second
             # of two for the same answer; it is ignored, like a Run click (rule 7).
-            if self._busy():
+            if self._slot.busy():
                 logger.debug("branch ignored: a run is already queued or running")
                 return
-            if named != self.run_id or self._run is None:
+            if named != self.run_id or self._slot.run is None:
                 if self._view_branch is not None:
                     asked, made = self._view_branch
-                    if asked == named and made() is self._run is not None:
+                    if asked == named and made() is self._slot.run is not None:
                         # The branch that request made is shown: this is its twin (a double
                         # click, two views), whose answer was replaced by it, not an error.
                         logger.debug("branch ignored: its answer was branched already")
@@ -342,7 +342,7 @@ class BranchingWidget(RunWidget):
     def _show_from_view(self, content: dict[str, Any]) -> None:
         index: Any = content.get("index")
         with self._lock:
-            if self._busy():  # the page disables the switcher then: a click that overtook
+            if self._slot.busy():  # the page disables the switcher then: a click that overtook
                 logger.debug("show_branch ignored: a run is already queued or running")
                 return
             count = len(self._variant_runs())

@@ -327,7 +327,7 @@ class ChatWidget(BranchingWidget):
             >>> chat.keep_partial()                 # the next answer sees the story so far
         """
         with self._lock:
-            if self._busy():
+            if self._slot.busy():
                 raise RuntimeError(
                     "the chat is answering; call stop() or wait() before keeping a partial answer"
                 )
@@ -376,7 +376,7 @@ class ChatWidget(BranchingWidget):
             )
         turns = self._resumed(messages) if isinstance(messages, ChatRecording) else None
         with self._lock:
-            if self._busy():
+            if self._slot.busy():
                 raise RuntimeError(
                     "the chat is answering; call stop() or wait() before setting its history"
                 )
@@ -427,7 +427,7 @@ class ChatWidget(BranchingWidget):
             >>> nbstream.ChatWidget(nbstream.load("lesson.json"))   # replays it, no model
         """
         with self._lock:
-            if self._busy():
+            if self._slot.busy():
                 raise RuntimeError("the chat is answering; call stop() or wait() before saving it")
             chat = ChatRecording(
                 system=check_system(self._conversation.system),
@@ -515,7 +515,7 @@ class ChatWidget(BranchingWidget):
     @traitlets.validate("system")
     def _valid_system(self, proposal: dict[str, Any]) -> Any:
         value = proposal["value"]
-        if value != self.system and self._busy():
+        if value != self.system and self._slot.busy():
             # The answer being generated was asked with the old one: history must not lie.
             raise RuntimeError("the chat is answering; call stop() or wait() first")
         return value
@@ -635,7 +635,7 @@ class ChatWidget(BranchingWidget):
             return
         if kind not in ("send", "edit_last", "regenerate"):
             return
-        if self._busy():
+        if self._slot.busy():
             logger.debug("%s ignored: an answer is already queued or running", kind)
             return
         text: Any = content.get("text")
@@ -667,7 +667,7 @@ class ChatWidget(BranchingWidget):
         status = "idle"
         if transcript:
             status = transcript[-1]["status"]
-        error = self.error if self._run is not None and status in TERMINAL else None
+        error = self.error if self._slot.run is not None and status in TERMINAL else None
         return status, chat_fallback_bundle(status, transcript, error_summary(error))
 
     def __repr__(self) -> str:

@@ -237,7 +237,7 @@ class CompareColumn(StreamWidget):
     def set_in_run_all(self, value: bool) -> None:
         """Say whether the next run is part of a Run all (never while a run is in progress)."""
         with self._lock:
-            if not self._busy() and self.in_run_all != value:
+            if not self._slot.busy() and self.in_run_all != value:
                 self.in_run_all = value
 
     def _setting(self, name: str, call: Mapping[str, Any]) -> Any:
@@ -398,7 +398,7 @@ class CompareColumn(StreamWidget):
         return super()._why_no_branch()
 
     def _fallback(self) -> tuple[str, dict[str, str]]:
-        run = self._run
+        run = self._slot.run
         if run is None or not self._hides_template():
             return super()._fallback()
         status = run.status  # read first: the text of an ended run is final

@@ -23,10 +23,12 @@ __all__ = [
     "VIEW_ALTERNATIVES",
     "model_defaults",
     "next_run_samples",
+    "over_context",
     "panel_schema",
     "run_settings",
     "setting_error",
     "setting_trait",
+    "widget_settings",
 ]
 
 #: How many candidates a run captures when a view shows probabilities or alternatives and
@@ -169,6 +171,37 @@ def setting_error(trait: str, value: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
+
+
+def widget_settings(
+    settings: Mapping[str, Any], toggles: tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A widget's keywords, checked: (the views' ``toggles``, the panel's by trait, the others).
+
+    The panel's settings live in traits; the others (budget_s, expect, ...) in the widget.
+    """
+    rest = dict(settings)
+    views = {name: rest.pop(name) for name in toggles if name in rest}
+    for name, value in views.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r:.80}")
+    clean = validate_settings(rest)
+    panel = {TRAIT_OF_SETTING[k]: v for k, v in clean.items() if k in TRAIT_OF_SETTING}
+    return views, panel, {k: v for k, v in clean.items() if k not in TRAIT_OF_SETTING}
+
+
+def over_context(value: Any, defaults: Mapping[str, Any] | None) -> str | None:
+    """Why ``value`` cannot be a max_new_tokens: more than the model's whole context, or None.
+
+    The page refuses it at the field in the same words (js/src/settings_panel.js limitOf).
+    """
+    context = (defaults or {}).get("context_length")
+    if not isinstance(value, int) or not isinstance(context, int) or value <= context:
+        return None
+    return (
+        f"max_new_tokens={value} is more than the model's whole context ({context} tokens, "
+        f"the prompt included); use less than {context}"
+    )
 
 
 def run_settings(

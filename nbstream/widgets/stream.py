@@ -158,7 +158,7 @@ class StreamWidget(BranchingWidget):
         """
 
         def make_run() -> Generation:  # lock held, no run in progress
-            parent = self._run
+            parent = self._slot.run
             if parent is None:
                 raise RuntimeError("there is no run to branch from yet: generate() one first")
             run = parent.branch(step, token, **settings)
@@ -229,7 +229,7 @@ class StreamWidget(BranchingWidget):
             self._branch_message(kind, content)
 
     def _run_from_view(self, prompt: Any) -> None:
-        if self._busy():
+        if self._slot.busy():
             logger.debug("Run ignored: a run is already queued or running")
             return
         if isinstance(prompt, str):
@@ -243,7 +243,7 @@ class StreamWidget(BranchingWidget):
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> tuple[str, dict[str, str]]:
         """(the state it shows, the text/plain and text/markdown fallbacks)."""
-        run = self._run
+        run = self._slot.run
         if run is None:
             return "idle", fallback_bundle("idle", "")
         # Read once: the state must be the one the text was read under (the text of an
