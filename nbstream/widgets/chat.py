@@ -26,13 +26,14 @@ import traitlets
 
 from .._errors import input_checked
 from ..backends.replay import ReplayBackend
-from ..conversation import Conversation, Turn, check_system, check_text
-from ..generation import TERMINAL, Generation, replay
-from ..recording import ChatRecording, RecordedTurn, Recording, save_chat
+from ..conversation import Conversation, check_system, check_text
+from ..generation import TERMINAL, Generation
+from ..recording import ChatRecording, Recording, save_chat
 from .base import error_summary
 from .branches import BranchingWidget
+from .chat_replay import RESUME, given_turns, recorded_chat, replayed_run, resumed
+from .chat_view import saved_transcript, view_messages
 from .display import chat_fallback_bundle
-from .feed import thinking_state
 from .settings_panel import PANEL_SETTINGS
 
 __all__ = ["ChatWidget"]
@@ -40,9 +41,6 @@ __all__ = ["ChatWidget"]
 logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent.parent / "static"
-
-#: What a chat replaying a recording offers instead of a model's answer.
-RESUME = "resume it on a model: ChatWidget(model, tokenizer, history=nbstream.load(path))"
 
 
 class ChatWidget(BranchingWidget):
@@ -151,7 +149,7 @@ class ChatWidget(BranchingWidget):
         self.system = self._conversation.system
         self._replay_speed = model.speed if isinstance(model, ReplayBackend) else None
         if self._recorded is not None:
-            self._replay_given_turns()
+            self._show_given_turns()
         elif history is not None:
             self.history = history
 
@@ -334,7 +332,7 @@ class ChatWidget(BranchingWidget):
             self._conversation.keep_partial(turn)
             with self.hold_sync():
                 self.input_error = ""
-                self._messages = self._message_list()
+                self._messages = view_messages(self._conversation.turns)
             self._publish_fallback()
 
     def clear(self) -> None:
@@ -343,7 +341,7 @@ class ChatWidget(BranchingWidget):
         with self._lock:
             self._conversation.clear()
             if self._recorded is not None:
-                self._replay_given_turns()  # a replay starts over
+                self._show_given_turns()  # a replay starts over
                 return
             self._reset_turns()
 
@@ -374,7 +372,7 @@ class ChatWidget(BranchingWidget):
                 "chat's recording: load a file saved by ChatWidget.save first "
                 "(history=nbstream.load(path))"
             )
-        turns = self._resumed(messages) if isinstance(messages, ChatRecording) else None
+        turns = resumed(messages) if isinstance(messages, ChatRecording) else None
         with self._lock:
             if self._slot.busy():
                 raise RuntimeError(
@@ -429,88 +427,17 @@ class ChatWidget(BranchingWidget):
         with self._lock:
             if self._slot.busy():
                 raise RuntimeError("the chat is answering; call stop() or wait() before saving it")
-            chat = ChatRecording(
-                system=check_system(self._conversation.system),
-                keep_thinking=self.keep_thinking,
-                settings=self._saved_settings(),
-                turns=tuple(self._recorded_turn(turn) for turn in self._conversation.turns),
-            )
+            panel = {setting: getattr(self, trait) for trait, setting in PANEL_SETTINGS.items()}
+            chat = recorded_chat(self._conversation, {**self._settings, **panel})
         return save_chat(chat, path)
 
     # -- internals ------------------------------------------------------------------------------
-    def _saved_settings(self) -> dict[str, Any]:
-        """The widget's settings as a saved chat keeps them (those set, lock held)."""
-        panel = {setting: getattr(self, trait) for trait, setting in PANEL_SETTINGS.items()}
-        return {k: v for k, v in {**self._settings, **panel}.items() if v is not None}
-
-    @staticmethod
-    def _recorded_turn(turn: Turn) -> RecordedTurn:
-        if turn.run is None:
-            return RecordedTurn(turn.user, turn.answer)
-        return RecordedTurn(turn.user, turn.text, turn.run.to_recording(), turn.kept)
-
-    @staticmethod
-    def _turn_of(recorded: RecordedTurn, speed: float | None) -> Turn:
-        """A turn of the conversation for a recorded one: its answer replayed (or its text)."""
-        if recorded.recording is None:
-            return Turn(recorded.user, answer=recorded.answer)
-        turn = Turn(recorded.user, replay(recorded.recording, speed))
-        turn.kept = recorded.kept
-        return turn
-
-    def _resumed(self, chat: ChatRecording) -> list[Turn]:
-        """The recorded turns, each answer an ended replay of its recording (instant)."""
-        turns = [self._turn_of(recorded, None) for recorded in chat.turns]
-        for turn in turns:
-            if turn.run is not None:
-                turn.run.wait_done()
-        return turns
-
-    def _replay_given_turns(self) -> None:
+    def _show_given_turns(self) -> None:
         """A replayed chat starts with the answers its history gave as text; the rest replay."""
         assert self._recorded is not None
         with self._lock:
-            given = []
-            for recorded in self._recorded.turns:
-                if recorded.recording is not None:
-                    break
-                given.append(Turn(recorded.user, answer=recorded.answer))
-            self._conversation.turns = given
+            self._conversation.turns = given_turns(self._recorded)
             self._reset_turns()
-
-    def _replay_turn(self, chat: ChatRecording, text: Any, replace_last: bool) -> Generation:
-        """Replay the next recorded answer (or the last again), if ``text`` is its message."""
-        if text not in (None, ""):
-            text = check_text(text)
-
-        def make_run() -> Generation:  # with the lock held, and no run in progress
-            turns = self._conversation.turns
-            if replace_last and not turns:
-                raise ValueError("there is no message to replay again yet; send one first")
-            index = len(turns) - (1 if replace_last else 0)
-            if index >= len(chat.turns):
-                raise ValueError(
-                    f"every recorded turn ({len(chat.turns)}) has been replayed: this chat "
-                    f"replays a recording and has no model to answer more; {RESUME}"
-                )
-            recorded = chat.turns[index]
-            if text not in (None, "") and text != recorded.user:
-                raise ValueError(
-                    f"this chat replays a recording and has no model to answer {text!r:.80}: "
-                    f"the next recorded message is {recorded.user!r:.200}; send it (or an "
-                    f"empty message) to replay its recorded answer, or {RESUME}"
-                )
-            if recorded.recording is None:
-                raise ValueError(
-                    "the recorded answer to this message was given as text in its history, "
-                    "not generated: there is nothing to replay"
-                )
-            turn = self._turn_of(recorded, self._replay_speed)
-            self._conversation.turns = [*turns[:index], turn]
-            assert turn.run is not None
-            return turn.run
-
-        return self._launch(make_run)
 
     @traitlets.validate("system")
     def _valid_system(self, proposal: dict[str, Any]) -> Any:
@@ -539,7 +466,11 @@ class ChatWidget(BranchingWidget):
     def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
         if self._recorded is not None:
             # The recorded settings apply, as in a StreamWidget replaying a run.
-            return self._replay_turn(self._recorded, text, replace_last)
+            recorded, speed = self._recorded, self._replay_speed
+            checked = check_text(text) if text not in (None, "") else text
+            return self._launch(
+                lambda: replayed_run(recorded, self._conversation, checked, replace_last, speed)
+            )
         if text is None:
             raise TypeError("generate(text): the user message is missing")
         text = check_text(text)
@@ -562,7 +493,7 @@ class ChatWidget(BranchingWidget):
 
     def _on_start(self, run: Generation, run_id: int) -> None:
         self._conversation.turns[-1].run_id = run_id
-        self._messages = self._message_list()
+        self._messages = view_messages(self._conversation.turns)
         super()._on_start(run, run_id)
 
     def _token_runs(self) -> list[tuple[int, Generation]]:
@@ -574,52 +505,16 @@ class ChatWidget(BranchingWidget):
         ]
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
-        return {**super()._end_traits(run), "_messages": self._message_list()}
+        return {**super()._end_traits(run), "_messages": view_messages(self._conversation.turns)}
 
     def _reset_turns(self) -> None:
         """Show the conversation's new turns from scratch (a clear, a history set)."""
         with self._lock:
             with self.hold_sync():
                 self._forget_run()
-                self._messages = self._message_list()
+                self._messages = view_messages(self._conversation.turns)
                 self._publish_branches()
             self._publish_fallback()
-
-    def _message_list(self) -> list[dict[str, Any]]:
-        """The transcript for the views (called with the lock held)."""
-        out: list[dict[str, Any]] = []
-        for i, t in enumerate(self._conversation.turns):
-            # "Not in the conversation" is for an answer that ended out of it (stopped or
-            # failed, not kept); one being generated is not out: it joins if it completes.
-            used = not t.left_out
-            out.append({"role": "user", "content": t.user, "turn": i, "in_history": used})
-            ended = t.ended
-            out.append(
-                {
-                    "role": "assistant",
-                    # An answer being generated reaches the views as deltas, never here.
-                    "content": t.text if ended else "",
-                    "turn": i,
-                    "in_history": used,
-                    "status": t.status,
-                    "run_id": t.run_id,
-                    "kept": t.kept,
-                    "error": error_summary(t.run.error) if t.run is not None and ended else None,
-                    # Why the answer ended ("length" on a complete one: cut at max_new_tokens).
-                    "finish_reason": (
-                        t.run.metrics["finish_reason"] if t.run is not None and ended else None
-                    ),
-                    # Replayed from a recording (a replayed chat, or a resumed chat's earlier
-                    # answers): the view marks it, never passing it off as a live model's.
-                    "replayed": t.run is not None and t.run.is_replay,
-                }
-            )
-            # A reasoning model's thinking, once its answer ended (the live one's streams
-            # as `thinking` messages); absent for an answer that did not think.
-            thinking = thinking_state(t.run) if t.run is not None and ended else None
-            if thinking is not None:
-                out[-1]["thinking"] = thinking
-        return out
 
     # -- from the views -----------------------------------------------------------------------
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
@@ -651,19 +546,7 @@ class ChatWidget(BranchingWidget):
         with self._lock:  # the transcript and its turns, read together
             transcript = self.transcript
             turns = list(self._conversation.turns)
-        # The saved output marks an answer cut off at max_new_tokens (not a transcript key:
-        # the transcript's shape is public and stays as it is).
-        for i, turn in enumerate(turns):
-            question, message = transcript[2 * i], transcript[2 * i + 1]
-            run = turn.run
-            message["finish_reason"] = (
-                run.metrics["finish_reason"] if run is not None and run.done else None
-            )
-            # An answer replayed from a recording (a resumed chat's earlier turns) says so.
-            message["recorded"] = run is not None and run.is_replay
-            # As in the views: an answer being generated is not "not in the conversation".
-            pending = message["status"] not in TERMINAL
-            question["in_history"] = message["in_history"] = message["in_history"] or pending
+        saved_transcript(transcript, turns)  # the saved output's own marks
         status = "idle"
         if transcript:
             status = transcript[-1]["status"]
