@@ -13,6 +13,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from . import recording
 from ._version import __version__
 from .generation import (
     Generation,
@@ -107,6 +108,16 @@ def _show_run(run: Generation) -> None:
     from .widgets.display import show_run
 
     show_run(run)
+
+
+def _read_grid_folder(folder: Any) -> Any:
+    # nbstream.load(folder): a saved grid, read by the widgets, imported only for a folder.
+    from .widgets.grid import read_grid_folder
+
+    return read_grid_folder(folder)
+
+
+recording.FOLDER_READERS.append(_read_grid_folder)
 
 
 def _register_run_display() -> None:

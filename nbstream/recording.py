@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from os import PathLike
 from pathlib import Path
@@ -65,6 +65,7 @@ from .recording_format import (
 __all__ = [
     "CHAT_FORMAT",
     "CHAT_MINOR",
+    "FOLDER_READERS",
     "FORMAT",
     "MAX_BYTES",
     "MAX_TOKENS",
@@ -385,15 +386,22 @@ def save_chat(chat: ChatRecording, path: str | PathLike[str]) -> Path:
     return _write(chat_document(chat), path)
 
 
-def load(path: str | PathLike[str]) -> Recording | ChatRecording:
+#: What :func:`load` tries on a folder, in order: each takes the folder and returns what it
+#: holds, or ``None`` when it is not of its kind. The engine never imports the widgets that
+#: save folders (a prompt grid), so ``nbstream`` registers their readers here.
+FOLDER_READERS: list[Callable[[Path], Any]] = []
+
+
+def load(path: str | PathLike[str]) -> Recording | ChatRecording | Any:
     """Read a recording written by ``run.save(path)`` or ``ChatWidget.save(path)``; nothing runs.
 
     Args:
-        path: The recording's file.
+        path: The recording's file, or a grid's folder (``Grid.save``).
 
     Returns:
-        A run's :class:`Recording` (for ``nbstream.replay`` and ``StreamWidget``), or a
-        chat's :class:`ChatRecording` (for ``ChatWidget``).
+        A run's :class:`Recording` (for ``nbstream.replay`` and ``StreamWidget``), a
+        chat's :class:`ChatRecording` (for ``ChatWidget``), or for a folder a
+        :class:`~nbstream.Grid` that replays its cells.
 
     Raises:
         ValueError: The file is not a recording this nbstream can load (truncated, not
@@ -407,7 +415,17 @@ def load(path: str | PathLike[str]) -> Recording | ChatRecording:
         >>> nbstream.replay(recording, speed=None).wait() == recording.text
         True
     """
-    return recording_checks.read_recording(Path(path))
+    where = Path(path)
+    if where.is_dir():  # a saved grid (g.save(folder)): its reader, registered by nbstream
+        for reader in FOLDER_READERS:
+            found = reader(where)
+            if found is not None:
+                return found
+        raise ValueError(
+            f"cannot read the recording {where}: it is a folder, with no saved grid in it "
+            "(grid.json); give a recording's file"
+        )
+    return recording_checks.read_recording(where)
 
 
 def as_recording(recording: Recording | ChatRecording | str | PathLike[str]) -> Recording:

@@ -22,15 +22,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..generation import Generation, stream
+from ..generation import Generation, replay, stream
 from ..prompt_template import Prompts
 from .divergence import TextDivergence, text_divergence
 from .grid_columns import GridColumn, check_prompts, grid_columns, refused_backend
+from .grid_save import is_grid_folder, read_index, write_grid
 from .grid_table import cell_row, check_pandas
 
-__all__ = ["Grid"]
+__all__ = ["Grid", "read_grid_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +100,8 @@ class Grid:
         self._cells: list[list[Generation | None]] = [[None] * len(columns) for _ in rows]
         # Called with the cells each generate() started (the shown table listens).
         self._listeners: list[Callable[[list[tuple[int, int]]], None]] = []
-        # Makes a cell's run; a saved grid replays its recordings instead.
-        self._starter: Callable[[int, int], Generation] = self._stream_cell
+        # Makes a cell's run (None: nothing to run); a saved grid replays its recordings.
+        self._starter: Callable[[int, int], Generation | None] = self._stream_cell
 
     # -- what the grid is --------------------------------------------------------------------
 
@@ -135,7 +137,7 @@ class Grid:
 
     # -- running -----------------------------------------------------------------------------
 
-    def _stream_cell(self, row: int, col: int) -> Generation:
+    def _stream_cell(self, row: int, col: int) -> Generation | None:
         column = self._columns[col]
         prompt = self._prompts[row]
         try:
@@ -183,6 +185,8 @@ class Grid:
                 if current is not None and not current.done:
                     continue
                 run = self._starter(i, j)
+                if run is None:
+                    continue
                 self._cells[i][j] = run
                 started.append((i, j))
                 runs.append(run)
@@ -338,6 +342,61 @@ class Grid:
         pandas = check_pandas()
         return pandas.DataFrame(self.table())
 
+    # -- kept and reopened ------------------------------------------------------------------
+
+    def save(self, folder: str | Path) -> Path:
+        """Write every cell's recording and an index to ``folder``; ``nbstream.load`` reads it.
+
+        The index (``grid.json``) holds the template, each row's prompt and fields, the
+        columns' names and settings, and every cell's state; each cell that ran is a
+        recording of its own (``cells/r{row}c{col}.json``).
+
+        Args:
+            folder: Where (created if missing).
+
+        Returns:
+            The folder.
+
+        Raises:
+            RuntimeError: A cell is still queued or running (nothing is written).
+
+        Example:
+            >>> g.save("translations")
+            >>> nbstream.load("translations").results == g.results
+            True
+        """
+        index = {
+            "template": self._template,
+            "prompts": self._prompts,
+            "fields": self._fields,
+            "columns": [
+                {"name": c.name, "model": c.model, "own": c.own, "settings": c.settings}
+                for c in self._columns
+            ],
+        }
+        return write_grid(folder, index, self._table())
+
+    @classmethod
+    def _loaded(cls, index: dict[str, Any], recordings: list[list[Any]]) -> Grid:
+        """A saved grid: each cell replays its recording (at once now, at its pace later)."""
+        grid = cls.__new__(cls)
+        columns = [
+            GridColumn(str(c.get("name", "")), None, dict(c.get("own") or {}),
+                       dict(c.get("settings") or {}), None, str(c.get("model") or ""))
+            for c in index["columns"]
+        ]  # fmt: skip
+        fields = index.get("fields")
+        prompts: Any = list(index["prompts"])
+        if isinstance(fields, list) and len(fields) == len(prompts):
+            prompts = Prompts(prompts, fields, index.get("template"))
+        grid._setup(list(prompts), columns, prompts)
+        # Loaded, every cell shows its recorded end at once; generate() replays at its pace.
+        grid._starter = lambda i, j: _replayed(recordings[i][j], None)
+        grid.generate()
+        grid.wait()  # instant replays: their ends are there when load() returns
+        grid._starter = lambda i, j: _replayed(recordings[i][j], 1.0)
+        return grid
+
     def __repr__(self) -> str:
         rows, cols = self.shape
         counts: dict[str, int] = {}
@@ -346,3 +405,28 @@ class Grid:
                 counts[status] = counts.get(status, 0) + 1
         states = ", ".join(f"{n} {status}" for status, n in counts.items())
         return f"<nbstream.Grid {rows}x{cols}: {states}>"
+
+
+def _replayed(recording: Any, speed: float | None) -> Generation | None:
+    return None if recording is None else replay(recording, speed=speed)
+
+
+def read_grid_folder(folder: Path) -> Grid | None:
+    """The grid saved in ``folder`` (``nbstream.load`` calls it), or ``None`` if none is.
+
+    Args:
+        folder: A folder ``g.save`` wrote.
+
+    Returns:
+        A :class:`Grid` whose cells replay their recordings, without a model.
+
+    Raises:
+        ValueError: The folder has a grid's index that cannot be read.
+
+    Example:
+        >>> g = read_grid_folder(Path("translations"))
+    """
+    if not is_grid_folder(folder):
+        return None
+    index, recordings = read_index(folder)
+    return Grid._loaded(index, recordings)

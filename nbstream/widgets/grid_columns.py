@@ -45,8 +45,9 @@ class GridColumn:
 
     #: The heading: the model's name, the column's own settings, or both.
     name: str
-    #: What runs the column's cells (a backend: a local model, a server, a replay).
-    backend: Backend
+    #: What runs the column's cells (a backend: a local model, a server); ``None`` in a
+    #: saved grid, whose cells replay their own recordings.
+    backend: Backend | None
     #: The column's own settings, as given (before the shared ones).
     own: dict[str, Any]
     #: Every setting its cells run with (the shared ones under its own).
