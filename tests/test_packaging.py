@@ -107,7 +107,7 @@ def test_sdist_carries_sources_and_the_built_front_end(dist: dict[str, Path]) ->
         "js/src/chat.css",
         "js/src/compare.js",
         "js/src/compare.css",
-        "js/src/common.js",
+        "js/src/live_text.js",
         "js/package-lock.json",
         "js/build.mjs",
         "pyproject.toml",

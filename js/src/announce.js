@@ -2,7 +2,7 @@
 //
 // A streamed answer changes many times a second: announcing each fragment (what a live
 // log does) buries the user in half-sentences. So the output is a log that is aria-busy
-// and silent while a run streams (common.js, outputArea), and each view has one
+// and silent while a run streams (output.js, outputArea), and each view has one
 // visually hidden live region (role=status, polite) that says:
 //   - each state change once: "Queued", "Running";
 //   - the end once: "Answer complete, 234 tokens" / "Stopped after 40 tokens" /

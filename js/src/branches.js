@@ -7,7 +7,9 @@
 // action is not offered (`branch_unavailable`); the page only asks (`branch`,
 // `show_branch`). See PROTOCOL.md, "Branches".
 
-import { ACTIVE, disconnected, h, sayNoKernel } from "./common.js";
+import { disconnected, sayNoKernel } from "./connection.js";
+import { h } from "./dom.js";
+import { ACTIVE } from "./status.js";
 
 /**
  * One branch as the kernel describes it (`_branches`; protocol.d.ts).

@@ -2,8 +2,10 @@
 //
 // Built by js/build.mjs into nbstream/static/chat.js (ESM, minified, with
 // markdown-it and DOMPurify bundled). The rendering (markdown.js, incremental.js),
-// the view's lifecycle, run-text protocol, badge, metrics line and common chrome
-// (common.js) and the token views (tokens.js) are the StreamWidget's (stream.js).
+// the view's lifecycle (view_scope.js), the run's text (live_text.js), the badge
+// (status.js), the metrics line (metrics.js), the chrome both views have (prompt.js,
+// bar.js, output.js, run_buttons.js, copy.js, connection.js, page.js) and the token views
+// (tokens.js) are the StreamWidget's (stream.js).
 // What is here is the chat's own view (ChatView): the transcript, one token list per
 // answer's run, what each message shows, Keep partial and Regenerate. One message's
 // element is a ChatMessage (chat_message.js); the composer and Clear chat are in
@@ -19,35 +21,18 @@
 /** @typedef {import("./protocol.js").ChatMessage} Message  one message of `_messages` */
 /** @typedef {import("./model.js").ChatModel} ChatModel */
 
-import {
-  ACTIVE,
-  LiveText,
-  STATUSES,
-  VERSION,
-  copyCode,
-  follower,
-  h,
-  inputErrorView,
-  isCut,
-  logFrame,
-  makeBadge,
-  markCut,
-  markOutput,
-  modelStatus,
-  copyAnswer,
-  statusBar,
-  newViewId,
-  onRunMessages,
-  onSubmitKey,
-  rawToggle,
-  setBadge,
-  showMetrics,
-  stopNotice,
-  swapButtons,
-  viewScope,
-  watchConnection,
-  watchRemoval,
-} from "./common.js";
+import { rawToggle, statusBar } from "./bar.js";
+import { watchConnection } from "./connection.js";
+import { copyAnswer, copyCode } from "./copy.js";
+import { h } from "./dom.js";
+import { LiveText, onRunMessages } from "./live_text.js";
+import { showMetrics } from "./metrics.js";
+import { follower, markCut, markOutput } from "./output.js";
+import { VERSION, watchRemoval } from "./page.js";
+import { inputErrorView, onSubmitKey } from "./prompt.js";
+import { stopNotice, swapButtons } from "./run_buttons.js";
+import { ACTIVE, isCut, makeBadge, modelStatus, setBadge, STATUSES } from "./status.js";
+import { logFrame, newViewId, viewScope } from "./view_scope.js";
 import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { ChatMessage, keyOf } from "./chat_message.js";
@@ -110,7 +95,7 @@ class ChatView {
     this.announce = announcer(this.root, this.scope);
     this.announce.seen(this.stateKey());
     this.announce.ran(this.runId(), this.status());
-    // A restarted kernel: show the chat disconnected, its controls off (common.js).
+    // A restarted kernel: show the chat disconnected, its controls off (connection.js).
     watchConnection(this.scope, model, this.root);
     /** @type {ChatMessage[]} */
     this.entries = [];

@@ -2,7 +2,9 @@
 // message box, Send or Resend, Stop, the note of editing the last message) and Clear chat
 // with the question it asks first. Their listeners are the chat view's (chat.js).
 
-import { h, iconButton, promptBox } from "./common.js";
+import { h } from "./dom.js";
+import { promptBox } from "./prompt.js";
+import { iconButton } from "./run_buttons.js";
 
 /** The message box, Send (Resend while editing the last message) and Stop. */
 class Composer {
@@ -96,7 +98,7 @@ class ClearChat {
 
   /**
    * The buttons' and the question's listeners.
-   * @param {import("./common.js").ViewScope} scope
+   * @param {import("./view_scope.js").ViewScope} scope
    * @param {HTMLElement} composer where the focus goes once the chat is cleared
    * @param {() => void} clear send the kernel the `clear`
    */

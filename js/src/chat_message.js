@@ -3,7 +3,8 @@
 // What it shows is decided by the chat view (chat.js), which knows the run and the other
 // messages; a ChatMessage keeps the elements and what they show now.
 
-import { h, outputArea } from "./common.js";
+import { h } from "./dom.js";
+import { outputArea } from "./output.js";
 import { TextRenderer } from "./incremental.js";
 import { ThinkingBox } from "./thinking.js";
 import { makeNote } from "./tokens.js";

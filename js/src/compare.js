@@ -16,17 +16,13 @@
 /** @typedef {import("./protocol.js").WidgetStatus} Status */
 /** @typedef {import("./model.js").CompareHeaderModel} CompareHeaderModel */
 
-import {
-  ACTIVE,
-  VERSION,
-  h,
-  iconButton,
-  promptBox,
-  swapButtons,
-  syncedText,
-  viewScope,
-  watchConnection,
-} from "./common.js";
+import { watchConnection } from "./connection.js";
+import { h } from "./dom.js";
+import { VERSION } from "./page.js";
+import { promptBox, syncedText } from "./prompt.js";
+import { iconButton, swapButtons } from "./run_buttons.js";
+import { ACTIVE } from "./status.js";
+import { viewScope } from "./view_scope.js";
 import { announcer, compareAnnouncement, comparePhase, runAllStatuses, stopOnEscape } from "./announce.js";
 import { kernelWatch } from "./replay.js";
 

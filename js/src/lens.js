@@ -14,7 +14,9 @@
 //
 // Token texts are model output: they go into the page with textContent only.
 
-import { disconnected, h, isNum } from "./common.js";
+import { disconnected } from "./connection.js";
+import { h } from "./dom.js";
+import { isNum } from "./format.js";
 
 /** @typedef {import("./protocol.js").LensReply} LensReply */
 /** @typedef {import("./protocol.js").LensData} LensData */
@@ -336,7 +338,7 @@ let sectionCount = 0;
  * What a view gives its lens sections.
  * @typedef {object} LensOptions
  * @property {import("./model.js").RunModel} model
- * @property {import("./common.js").ViewScope} scope
+ * @property {import("./view_scope.js").ViewScope} scope
  * @property {string} viewId
  * @property {HTMLElement} root  the view's root (its Prompt view is shaded)
  */

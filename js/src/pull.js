@@ -48,7 +48,7 @@ function applyState(model, state) {
 /**
  * Whether `el` is on screen (an IntersectionObserver's last word; true until it speaks, and
  * where there is none).
- * @param {import("./common.js").ViewScope} scope @param {HTMLElement} el
+ * @param {import("./view_scope.js").ViewScope} scope @param {HTMLElement} el
  */
 function visibility(scope, el) {
   const seen = { visible: true };
@@ -63,7 +63,7 @@ function visibility(scope, el) {
 
 /**
  * Pull the run from the kernel if its pushes never reach this view (see the module).
- * @param {import("./common.js").ViewScope} scope
+ * @param {import("./view_scope.js").ViewScope} scope
  * @param {any} model
  * @param {{viewId: string, root: HTMLElement,
  *          held: () => {run_id: number, text: number, tokens: number, thinking: number},

@@ -9,10 +9,10 @@
 // unanswered (kernelWatch) says so and offers Replay: the stream again, in the page, at the
 // recorded pace (Replayer), ending on the same text.
 
-import { h } from "./common.js";
+import { h } from "./dom.js";
 
 /** @typedef {import("./protocol.js").RunSnapshot} RunSnapshot */
-/** @typedef {import("./common.js").ViewScope} ViewScope */
+/** @typedef {import("./view_scope.js").ViewScope} ViewScope */
 
 /** The snapshot format this view draws. */
 const SNAPSHOT_VERSION = 1;

@@ -11,7 +11,9 @@
 //
 // Token texts are model output: they go into the page with textContent only.
 
-import { disconnected, h, isNum } from "./common.js";
+import { disconnected } from "./connection.js";
+import { h } from "./dom.js";
+import { isNum } from "./format.js";
 
 // The messages (protocol.d.ts, written from nbstream/protocol.py; PROTOCOL.md says what
 // they mean): the request a panel sends, without the slider values on a panel's first
@@ -83,7 +85,7 @@ function valueText(name, v) {
  * What a view gives its sampling panels.
  * @typedef {object} ExplainOptions
  * @property {import("./model.js").RunModel} model
- * @property {import("./common.js").ViewScope} scope
+ * @property {import("./view_scope.js").ViewScope} scope
  * @property {string} viewId
  * @property {(el: HTMLElement, text: string, kind: string) => void} pieces  a token's text, legibly
  * @property {() => boolean} local  whether the widget's model gives logits (can_explain)
@@ -498,7 +500,7 @@ function explainPanels(o) {
  * token view (`compare_mark`, set by CompareWidget once every column has ended).
  * @param {object} o
  * @param {import("./model.js").StreamModel} o.model
- * @param {import("./common.js").ViewScope} o.scope
+ * @param {import("./view_scope.js").ViewScope} o.scope
  * @param {import("./tokens.js").TokenList} o.tokens
  * @returns {{line: HTMLElement, update: () => void}} the line (hidden while there is no
  *   mark), and what draws the mark again (call it once the token list changed)

@@ -20,7 +20,8 @@
 // again, and once its word (settings_errors) arrives, that is what the field shows. Nothing
 // here repeats a range: only labels and words.
 
-import { contextOverflow, h } from "./common.js";
+import { h } from "./dom.js";
+import { contextOverflow } from "./prompt.js";
 
 const SAVE_DEBOUNCE_MS = 300;
 /** The settings a greedy run does not use. */

@@ -3,8 +3,10 @@
 // Built by js/build.mjs into nbstream/static/stream.js (ESM, minified, with
 // markdown-it and DOMPurify bundled: nothing is fetched at run time). Shared with
 // the ChatWidget view (chat.js): the rendering (markdown.js, incremental.js); the
-// view's lifecycle, the run-text protocol, badge, metrics line and the chrome both
-// views have (common.js); the token views (tokens.js, tokenViews). What is here is
+// view's lifecycle (view_scope.js), the run's text (live_text.js), the badge (status.js),
+// the metrics line (metrics.js) and the chrome both views have (prompt.js, bar.js,
+// output.js, run_buttons.js, copy.js, connection.js, page.js); the token views (tokens.js,
+// tokenViews). What is here is
 // the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
 // ---------------------------------------------------------------------------
@@ -18,40 +20,19 @@
 /** @typedef {import("./protocol.js").TokensMessage} TokensMessage */
 /** @typedef {import("./model.js").StreamModel} StreamModel */
 
-import {
-  ACTIVE,
-  LiveText,
-  VERSION,
-  copyCode,
-  follower,
-  h,
-  iconButton,
-  inputErrorView,
-  isCut,
-  isNum,
-  logFrame,
-  makeBadge,
-  markCut,
-  markOutput,
-  modelStatus,
-  copyAnswer,
-  copyAnswerButton,
-  statusBar,
-  newViewId,
-  onRunMessages,
-  onSubmitKey,
-  outputArea,
-  promptBox,
-  rawToggle,
-  setBadge,
-  showMetrics,
-  stopNotice,
-  swapButtons,
-  syncedText,
-  viewScope,
-  watchConnection,
-  watchRemoval,
-} from "./common.js";
+import { rawToggle, statusBar } from "./bar.js";
+import { watchConnection } from "./connection.js";
+import { copyAnswer, copyAnswerButton, copyCode } from "./copy.js";
+import { h } from "./dom.js";
+import { isNum } from "./format.js";
+import { LiveText, onRunMessages } from "./live_text.js";
+import { showMetrics } from "./metrics.js";
+import { follower, markCut, markOutput, outputArea } from "./output.js";
+import { VERSION, watchRemoval } from "./page.js";
+import { inputErrorView, onSubmitKey, promptBox, syncedText } from "./prompt.js";
+import { iconButton, stopNotice, swapButtons } from "./run_buttons.js";
+import { ACTIVE, isCut, makeBadge, modelStatus, setBadge } from "./status.js";
+import { logFrame, newViewId, viewScope } from "./view_scope.js";
 import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { Replayer, currentSnapshot, kernelWatch, replayRow, snapshotMessages } from "./replay.js";

@@ -8,7 +8,9 @@
 // its LiveThinking while that answer streams and by the answer's message once it ended.
 // The thinking is shown as text only (never as HTML), and never inside the answer's output.
 
-import { ACTIVE, LiveText, h } from "./common.js";
+import { h } from "./dom.js";
+import { LiveText } from "./live_text.js";
+import { ACTIVE } from "./status.js";
 
 /**
  * A run's thinking as a view shows it: the `thinking` of a `reset`, of a chat answer's
@@ -47,7 +49,7 @@ class LiveThinking {
     this.changed();
   }
 
-  /** A `thinking` message or a `reset` (see onRunMessages, common.js). @param {any} msg */
+  /** A `thinking` message or a `reset` (see onRunMessages, live_text.js). @param {any} msg */
   receive(msg) {
     if (msg.type === "reset") this.reset(msg);
     else this.message(msg);

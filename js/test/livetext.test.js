@@ -1,9 +1,9 @@
-// A view's copy of the run's text (LiveText, js/src/common.js): deltas at code-point offsets,
+// A view's copy of the run's text (LiveText, js/src/live_text.js): deltas at code-point offsets,
 // gaps answered by a `sync`, resets with the whole text. Run with `node --test` (make check).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { LiveText } from "../src/common.js";
+import { LiveText } from "../src/live_text.js";
 
 function make(runId = 1) {
   const sent = [];

@@ -1,11 +1,11 @@
-// The run protocol both views share (onRunMessages, js/src/common.js): deltas and resets go
+// The run protocol both views share (onRunMessages, js/src/live_text.js): deltas and resets go
 // to the view's LiveText, a reasoning model's `thinking` messages (and a reset's thinking)
 // to its LiveThinking, once, for the StreamWidget and the ChatWidget alike; while the run
 // thinks, those messages' counters are the metrics line's. Run with `node --test`.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { LiveText, onRunMessages } from "../src/common.js";
+import { LiveText, onRunMessages } from "../src/live_text.js";
 
 function make() {
   /** @type {Map<string, Function>} */
