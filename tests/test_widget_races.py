@@ -244,16 +244,26 @@ def test_wait_joins_its_own_runs_view_thread_not_a_later_one(line, probe, monkey
     w.on_complete(again)
     run_wait = nbstream.Generation.wait
 
+    entered = threading.Event()
+
     def slow_wait(self: Any, timeout: Any = None) -> str:
+        if self is first:
+            entered.set()
         text = run_wait(self, timeout)
         time.sleep(0.5)  # a thread switch here: on_complete starts the next run meanwhile
         return text
 
     monkeypatch.setattr(nbstream.Generation, "wait", slow_wait)
+    # The first run waits at its first step until wait() is waiting on it: otherwise it could
+    # end, and on_complete start the next, before the waiter calls wait(), which then rightly
+    # waits for the widget's current run (the held one).
+    p.hold()
     first = w.generate("Hello")
     returned = threading.Event()
     waiter = threading.Thread(target=lambda: (w.wait(60), returned.set()))
     waiter.start()
+    assert entered.wait(30), "wait() never waited on the first run"
+    p.release()
     assert returned.wait(30), "wait() blocked on the next run's view thread"
     assert first.status == "complete" and later and not later[0].done
     p.release()
