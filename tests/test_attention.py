@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +24,8 @@ from nbstream.attention import SINK_HEADS, AttentionUnavailable, attention_at
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parent.parent
 
 PROMPT = "Why is the sky blue?"
 FAMILIES = [
@@ -299,3 +306,21 @@ def test_a_steered_thread_reads_its_steered_attention(tiny):
     plain = attention_at(model, tokenizer, ids, prompt_len, 2)
     assert torch.equal(plain.weights, reference_rows(reference, ids[: prompt_len + 2]))
     assert not torch.equal(plain.weights, seen.weights)
+
+
+def test_the_benchmark_runs_end_to_end(tmp_path):
+    # The figures of benchmarks/attention.py can be redone: its script on the tiny model.
+    out = tmp_path / "attention.json"
+    command = ["-m", "benchmarks.attention", "--tiny", "--tokens", "6", "--tries", "1"]
+    proc = subprocess.run(
+        [sys.executable, *command, "--json", str(out)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == [] and report["rows"]["last"]["positions"] > 6
+    assert "| attention_at, last step" in proc.stdout

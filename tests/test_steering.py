@@ -9,7 +9,11 @@ with gates inside a forward pass, never with sleeps.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +28,8 @@ from nbstream.steering import (
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parent.parent
 
 TOWARD = ["Tell me about the sea.", "Waves crash on the shore.", "Sailors cross the ocean."]
 AWAY = ["Tell me about the desert.", "Sand dunes stretch far away."]
@@ -317,3 +323,21 @@ def test_the_default_model(real_model):
     with steered(model, sea, 8.0):
         mine = plain_logits(model, ids)
     assert torch.equal(mine, logits_with_own_hook(model, ids, 15, 8.0 * sea.vector))
+
+
+def test_the_benchmark_runs_end_to_end(tmp_path):
+    # The figures of benchmarks/steering.py can be redone: its script on the tiny model.
+    out = tmp_path / "steering.json"
+    command = ["-m", "benchmarks.steering", "--tiny", "--tokens", "6", "--rounds", "1"]
+    proc = subprocess.run(
+        [sys.executable, *command, "--tries", "1", "--json", str(out)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["problems"] == [] and len(report["runs"]["rounds"]) == 1
+    assert "| steered / plain, per round" in proc.stdout
