@@ -341,7 +341,8 @@ class SettingSchema(_SettingSchemaExtras):
 class RunWidgetTraits(TypedDict):
     """The synced traits of every ``StreamWidget`` and ``ChatWidget``.
 
-    Declared by ``RunWidget``, nbstream/widgets/base.py.
+    Declared by ``RunWidget``, nbstream/widgets/base.py, and the parts it inherits:
+    nbstream/widgets/settings_traits.py and token_views.py.
     """
 
     #: The current run's state (kernel → page).

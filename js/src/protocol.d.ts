@@ -512,7 +512,7 @@ export interface RunSnapshot {
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
 export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply | ProbeMessage | PulledMessage;
 
-/** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py. */
+/** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py, and the parts it inherits: nbstream/widgets/settings_traits.py and token_views.py. */
 export interface RunWidgetTraits {
   /** The current run's state (kernel → page). */
   status: WidgetStatus;
