@@ -15,9 +15,9 @@ config object is shared by every module and by every thread that runs the model,
 (``model.set_attn_implementation("eager")``) would switch a run streaming on another thread too.
 Instead the pass runs on a twin of the model: its own module objects and its own copy of the
 config, set to eager through the public ``set_attn_implementation``, sharing every parameter and
-buffer with the model (a ``copy.deepcopy`` whose memo maps each tensor, and each attribute that
+buffer with the model (a ``copy.deepcopy`` whose memo maps each tensor, hook, and attribute that
 is not a module, config or container, to itself: no weight is copied, and nothing the model
-holds, a lock or an accelerate hook, is duplicated). The twin lives for one call. The model's
+holds, a run's trace capture or a lock, is duplicated). The twin lives for one call. The model's
 forward hooks come along (the twin's hook tables are copies of the model's), so a
 :func:`~nbstream.steering.steered` block open on the calling thread steers this pass as it steers
 its run, and every other thread's hooks stay as they are.
@@ -324,21 +324,22 @@ def _check_step(token_ids: Sequence[int], prompt_len: Any, step: Any) -> int:
 def _eager_twin(module: Any) -> Any:
     """A twin of ``module`` that runs eager attention, sharing its weights (see the module).
 
-    The deep copy's memo maps every tensor, and every attribute that is not a module, a
-    config or a container, to itself: the twin gets new module objects and a new config, and
-    shares everything else.
+    The deep copy's memo maps every value a module holds (directly, or in one of its tables:
+    parameters, buffers, hooks) that is not a module, a config or a container, to itself:
+    the twin gets new module objects, tables and config, and shares everything else.
     """
     import torch
 
     shared: dict[int, Any] = {}
     for part in module.modules():
         for value in vars(part).values():
-            if not isinstance(value, (dict, list, tuple, set, torch.nn.Module)) and not hasattr(
-                value, "to_dict"
-            ):
-                shared[id(value)] = value
-    for tensor in (*module.parameters(), *module.buffers()):
-        shared[id(tensor)] = tensor
+            # A table's entries too: the parameters, the buffers, and the hooks, which may be
+            # bound methods of objects that must not be copied (a run's trace capture).
+            for item in value.values() if isinstance(value, dict) else (value,):
+                if not isinstance(item, (dict, list, tuple, set, torch.nn.Module)) and not hasattr(
+                    item, "to_dict"
+                ):
+                    shared[id(item)] = item
     for attempt in range(3):
         try:
             twin = copy.deepcopy(module, dict(shared))

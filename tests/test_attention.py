@@ -324,3 +324,33 @@ def test_the_benchmark_runs_end_to_end(tmp_path):
     report = json.loads(out.read_text())
     assert report["problems"] == [] and report["rows"]["last"]["positions"] > 6
     assert "| attention_at, last step" in proc.stdout
+
+
+def test_hooks_are_shared_with_the_twin_never_copied(tiny):
+    # A hook may be a bound method of an object that cannot be copied (a run's trace capture
+    # holds a lock and its records): the twin calls that very object.
+    model, tokenizer = family_model("phi", tiny[1]), tiny[1]
+
+    class Holder:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.calls = 0
+
+        def hook(self, module: Any, args: Any, output: Any) -> None:
+            with self.lock:
+                self.calls += 1
+
+    holder = Holder()
+    handles = [
+        model.register_forward_hook(holder.hook),
+        model.model.layers[1].register_forward_hook(holder.hook),
+    ]
+    try:
+        ids, prompt_len = run_ids(tokenizer)
+        seen = attention_at(model, tokenizer, ids, prompt_len, 1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert holder.calls == 1  # layer 1 of the twin; the twin runs its base model, not the root
+    expected = reference_rows(eager_reference(model), ids[: prompt_len + 1])
+    assert torch.equal(seen.weights, expected)
