@@ -27,7 +27,7 @@ WHITE_OR_BLACK = re.compile(f"{_HEX}|{_KEYWORD}|{_RGB}|{_HSL}", re.IGNORECASE)
 #: (file, the literal's line with surrounding spaces stripped) -> why it may stay.
 ALLOWED: dict[tuple[str, str], str] = {
     (
-        "tokens.js",
+        "shading.js",
         'const fg = (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) ? "#000" : "#fff";',
     ): "the text on a probability shade: the shades are a fixed palette (viridis) that is "
     "the same in every theme, so the text on each is black or white, whichever contrasts "

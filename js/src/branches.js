@@ -1,7 +1,7 @@
 // nbstream — branches of an answer, shared by the StreamWidget and ChatWidget views.
 //
 // Two pieces: the "Continue with this token" action that the alternatives popover
-// (tokens.js, TokenList) shows on each alternative, and the switcher between the answers of
+// (popover.js, for a TokenList) shows on each alternative, and the switcher between the answers of
 // one prompt (the original and its branches). The kernel is the source of truth: it says
 // which branches exist and which one is shown (`_branches`, `branch_shown`), and why the
 // action is not offered (`branch_unavailable`); the page only asks (`branch`,
@@ -16,7 +16,7 @@ import { ACTIVE } from "./status.js";
  * @typedef {import("./protocol.js").BranchEntry} BranchEntry
  */
 
-/** @typedef {import("./tokens.js").TokenList} TokenList */
+/** @typedef {import("./token_list.js").TokenList} TokenList */
 
 /**
  * A token's text quoted so that spaces and line breaks show (' blue', '\n').

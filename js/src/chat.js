@@ -1,11 +1,11 @@
 // nbstream — browser front end of `nbstream.widgets.chat.ChatWidget` (an anywidget).
 //
 // Built by js/build.mjs into nbstream/static/chat.js (ESM, minified, with
-// markdown-it and DOMPurify bundled). The rendering (markdown.js, incremental.js),
+// markdown-it and DOMPurify bundled). The rendering (markdown.js, text_renderer.js),
 // the view's lifecycle (view_scope.js), the run's text (live_text.js), the badge
 // (status.js), the metrics line (metrics.js), the chrome both views have (prompt.js,
 // bar.js, output.js, run_buttons.js, copy.js, connection.js, page.js) and the token views
-// (tokens.js) are the StreamWidget's (stream.js).
+// (token_views.js) are the StreamWidget's (stream.js).
 // What is here is the chat's own view (ChatView): the transcript, one token list per
 // answer's run, what each message shows, Keep partial and Regenerate. One message's
 // element is a ChatMessage (chat_message.js); the composer and Clear chat are in
@@ -41,11 +41,12 @@ import { kernelWatch, onStaticPage, replayRow } from "./replay.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking } from "./thinking.js";
 import { pullWhenUnpushed } from "./pull.js";
-import { sayCapture, tokenViews } from "./tokens.js";
+import { sayCapture } from "./token_notes.js";
+import { tokenViews } from "./token_views.js";
 
-/** @typedef {import("./incremental.js").FrameStats} FrameStats */
+/** @typedef {import("./text_renderer.js").FrameStats} FrameStats */
 /** @typedef {import("./protocol.js").TokensMessage} TokensMessage */
-/** @typedef {import("./tokens.js").TokenList} TokenList */
+/** @typedef {import("./token_list.js").TokenList} TokenList */
 /** @typedef {import("./chat_message.js").MessageButton} MessageButton */
 
 /**

@@ -5,9 +5,9 @@
 
 import { h } from "./dom.js";
 import { outputArea } from "./output.js";
-import { TextRenderer } from "./incremental.js";
+import { TextRenderer } from "./text_renderer.js";
 import { ThinkingBox } from "./thinking.js";
-import { makeNote } from "./tokens.js";
+import { makeNote } from "./token_notes.js";
 
 /** @typedef {import("./chat.js").Message} Message */
 
@@ -118,7 +118,7 @@ class ChatMessage {
    * Bring the rendered answer up to date (a text that does not continue what is shown is
    * rendered afresh); false if nothing changed.
    * @param {string} text @param {boolean} active it is streaming
-   * @param {import("./incremental.js").FrameStats} st
+   * @param {import("./text_renderer.js").FrameStats} st
    */
   draw(text, active, st) {
     const { renderer } = this;

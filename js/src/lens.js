@@ -1,5 +1,5 @@
 // nbstream front end: the token popover's "Inside the model" section. Shared by the
-// StreamWidget view and the ChatWidget view, through tokens.js.
+// StreamWidget view and the ChatWidget view, through token_views.js.
 //
 // A disclosure button in the popover; expanded, it asks the kernel (`lens` message) for
 // what each layer would have said at the step and which earlier tokens pushed toward the
@@ -354,7 +354,7 @@ class LensPanel {
     this.section = new LensSection(`nbstream-lens-${++sectionCount}-${Math.random().toString(36).slice(2, 8)}`);
     this.expanded = false;
     this.request = 0;
-    /** @type {import("./tokens.js").TokenList | null} */
+    /** @type {import("./token_list.js").TokenList | null} */
     this.list = null;
     this.index = -1;
     this.sent = 0;
@@ -371,7 +371,7 @@ class LensPanel {
     scope.defer(() => this.unshade());
   }
 
-  /** Put the section into the popover of token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
+  /** Put the section into the popover of token i of `t`. @param {import("./token_list.js").TokenList} t @param {number} i */
   fill(t, i) {
     if (this.list !== t || this.index !== i) this.unshade();
     this.list = t;
@@ -462,7 +462,7 @@ class LensPanel {
     this.replace();
   }
 
-  /** Shade the answer's earlier tokens and the Prompt view's. @param {import("./tokens.js").TokenList} t @param {AttributionData} attr */
+  /** Shade the answer's earlier tokens and the Prompt view's. @param {import("./token_list.js").TokenList} t @param {AttributionData} attr */
   shade(t, attr) {
     const levels = attributionLevels(attr);
     const before = this.index;
@@ -490,7 +490,7 @@ class LensPanel {
     for (const el of this.o.root.querySelectorAll(".nbstream-lens-prompt")) el.remove();
   }
 
-  /** The list's run changed or the list went: the section's shading goes. @param {import("./tokens.js").TokenList} t */
+  /** The list's run changed or the list went: the section's shading goes. @param {import("./token_list.js").TokenList} t */
   reset(t) {
     if (t !== this.list) return;
     this.unshade();
@@ -549,7 +549,7 @@ function promptStrip(attr, levels, step) {
 function lensSections(o) {
   const p = new LensPanel(o);
   return {
-    /** Add the section to the popover of token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
+    /** Add the section to the popover of token i of `t`. @param {import("./token_list.js").TokenList} t @param {number} i */
     fill(t, i) {
       const why = o.model.get("can_lens") === true ? "" : UNAVAILABLE;
       if (why) return;
@@ -560,7 +560,7 @@ function lensSections(o) {
       if (!p.expanded) p.flip();
       p.section.toggle.focus({ preventScroll: true });
     },
-    /** The list's run changed or it went. @param {import("./tokens.js").TokenList} t */
+    /** The list's run changed or it went. @param {import("./token_list.js").TokenList} t */
     reset(t) {
       p.reset(t);
     },

@@ -1,6 +1,6 @@
 // nbstream front end: the sampling panel ("How was this picked?") and the compare
 // columns' "where the columns part" line. Shared by the StreamWidget view (stream.js, and
-// so the compare columns) and the ChatWidget view (chat.js), through tokens.js.
+// so the compare columns) and the ChatWidget view (chat.js), through token_views.js.
 //
 // The panel shows one step's next-token distribution as bars (the top 10 and the rest's
 // mass), and three native range sliders (temperature, top-k, top-p) that start at the run's
@@ -230,7 +230,7 @@ class ExplainPanel {
     this.errorEl = h("div", "nbstream-dist-error", { role: "alert" });
     this.live = h("div", "nbstream-dist-live", { "aria-live": "polite", role: "status" });
     this.panel.append(head, intro, sliders, this.state, this.bars, this.words, this.noteEl, this.errorEl, this.live);
-    /** @type {import("./tokens.js").TokenList | null} the list it is open in */
+    /** @type {import("./token_list.js").TokenList | null} the list it is open in */
     this.list = null;
     this.index = -1;
     this.runId = 0;
@@ -332,7 +332,7 @@ class ExplainPanel {
     }
   }
 
-  /** Open the panel on token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
+  /** Open the panel on token i of `t`. @param {import("./token_list.js").TokenList} t @param {number} i */
   open(t, i) {
     if (this.list && this.list !== t) this.list.el.classList.remove("nbstream-dist-open");
     this.list = t;
@@ -476,11 +476,11 @@ class ExplainPanel {
 function explainPanels(o) {
   const p = new ExplainPanel(o);
   return {
-    /** Open the panel on token i of `t`. @param {import("./tokens.js").TokenList} t @param {number} i */
+    /** Open the panel on token i of `t`. @param {import("./token_list.js").TokenList} t @param {number} i */
     open(t, i) {
       p.open(t, i);
     },
-    /** The list's run changed (a new run): a panel on it closes. @param {import("./tokens.js").TokenList} t */
+    /** The list's run changed (a new run): a panel on it closes. @param {import("./token_list.js").TokenList} t */
     reset(t) {
       if (t === p.list) p.close(false);
     },
@@ -501,7 +501,7 @@ function explainPanels(o) {
  * @param {object} o
  * @param {import("./model.js").StreamModel} o.model
  * @param {import("./view_scope.js").ViewScope} o.scope
- * @param {import("./tokens.js").TokenList} o.tokens
+ * @param {import("./token_list.js").TokenList} o.tokens
  * @returns {{line: HTMLElement, update: () => void}} the line (hidden while there is no
  *   mark), and what draws the mark again (call it once the token list changed)
  */

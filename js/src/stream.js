@@ -2,10 +2,10 @@
 //
 // Built by js/build.mjs into nbstream/static/stream.js (ESM, minified, with
 // markdown-it and DOMPurify bundled: nothing is fetched at run time). Shared with
-// the ChatWidget view (chat.js): the rendering (markdown.js, incremental.js); the
+// the ChatWidget view (chat.js): the rendering (markdown.js, text_renderer.js); the
 // view's lifecycle (view_scope.js), the run's text (live_text.js), the badge (status.js),
 // the metrics line (metrics.js) and the chrome both views have (prompt.js, bar.js,
-// output.js, run_buttons.js, copy.js, connection.js, page.js); the token views (tokens.js,
+// output.js, run_buttons.js, copy.js, connection.js, page.js); the token views (token_views.js,
 // tokenViews). What is here is
 // the StreamWidget's own: one prompt, one output, the label and show_prompt.
 //
@@ -37,14 +37,14 @@ import { announcer, runAnnouncement, stopOnEscape } from "./announce.js";
 import { branchAction, branchSwitcher } from "./branches.js";
 import { Replayer, currentSnapshot, kernelWatch, replayRow, snapshotMessages } from "./replay.js";
 import { compareMarkView } from "./sampling.js";
-import { TextRenderer } from "./incremental.js";
+import { TextRenderer } from "./text_renderer.js";
 import { pullWhenUnpushed } from "./pull.js";
 import { promptView, settingsPanel } from "./settings_panel.js";
 import { LiveThinking, ThinkingBox } from "./thinking.js";
-import { tokenViews } from "./tokens.js";
+import { tokenViews } from "./token_views.js";
 
-/** @typedef {import("./incremental.js").FrameStats} FrameStats */
-/** @typedef {import("./tokens.js").TokenList} TokenList */
+/** @typedef {import("./text_renderer.js").FrameStats} FrameStats */
+/** @typedef {import("./token_list.js").TokenList} TokenList */
 
 // ---------------------------------------------------------------------------
 // The view

@@ -192,7 +192,7 @@ class ThinkingBox {
 }
 
 // ---------------------------------------------------------------------------
-// The token views (tokens.js): a reasoning model's run shows every token, its thinking's
+// The token views (token_list.js): a reasoning model's run shows every token, its thinking's
 // marked (data-thinking) and the answer's first token marked (data-answer-start): the
 // boundary is visible, and the list is still the run's token_ids.
 // ---------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-// The incremental block splitter (js/src/incremental.js): where a growing Markdown text has
+// The incremental block splitter (js/src/block_splitter.js): where a growing Markdown text has
 // block boundaries that later text can no longer move. Run with `node --test` (make check).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { BlockSplitter } from "../src/incremental.js";
+import { BlockSplitter } from "../src/block_splitter.js";
 
 /** Boundaries found when `text` arrives in one piece. */
 function whole(text) {

@@ -1,9 +1,11 @@
-// The token views' pure parts (js/src/tokens.js): the probability shading, percentages and
-// the real text of byte-piece tokens. Run with `node --test` (make check).
+// The token views' pure parts (js/src/shading.js, format.js, token_text.js): the probability
+// shading, percentages and the real text of byte-piece tokens. Run with `node --test` (make check).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { pct, realText, shade } from "../src/tokens.js";
+import { pct } from "../src/format.js";
+import { shade } from "../src/shading.js";
+import { realText } from "../src/token_text.js";
 
 /** WCAG relative luminance of "#rrggbb". @param {string} hex */
 function luminance(hex) {
