@@ -249,3 +249,18 @@ def test_shapes_of_statuses_results_and_table(tiny_line, rows, cols, stop_row):
             assert (results[i][j] is None) == (statuses[i][j] != "complete")
     assert len(g.table()) == rows * cols
     assert len({id(g.cell(i, j)) for i in range(rows) for j in range(cols)}) == rows * cols
+
+
+def test_shown_in_a_notebook_the_grid_is_a_table_with_its_text_escaped(no_leftover_runs):
+    g = nbstream.Grid(
+        ["<b>a</b>", [{"role": "user", "content": "b"}]],
+        models=[forced_model(" <i>x</i>"), forced_model(" y")],
+    )
+    shown = g._repr_html_()
+    assert shown.count('data-status="idle"') == 4
+    g.generate()
+    g.wait(timeout=60)
+    shown = g._repr_html_()
+    assert shown.count('data-status="complete"') == 4
+    assert "&lt;b&gt;a&lt;/b&gt;" in shown and "&lt;i&gt;x&lt;/i&gt;" in shown
+    assert "<i>" not in shown and shown.count("<tr>") == 3

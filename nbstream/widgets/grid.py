@@ -30,7 +30,7 @@ from ..prompt_template import Prompts
 from .divergence import TextDivergence, text_divergence
 from .grid_columns import GridColumn, check_prompts, grid_columns, refused_backend
 from .grid_save import is_grid_folder, read_index, write_grid
-from .grid_table import cell_row, check_pandas
+from .grid_table import cell_row, check_pandas, html_table
 
 __all__ = ["Grid", "read_grid_folder"]
 
@@ -396,6 +396,10 @@ class Grid:
         grid.wait()  # instant replays: their ends are there when load() returns
         grid._starter = lambda i, j: _replayed(recordings[i][j], 1.0)
         return grid
+
+    def _repr_html_(self) -> str:
+        # Until the grid has its own widget: the table as it is when shown (a snapshot).
+        return html_table(self._prompts, self.columns, self._table())
 
     def __repr__(self) -> str:
         rows, cols = self.shape

@@ -7,13 +7,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import html
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..generation import Generation
 from .divergence import TextDivergence, text_divergence_words
 
-__all__ = ["TABLE_KEYS", "cell_row", "check_pandas"]
+__all__ = ["PREVIEW_CHARS", "TABLE_KEYS", "cell_row", "check_pandas", "html_table"]
+
+#: How much of each answer the notebook's table shows: its start, so that 10 x 4 stays
+#: readable (the whole text is ``g.cell(row, col).partial_text``).
+PREVIEW_CHARS = 160
 
 #: The table's own columns; a template field of one of these names is ``field_<name>``.
 TABLE_KEYS = (
@@ -94,3 +99,53 @@ def cell_row(
         record=None if run is None else run.record,
     )
     return entry
+
+
+def _prompt_words(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    # A message list: its last user message says what the row asks.
+    users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+    return str(users[-1] if users else prompt[-1].get("content", ""))
+
+
+def _cell_html(run: Generation | None) -> str:
+    if run is None:
+        return '<td data-status="idle"><b>idle</b></td>'
+    status, text = run.status, run.partial_text
+    cut = text[:PREVIEW_CHARS] + ("\u2026" if len(text) > PREVIEW_CHARS else "")
+    tokens = run.metrics.get("tokens")
+    figures = f" \u00b7 {tokens} tokens" if tokens is not None else ""
+    return (
+        f'<td data-status="{status}"><b>{status}</b>{figures}<br>'
+        f'<span style="white-space: pre-wrap">{html.escape(cut)}</span></td>'
+    )
+
+
+def html_table(
+    prompts: Sequence[Any], columns: Sequence[str], runs: Sequence[Sequence[Generation | None]]
+) -> str:
+    """The grid as it is now, as an HTML table: a prompt per row, each cell's state and start.
+
+    Args:
+        prompts: The rows' prompts.
+        columns: The columns' headings.
+        runs: The cells' runs, row by row.
+
+    Returns:
+        The table's HTML (every text escaped).
+
+    Example:
+        >>> html_table(["Hi"], ["defaults"], [[None]]).startswith("<table")
+        True
+    """
+    head = "".join(f'<th scope="col">{html.escape(name)}</th>' for name in columns)
+    body = []
+    for prompt, row in zip(prompts, runs, strict=True):
+        words = _prompt_words(prompt)
+        cells = "".join(_cell_html(run) for run in row)
+        body.append(f'<tr><th scope="row">{html.escape(words[:PREVIEW_CHARS])}</th>{cells}</tr>')
+    return (
+        '<table class="nbstream-grid"><thead><tr><th scope="col">prompt</th>'
+        f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
