@@ -6,10 +6,13 @@ and Biome's ``noExcessiveLinesPerFunction``):
 
 1. Modules per package of ``nbstream``.
 2. Functions over 60 lines, Python (``ast``) and JavaScript (``js/tools/function-sizes.mjs``).
-3. ``getattr``/``hasattr`` probes of a backend or a job.
-4. Modules under no import-linter layer.
-5. Imports of one test module (or a ``conftest``) by another.
-6. The longest docstring.
+3. Rooms: Python classes over 400 lines or 40 methods, and the largest ones; Python modules
+   over 1,000 lines; the largest page modules of ``js/src`` (its generated ``.d.ts`` aside),
+   those over 800 lines flagged.
+4. ``getattr``/``hasattr`` probes of a backend or a job.
+5. Modules under no import-linter layer.
+6. Imports of one test module (or a ``conftest``) by another.
+7. The longest docstring.
 
 Usage::
 
@@ -30,6 +33,14 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nbstream"
 LIMIT = 60
+#: A room a newcomer can hold in their head (issue 40): a class's lines and methods, a
+#: Python module's lines, a page module's lines.
+CLASS_LINES = 400
+CLASS_METHODS = 40
+PYTHON_MODULE_LINES = 1000
+JS_MODULE_LINES = 800
+#: How many of the largest classes and page modules are printed.
+LARGEST = 5
 #: A probe of a backend or a job: ``getattr(backend, ...)``, ``hasattr(self._job, ...)``.
 PROBE = re.compile(r"\b(getattr|hasattr)\((self\.)?_?(backend|job|endpoint)\s*,")
 
@@ -74,6 +85,42 @@ def long_js_functions() -> str:
         timeout=120,
     )
     return (result.stdout + result.stderr).strip()
+
+
+def python_classes() -> list[tuple[int, int, str]]:
+    """(lines, methods, "path:line name") of every class of nbstream, largest first.
+
+    Its methods are the functions defined in its body (properties included); its lines run
+    from ``class`` to its last line, docstring and comments included.
+    """
+    found = []
+    for _, path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                methods = sum(
+                    isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) for item in node.body
+                )
+                where = f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+                found.append((lines, methods, where))
+    return sorted(found, reverse=True)
+
+
+def _line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def long_python_modules() -> list[tuple[int, str]]:
+    """(lines, path) of every module of nbstream over PYTHON_MODULE_LINES, longest first."""
+    sizes = [(_line_count(path), str(path.relative_to(ROOT))) for _, path in _modules()]
+    return sorted((s for s in sizes if s[0] > PYTHON_MODULE_LINES), reverse=True)
+
+
+def js_modules() -> list[tuple[int, str]]:
+    """(lines, name) of every page module of js/src (the generated ``.d.ts`` aside), longest
+    first."""
+    sizes = [(_line_count(path), path.name) for path in (ROOT / "js" / "src").glob("*.js")]
+    return sorted(sizes, reverse=True)
 
 
 def backend_probes() -> list[str]:
@@ -137,6 +184,24 @@ def main() -> None:
     python = long_python_functions()
     print(f"Python functions over {LIMIT} lines: {len(python)}", *python, sep="\n  ")
     print(f"JavaScript functions over {LIMIT} lines:", long_js_functions())
+    classes = python_classes()
+    big = [c for c in classes if c[0] > CLASS_LINES or c[1] > CLASS_METHODS]
+    rows = [f"{lines} lines, {methods} methods: {where}" for lines, methods, where in big]
+    print(
+        f"Python classes over {CLASS_LINES} lines or {CLASS_METHODS} methods: {len(big)}",
+        *rows,
+        sep="\n  ",
+    )
+    largest = [f"{where} ({lines} lines, {methods} methods)" for lines, methods, where in classes]
+    print("largest Python classes:", *largest[:LARGEST], sep="\n  ")
+    modules = [f"{lines} {where}" for lines, where in long_python_modules()]
+    heading = f"Python modules over {PYTHON_MODULE_LINES:,} lines: {len(modules)}"
+    print(heading, *modules, sep="\n  ")
+    pages = js_modules()
+    over = [f"{lines} js/src/{name}" for lines, name in pages if lines > JS_MODULE_LINES]
+    print(f"JavaScript modules over {JS_MODULE_LINES} lines: {len(over)}", *over, sep="\n  ")
+    top = ", ".join(f"{name} {lines}" for lines, name in pages[:LARGEST])
+    print(f"largest JavaScript modules ({len(pages)} in js/src): {top}")
     probes = backend_probes()
     print(f"getattr/hasattr probes of a backend or job: {len(probes)}", *probes, sep="\n  ")
     outside = modules_outside_the_layers()
