@@ -51,7 +51,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # What a saved output says about a run that had not ended when the output was last written.
 _UNFINISHED = "not finished when this output was saved; the text is incomplete"
 #: What marks a complete answer cut off by max_new_tokens (finish_reason "length"): a normal
-#: end, but not the model's own. The views say the same (js/src/common.js, CUT).
+#: end, but not the model's own. The views say the same (js/src/status.js, CUT).
 CUT = "stopped at max_new_tokens"
 
 

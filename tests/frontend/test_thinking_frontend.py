@@ -3,7 +3,7 @@ and a chat answer's bubble, against the fake anywidget model of the static harne
 user's choice to open or close it is respected, a gap is repaired by the reset, markup in
 the thinking stays text, an empty thinking or a model that does not think shows no section,
 the branch switcher sits above it, and the metrics line counts the thinking while the model
-thinks (the ``thinking`` messages are handled once, in onRunMessages of js/src/common.js).
+thinks (the ``thinking`` messages are handled once, in onRunMessages of js/src/live_text.js).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Front-end tests of the teaching views (js/src/tokens.js): the Tokens, Probabilities and
-Alternatives toggles and what they show, in the StreamWidget view (stream.js) and the
-ChatWidget view (chat.js, ``?bundle=chat``), with the fake model of harness.html; a compare
-column's parting mark on its tokens, and a disconnected view's popover.
+"""Front-end tests of the teaching views (js/src/token_views.js, token_list.js): the Tokens,
+Probabilities and Alternatives toggles and what they show, in the StreamWidget view
+(stream.js) and the ChatWidget view (chat.js, ``?bundle=chat``), with the fake model of
+harness.html; a compare column's parting mark on its tokens, and a disconnected view's popover.
 
 The tests play the kernel: they set the synced traits (``show_tokens``...) and send the
 ``tokens`` messages of the protocol (see the comment at the top of js/src/stream.js):
