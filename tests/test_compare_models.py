@@ -274,6 +274,28 @@ def synced(column) -> str:
     return re.sub(r"IPY_MODEL_[0-9a-f]+", "IPY_MODEL_<id>", shown)
 
 
+def test_two_local_models_show_no_probabilities_until_reveal(two_models):
+    # A small model's probabilities are flatter, and its tokenizer ends tokens elsewhere:
+    # the token views would tell the columns apart, so they wait for Reveal too.
+    cw = nbstream.CompareWidget(models=two_models, prompt="Hi", max_new_tokens=3, blind=True)
+    try:
+        cw.show_probabilities = True
+        sent = [lens_replies(c) for c in cw.columns]
+        cw.generate()
+        cw.wait(60)
+        assert [(c.can_trace, c.can_explain) for c in cw.columns] == [(False, False)] * 2
+        assert not [m for said in sent for m in said if m.get("type") == "tokens"]
+        # Nor does the saved notebook's copy of each answer carry its tokens.
+        assert [c.get_state()["snapshot"]["tokens"] for c in cw.columns] == [None, None]
+        cw.reveal()
+        assert all(c.can_trace and c.can_explain for c in cw.columns)
+        for column, said in zip(cw.columns, sent, strict=True):
+            tokens = [m for m in said if m.get("type") == "tokens"]
+            assert tokens and tokens[-1]["run_id"] == column.run_id
+    finally:
+        cw.close()
+
+
 def test_a_local_column_s_tokens_come_at_reveal_when_a_server_hid_them(two_models, fake):
     endpoint = nbstream.Endpoint(fake.url("ok"), "fake-model")
     cw = nbstream.CompareWidget(

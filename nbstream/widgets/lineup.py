@@ -172,11 +172,13 @@ class Lineup:
             return [*rounds.past, *now]
 
     def covered_caps(self) -> dict[str, bool]:
-        """What a hidden round shows of every column's capabilities: the same for all."""
-        with self._lock:
-            real = [column.model_capabilities for column in self._columns]
-        names = ("can_trace", "can_explain")
-        return {name: all(bool(caps.get(name)) for caps in real) for name in names}
+        """What a hidden round shows of every column's capabilities: no token views.
+
+        A token's probability and alternatives are its model's own figures (a small model's
+        are flatter), and where one token ends the tokenizer's: either would tell the
+        columns apart. They come at Reveal, with the other figures.
+        """
+        return {"can_trace": False, "can_explain": False}
 
     def vote_state(self) -> dict[str, Any]:
         """The header's vote row: labels, votes, whether a vote is open, what was revealed."""
