@@ -176,12 +176,12 @@ class TokenDecoder:
         ids = _to_ids(items)
         self._ids.extend(ids)
         if self._backend is not None:
-            pieces = []
-            for token_id in ids:
-                piece = self._stream.step(self._backend, token_id)
-                if piece:
-                    pieces.append(piece)
-            return "".join(pieces)
+            if not ids:
+                return ""
+            # All new ids in one call: the same text as one call per id (it holds back a cut
+            # character the same way), one crossing into the tokenizer instead of one per token.
+            piece: str | None = self._stream.step(self._backend, ids)
+            return piece or ""
         text: str = self._tokenizer.decode(self._ids, **DECODE_OPTIONS)
         if text.endswith("\ufffd"):
             # An incomplete character: hold it back until the next token completes it.
@@ -210,17 +210,17 @@ class TokenDecoder:
 def _to_ids(items: list[Any]) -> list[int]:
     """Token ids from what ``generate`` put: one small CPU tensor per step.
 
-    One ``torch.cat`` per batch of items rather than a tensor op per token: each op hands
-    the GIL back and forth with the generating thread.
+    ``tolist`` on each: it keeps the GIL, where a tensor op (a reshape, a ``torch.cat``)
+    hands it to the generating thread and waits to get it back, every time.
     """
-    if not items:
-        return []
-    if all(isinstance(item, int) for item in items):
-        return list(items)
-    import torch
-
-    tensors = [torch.as_tensor(item).reshape(-1) for item in items]
-    return [int(i) for i in torch.cat(tensors).tolist()]
+    ids: list[int] = []
+    for item in items:
+        if isinstance(item, int):
+            ids.append(item)
+            continue
+        value = item.tolist() if item.ndim == 1 else item.reshape(-1).tolist()
+        ids.extend(value)
+    return ids
 
 
 class StopFilter:

@@ -32,14 +32,16 @@ the generating thread, all on the model's device:
    ``generate`` runs its own processors (repetition penalty, ``sequence_bias``, suppressed
    tokens...) before any passed in ``logits_processor``.
    ``output_logits=True`` would keep every step's logits to the end (O(steps × vocabulary)).
-2. At the end of the processor list, where the token is chosen (the seeded sampler of a
-   sampled run, a last processor of a greedy run): one ``log_softmax`` and one ``topk`` of
-   the raw logits, the chosen token's log-probability and rank (one comparison over the
-   vocabulary), which of the k alternatives survived the run's processing (O(k)), packed
-   into two small tensors (2k + 1 ints, k + 1 floats) appended to a list. No decode, no
-   Python loop over the vocabulary, no copy off the device, no synchronisation.
+2. Where the token is known (the seeded sampler of a sampled run; for a greedy run, the
+   stopping criterion ``generate`` calls after every step, whose ``input_ids`` end with the
+   token it picked): one ``log_softmax`` and one ``topk`` of the raw logits, the chosen
+   token's log-probability and rank, and which of the k alternatives survived the run's
+   processing (O(k)). On a device these are packed into two small tensors (2k + 1 ints,
+   k + 1 floats) appended to a list: no copy off the device, no synchronisation. On the CPU
+   they are a row of Python values, and the rank needs no pass over the vocabulary when the
+   chosen token is among the top k. No decode, no Python loop over the vocabulary.
 
-Readers (``run.trace``, on any thread) move the new rows off the device in one transfer
+Readers (``run.trace``, on any thread) move a device's new rows off it in one transfer
 and build the records; texts are decoded on access, once per distinct id.
 
 **On a server** (:class:`nbstream.Endpoint`), ``alternatives=k`` asks for the server's own
@@ -191,7 +193,8 @@ class TraceCapture:
     """Captures one run's trace on the generating thread; builds records for readers.
 
     The local backend creates one per run with ``alternatives > 0``: it wraps ``generate``
-    in :meth:`attached` and calls :meth:`greedy_processor` or :meth:`record_sampled`.
+    in :meth:`attached` and calls :meth:`record_greedy` (from the run's stopping criterion)
+    or :meth:`record_sampled` (from its seeded sampler).
     """
 
     def __init__(self, k: int, tokenizer: Any) -> None:
@@ -279,6 +282,7 @@ class TraceCapture:
     def _append(
         self, logprobs: Any, top_logprobs: Any, top_ids: Any, chosen: Any, kept: Any
     ) -> None:
+        # On a device: a few small tensors, no transfer and no synchronisation here.
         import torch
 
         chosen_logprob = logprobs.gather(1, chosen)
@@ -290,27 +294,47 @@ class TraceCapture:
             )
         )
 
+    def _append_host(
+        self, logprobs: Any, top_logprobs: Any, top_ids: Any, token: int, kept: list[bool] | None
+    ) -> None:
+        # On the CPU the numbers are already where a reader wants them: a row of Python values
+        # costs less than the ops that would pack it, and the chosen token's rank needs no
+        # pass over the vocabulary when it is among the top k (every value above it is too).
+        # ``kept`` None: a greedy step, where only the chosen token survived.
+        ids = top_ids[0].tolist()
+        logprobs_k = top_logprobs[0].tolist()
+        if token in ids:
+            chosen_logprob = logprobs_k[ids.index(token)]
+            above = sum(1 for value in logprobs_k if value > chosen_logprob)
+        else:
+            chosen_logprob = float(logprobs[0, token])
+            above = int((logprobs > chosen_logprob).sum())
+        if kept is None:
+            kept = [alternative == token for alternative in ids]
+        self._rows.append(_HostRow(ids, above, kept, logprobs_k, chosen_logprob))
+
     def record_sampled(self, warped: Any, chosen: Any) -> None:
         """A sampled step: ``warped`` are the scores sampled from, ``chosen`` the draw."""
         logprobs, top_logprobs, top_ids = self._raw_top()
         kept = warped.gather(1, top_ids) > float("-inf")
-        self._append(logprobs, top_logprobs, top_ids, chosen, kept)
+        if logprobs.device.type == "cpu":
+            self._append_host(logprobs, top_logprobs, top_ids, int(chosen), kept[0].tolist())
+        else:
+            self._append(logprobs, top_logprobs, top_ids, chosen, kept)
 
-    def greedy_processor(self) -> Any:
-        """The last logits processor of a greedy run: records the step, changes nothing."""
-        from transformers import LogitsProcessor
+    def record_greedy(self, input_ids: Any) -> None:
+        """A greedy step, after it: the chosen token is ``input_ids``' last column.
 
-        capture = self
-
-        class _GreedyTrace(LogitsProcessor):
-            def __call__(self, input_ids: Any, scores: Any) -> Any:
-                logprobs, top_logprobs, top_ids = capture._raw_top()
-                # What generate() picks from these final scores.
-                chosen = scores.argmax(dim=-1, keepdim=True)
-                capture._append(logprobs, top_logprobs, top_ids, chosen, top_ids == chosen)
-                return scores
-
-        return _GreedyTrace()
+        Called from the run's stopping criterion (see
+        :func:`~nbstream.backends.stopping.stop_criteria`), which ``generate`` calls after every
+        step anyway: the token generate picked is there, so no processor has to pick it again.
+        """
+        logprobs, top_logprobs, top_ids = self._raw_top()
+        if logprobs.device.type == "cpu":
+            self._append_host(logprobs, top_logprobs, top_ids, int(input_ids[0, -1]), None)
+            return
+        chosen = input_ids[:, -1:]
+        self._append(logprobs, top_logprobs, top_ids, chosen, top_ids == chosen)
 
     # -- reader side -------------------------------------------------------------------------
     def records(self, ids: list[int]) -> list[TokenTrace]:
@@ -325,27 +349,48 @@ class TraceCapture:
             return list(self._records[: len(ids)])
 
     def _build(self, ids: list[int], start: int, stop: int) -> None:
-        import torch
-
         offset = self._offset  # records before it are a branch's prefix, rows after it
         rows = self._rows[start - offset : stop - offset]
-        ints = torch.cat([row[0] for row in rows]).tolist()  # one transfer off the device
-        floats = torch.cat([row[1] for row in rows]).tolist()
         for index in range(start - offset, stop - offset):
             self._rows[index] = None
-        for offset, (row_ints, row_floats) in enumerate(zip(ints, floats, strict=True)):
-            k = len(row_floats) - 1
+        for position, row in enumerate(_host_rows(rows), start=start):
             self._records.append(
                 TokenTrace(
-                    id=ids[start + offset],
-                    logprob=row_floats[k],
-                    rank=row_ints[k] + 1,
-                    cut=tuple(not kept for kept in row_ints[k + 1 :]),
-                    alternative_ids=tuple(row_ints[:k]),
-                    alternative_logprobs=tuple(row_floats[:k]),
+                    id=ids[position],
+                    logprob=row.logprob,
+                    rank=row.above + 1,
+                    cut=tuple(not kept for kept in row.kept),
+                    alternative_ids=tuple(row.ids),
+                    alternative_logprobs=tuple(row.logprobs),
                     _pieces=self._pieces,
                 )
             )
+
+
+class _HostRow(NamedTuple):
+    """One step's capture in Python values: the top k, how many ranked above, what survived."""
+
+    ids: list[int]
+    above: int
+    kept: list[bool]
+    logprobs: list[float]
+    logprob: float
+
+
+def _host_rows(rows: list[Any]) -> list[_HostRow]:
+    """The rows as Python values: a device's moved off it in one transfer for all of them."""
+    if not rows or isinstance(rows[0], _HostRow):
+        return rows
+    import torch
+
+    ints = torch.cat([row[0] for row in rows]).tolist()
+    floats = torch.cat([row[1] for row in rows]).tolist()
+    host = []
+    for row_ints, row_floats in zip(ints, floats, strict=True):
+        k = len(row_floats) - 1
+        kept = [bool(flag) for flag in row_ints[k + 1 :]]
+        host.append(_HostRow(row_ints[:k], row_ints[k], kept, row_floats[:k], row_floats[k]))
+    return host
 
 
 # -- a run on a server: what the server said, without token ids ------------------------------

@@ -974,3 +974,32 @@ def test_a_server_branchs_metrics_say_what_was_forced(loopback):
     metrics = branch.metrics
     assert metrics["forced_tokens"] == 3 and run.metrics["forced_tokens"] == 0
     assert metrics["first_chunk_s"] < metrics["ttft_s"] <= metrics["elapsed_s"]
+
+
+def test_a_greedy_trace_is_taken_after_each_step_not_by_a_processor(tiny):
+    # A greedy run's trace is recorded by the stopping criterion generate() calls anyway,
+    # from the token generate() picked: no logits processor (and no second argmax) per step.
+    model, tokenizer = tiny
+    seen: dict[str, object] = {}
+    original = model.generate
+
+    def generate(*args, **kwargs):
+        seen.update(kwargs)
+        return original(*args, **kwargs)
+
+    model.generate = generate
+    try:
+        run = nbstream.stream(
+            model, tokenizer, "Hi", max_new_tokens=12, do_sample=False, alternatives=3
+        )
+        run.wait()
+    finally:
+        del model.generate
+    assert "logits_processor" not in seen
+    trace = run.trace
+    assert [step.id for step in trace] == run.token_ids
+    for step in trace:
+        # Every alternative but the token taken is cut; its rank counts what was above it.
+        assert step.cut == tuple(alt != step.id for alt in step.alternative_ids)
+        if step.id in step.alternative_ids:
+            assert step.rank == 1 + sum(lp > step.logprob for lp in step.alternative_logprobs)

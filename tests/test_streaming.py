@@ -83,6 +83,36 @@ def test_feed_accepts_tensors_and_ints(tokenizer):
     assert decoder.ids == ids
 
 
+@pytest.mark.parametrize("cuts", [(1, 2, 3, 5, 8, 13), (4,), (len(SAMPLE) * 4,)])
+def test_a_batch_decodes_as_its_ids_one_by_one(tokenizer, cuts):
+    # The reader decodes whatever piled up since it last woke in one call: the text and
+    # where each character whole first shows must not depend on how the ids were batched.
+    ids = tokenizer.encode(SAMPLE + " " + SAMPLE[::-1], add_special_tokens=False)
+    one_by_one = TokenDecoder(tokenizer)
+    expected = "".join(one_by_one.feed([i]) for i in ids)
+    batched, chunks, start = TokenDecoder(tokenizer), [], 0
+    for size in cuts * len(ids):
+        if start >= len(ids):
+            break
+        chunks.append(batched.feed(ids[start : start + size]))
+        start += size
+    assert "".join(chunks) == expected
+    assert not any("\ufffd" in chunk for chunk in chunks)
+    assert batched.ids == ids
+
+
+def test_feed_takes_every_shape_the_streamer_puts(tokenizer):
+    import torch
+
+    ids = tokenizer.encode("Hello there", add_special_tokens=False)
+    decoder = TokenDecoder(tokenizer)
+    # 0-d, (1,), (1, n) and plain ints: all read without a tensor op per item.
+    items = [torch.tensor(ids[0]), torch.tensor([ids[1]]), torch.tensor([ids[2:]]), *ids[:0]]
+    text = decoder.feed(items)
+    assert text + decoder.finish(text) == "Hello there"
+    assert decoder.ids == ids
+
+
 def test_finish_flushes_a_character_cut_at_the_end(tokenizer):
     # A run stopped mid-character ends with what the full decode shows (U+FFFD), so the
     # streamed text still equals tokenizer.decode(ids).

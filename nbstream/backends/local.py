@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..distribution import (
@@ -522,6 +523,29 @@ class LocalJob(Job):
             if self.kwargs["max_new_tokens"] <= 0:
                 return "length"  # the forced tokens fill max_new_tokens
         kwargs = dict(self.kwargs)
+        after_step = self._choose_steps(kwargs, device, capture)
+        with capture.attached(model) if capture is not None else contextlib.nullcontext():
+            model.generate(
+                **inputs,
+                **kwargs,
+                streamer=streamer,
+                stopping_criteria=stop_criteria(control, watch, after_step),
+            )
+        if control.stop_found.is_set():
+            return "stop"
+        if buffer.items:
+            last = int(buffer.items[-1].reshape(-1)[-1])
+            if last in self.backend._eos_ids():
+                return "eos"
+        return "length"
+
+    def _choose_steps(
+        self, kwargs: dict[str, Any], device: Any, capture: TraceCapture | None
+    ) -> Callable[[Any], None] | None:
+        """Set up, in generate()'s ``kwargs``, how each step's token is chosen and traced.
+
+        Returns what the stopping criterion calls after each step (a greedy run's trace), if any.
+        """
         seed = self.seed
         if seed is not None and kwargs.get("do_sample"):
             # Sample with a private generator instead of torch's global one: reproducible
@@ -534,24 +558,12 @@ class LocalJob(Job):
             # The sampler applies them: generate() must not, nor warn that it ignores them.
             kwargs.update(dict.fromkeys(WARPER_ORDER))
             kwargs["do_sample"] = False
-        elif capture is not None:
-            # Greedy (a sampled run always has a seed by now): the trace's processor goes
-            # last, after generate()'s own, and sees the scores argmax picks from.
-            kwargs["logits_processor"] = [capture.greedy_processor()]
-        with capture.attached(model) if capture is not None else contextlib.nullcontext():
-            model.generate(
-                **inputs,
-                **kwargs,
-                streamer=streamer,
-                stopping_criteria=stop_criteria(control, watch),
-            )
-        if control.stop_found.is_set():
-            return "stop"
-        if buffer.items:
-            last = int(buffer.items[-1].reshape(-1)[-1])
-            if last in self.backend._eos_ids():
-                return "eos"
-        return "length"
+            return None
+        if capture is not None:
+            # Greedy (a sampled run always has a seed by now): the step is recorded after it,
+            # from the token generate() picked (no processor, no second argmax).
+            return capture.record_greedy
+        return None
 
     def generate_ids(self, prefix: list[int]) -> Any:
         """The input ids generate() is given, on the model's device.

@@ -8,6 +8,7 @@ within one step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..streaming import DECODE_OPTIONS
@@ -143,12 +144,19 @@ class StopStringWatch:
         return low
 
 
-def stop_criteria(control: RunControl, watch: StopStringWatch | None = None) -> Any:
+def stop_criteria(
+    control: RunControl,
+    watch: StopStringWatch | None = None,
+    after_step: Callable[[Any], None] | None = None,
+) -> Any:
     """``generate()``'s stopping criteria: Stop, the budget, a stop string, checked each step.
 
     Args:
         control: The run's control (Stop and the budget show there).
         watch: The run's stop-string watch, if it has stop strings.
+        after_step: Called first with ``input_ids`` after every step (its last column is the
+            token just chosen): a greedy run's trace is captured there, where no logits
+            processor (and no second argmax) is needed.
 
     Returns:
         A ``transformers.StoppingCriteriaList`` of one criterion.
@@ -167,6 +175,8 @@ def stop_criteria(control: RunControl, watch: StopStringWatch | None = None) -> 
             self._answers: dict[tuple[Any, ...], Any] = {}
 
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            if after_step is not None:
+                after_step(input_ids)
             flag = control.should_stop()
             if not flag and watch is not None and watch.hit(input_ids):
                 control.stop_found.set()
