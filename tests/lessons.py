@@ -181,5 +181,5 @@ def check_claims(name: str, outputs: str) -> None:
         assert "the second waited its turn: True" in outputs
         assert "headings: ['A', 'B']" in outputs
         assert "names hidden before Reveal: True" in outputs
-        assert "votes: {'A': 2, 'B': 1}" in outputs
+        assert "votes: {'A': 2, 'B': 1, 'tie': 0}" in outputs
         assert "refused: this round is revealed" in outputs
