@@ -131,6 +131,24 @@ class VoteRow {
   }
 }
 
+/** The shared prompt and the Run all / Stop all buttons. */
+function headerInputs() {
+  const prompt = promptBox(
+    "nbstream-compare-prompt",
+    "Shared prompt",
+    2,
+    "One prompt for every column… (Shift+Enter to run all)",
+  );
+  const runBtn = iconButton("nbstream-compare-run", "Run all", "▶", "Run every column on the prompt (Shift+Enter)");
+  const stopBtn = iconButton(
+    "nbstream-compare-stop",
+    "Stop all",
+    "■",
+    "Stop the running column and withdraw the queued ones",
+  );
+  return { prompt, runBtn, stopBtn };
+}
+
 /**
  * The header's view: its elements, and what it has said (announce.js), in one place.
  */
@@ -141,19 +159,10 @@ class CompareHeader {
     this.scope = viewScope(model);
     const uid = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
     this.root = h("div", "nbstream-compare", { "data-status": "idle", "data-version": VERSION });
-    this.prompt = promptBox(
-      "nbstream-compare-prompt",
-      "Shared prompt",
-      2,
-      "One prompt for every column… (Shift+Enter to run all)",
-    );
-    this.runBtn = iconButton("nbstream-compare-run", "Run all", "▶", "Run every column on the prompt (Shift+Enter)");
-    this.stopBtn = iconButton(
-      "nbstream-compare-stop",
-      "Stop all",
-      "■",
-      "Stop the running column and withdraw the queued ones",
-    );
+    const inputs = headerInputs();
+    this.prompt = inputs.prompt;
+    this.runBtn = inputs.runBtn;
+    this.stopBtn = inputs.stopBtn;
     const seed = seedControl(`nbstream-compare-seed-${uid}`);
     this.seedBox = seed.box;
     const blind = blindControl(`nbstream-compare-blind-${uid}`);

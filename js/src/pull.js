@@ -61,6 +61,21 @@ function visibility(scope, el) {
   return seen;
 }
 
+/** @param {any} model */
+function isActive(model) {
+  return ["queued", "running"].includes(String(model.get("status")));
+}
+
+/**
+ * How long to wait before the next pull: the live rate while a run shows text, faster until
+ * its first text, slow while idle.
+ * @param {any} model @param {{text: number, thinking: number}} held
+ */
+function pullPause(model, held) {
+  if (!isActive(model)) return IDLE_PULL_MS;
+  return held.text || held.thinking ? ACTIVE_PULL_MS : FIRST_TEXT_PULL_MS;
+}
+
 /**
  * Pull the run from the kernel if its pushes never reach this view (see the module).
  * @param {import("./view_scope.js").ViewScope} scope
@@ -82,7 +97,6 @@ function pullWhenUnpushed(scope, model, view) {
   /** @type {ReturnType<typeof setTimeout> | null} */
   let timer = null;
 
-  const active = () => ["queued", "running"].includes(String(model.get("status")));
   const wait = (/** @type {number} */ ms) => {
     scope.cancel(timer);
     timer = scope.later(tick, ms);
@@ -108,12 +122,7 @@ function pullWhenUnpushed(scope, model, view) {
     if (msg.state) applyState(model, msg.state);
     if (Number.isInteger(msg.version)) version = msg.version;
     for (const m of Array.isArray(msg.messages) ? msg.messages : []) view.deliver(m);
-    if (pulling && !probed) wait(Math.max(0, pause() - since));
-  };
-  const pause = () => {
-    if (!active()) return IDLE_PULL_MS;
-    const held = view.held();
-    return held.text || held.thinking ? ACTIVE_PULL_MS : FIRST_TEXT_PULL_MS;
+    if (pulling && !probed) wait(Math.max(0, pullPause(model, view.held()) - since));
   };
 
   scope.onModel("msg:custom", (/** @type {any} */ msg) => {
@@ -134,7 +143,7 @@ function pullWhenUnpushed(scope, model, view) {
   });
   // A run that starts (a pulled status, a click answered): pull at the live rate at once.
   scope.onModel("change:status", () => {
-    if (pulling && !probed && !sentAt && active()) wait(0);
+    if (pulling && !probed && !sentAt && isActive(model)) wait(0);
   });
   return { pulling: () => pulling };
 }
