@@ -138,7 +138,7 @@ def test_stopped_answer_is_kept_out_of_the_context(lab):
     assert partial and kval(nb, "chat.result") is None
     wait_raw(newest, partial)
     expect(newest.locator(".nbstream-output")).to_have_attribute("data-partial", "true")
-    expect(newest.locator(".nbstream-partial-label")).to_contain_text("cancelled")
+    expect(newest.locator(".nbstream-partial-label")).to_contain_text("stopped before its end")
     expect(newest).to_have_attribute("data-in-history", "false")
     expect(newest.get_by_role("button", name="Keep partial", exact=True)).to_be_visible()
     assert kval(nb, "chat.history") == []
