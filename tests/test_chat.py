@@ -439,7 +439,7 @@ def test_an_answer_being_generated_is_not_marked_out_of_the_conversation(chat):
     assert "not in the conversation" in data["text/plain"]
 
 
-def test_view_requests_drive_the_chat(chat):
+def test_view_requests_drive_the_chat(chat, probe, tiny_line):
     chat._handle_message(chat, {"type": "send", "text": "   "}, [])
     assert "empty" in chat.input_error and chat.run is None
     chat._handle_message(chat, {"type": "send", "text": "Hello"}, [])
@@ -453,10 +453,14 @@ def test_view_requests_drive_the_chat(chat):
     chat.wait()
     wait_threads()
     assert chat.transcript[0]["content"] == "Hi again"
-    # Ten sends while one answer is running start exactly one run.
+    # Ten sends while one answer is running start exactly one run: the model waits at its
+    # first step until all ten were handled (a 6-token answer could end between two sends).
+    gate = probe(tiny_line[0])
+    gate.hold()
     for _ in range(10):
         chat._handle_message(chat, {"type": "send", "text": "Long", "x": 1}, [])
     assert chat.run.settings["max_new_tokens"] == 6 and len(chat.transcript) == 4
+    gate.remove()
     chat.wait()
     wait_threads()
     run = stopped_turn(chat, "Long one")
