@@ -4,7 +4,7 @@
 (iteration, ``wait``). It composes small parts, each in its own module:
 :mod:`~nbstream.run_lifecycle` (the worker thread and the one end state),
 :mod:`~nbstream.run_text` (decoding on the reader side), :mod:`~nbstream.run_steps` (the
-trace, a step's logits and distribution, the lens, attribution),
+trace, a step's logits and distribution, the lens, attribution, attention),
 :mod:`~nbstream.run_branches` (branching) and :mod:`~nbstream.run_record` (the record and
 the recording). A run is ``queued`` while another run holds the same model (FIFO, never
 interleaved), ``running`` once it has the model, then exactly one of ``complete``,
@@ -29,6 +29,7 @@ from typing import Any
 
 from . import recording
 from ._errors import input_checked
+from .attention import Attention
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .backends.replay import ReplayBackend, check_speed
@@ -566,6 +567,34 @@ class Generation:
             >>> print(attr.describe())
         """
         return self._steps.attribution(step)
+
+    @input_checked
+    def attention(self, step: int) -> Attention:
+        """Where the token at ``step`` looked: every layer's and head's attention weights.
+
+        Exactly transformers' eager attention (``output_attentions=True``) from the position
+        that chose the token, over every position before it, on the model's own weights (an
+        SDPA model is not reloaded). One forward pass beside any run of the model, as
+        :meth:`lens`. See :mod:`nbstream.attention`.
+
+        Args:
+            step: The step (0-based, into ``token_ids``); the run may still be going.
+
+        Returns:
+            An :class:`~nbstream.attention.Attention`: ``weights`` (layers × heads ×
+            positions), ``layer(i)``, ``head(i, j)``, ``tokens``, ``top(layer, n)``,
+            ``describe()``.
+
+        Raises:
+            AttentionUnavailable: A run on a server, a replayed recording, an unknown model
+                family, an offloaded model, or a step the run does not have.
+
+        Example:
+            >>> seen = run.attention(3)
+            >>> seen.weights.shape  # (layers, heads, positions)
+            >>> print(seen.describe())
+        """
+        return self._steps.attention(step)
 
     # -- what if: branches (nbstream.run_branches) -------------------------------------------
 

@@ -77,6 +77,7 @@ __all__ = [
     "LensUnavailable",
     "attribution_at",
     "lens_at",
+    "rope_moves",
 ]
 
 #: How many top tokens each layer of a :class:`Lens` keeps (``lens.top(layer, n)``, n up to it).
@@ -224,8 +225,22 @@ def _check_step(step: Any, length: int) -> int:
     return step
 
 
-def _rope_moves(model: Any) -> bool:
-    """True when a rotary embedding re-registers its frequencies on each forward pass."""
+def rope_moves(model: Any) -> bool:
+    """True when a rotary embedding rewrites its frequencies on each forward pass.
+
+    A pass beside a run of such a model would change the numbers the run reads, so the lens,
+    the attribution and ``run.attention`` wait their turn in the model's queue for it.
+
+    Args:
+        model: The module ``generate`` runs.
+
+    Returns:
+        Whether a ``"dynamic"`` or ``"longrope"`` rope type is in it.
+
+    Example:
+        >>> rope_moves(model)
+        False
+    """
     for module in model.modules():
         kind = getattr(module, "rope_type", None)
         kinds = kind.values() if isinstance(kind, dict) else [kind]
@@ -264,7 +279,7 @@ def _explained_step(
         chosen=int(ids[step]),
         prompt_tokens=int(local.prompt_tokens or 0),
         pieces=TokenPieces(local.backend.tokenizer),
-        turn=turn if _offloaded(model) or _rope_moves(model) else beside,
+        turn=turn if _offloaded(model) or rope_moves(model) else beside,
     )
 
 

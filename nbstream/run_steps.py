@@ -1,24 +1,27 @@
-"""What a run knows about the model's steps: trace, logits, distribution, lens, attribution.
+"""What a run knows about the model's steps: trace, logits, distribution, lens, attention.
 
 :class:`RunSteps` answers for one run, running or ended: ``run.trace``,
-``run.distribution(step)``, ``run.step_logits(step)``, ``run.lens(step)`` and
-``run.attribution(step)`` are its methods, shown on :class:`~nbstream.Generation`. A
-forward pass it needs waits its turn in the model's queue (the lens and attribution run
-beside a run instead: see :mod:`nbstream.lens`).
+``run.distribution(step)``, ``run.step_logits(step)``, ``run.lens(step)``,
+``run.attribution(step)`` and ``run.attention(step)`` are its methods, shown on
+:class:`~nbstream.Generation`. A forward pass it needs waits its turn in the model's queue
+(the lens, the attribution and the attention run beside a run instead: see
+:mod:`nbstream.lens`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .attention import Attention, AttentionUnavailable, attention_at
 from .backends.base import Backend, Job
+from .backends.local import LocalJob
 from .backends.replay import RECORDING_HAS_NO_LOGITS, ReplayBackend
 from .distribution import Distribution
-from .lens import Attribution, Lens, attribution_at, lens_at
+from .lens import Attribution, Lens, attribution_at, lens_at, rope_moves
 from .model_queue import ModelQueue
 from .run_text import RunText
 from .settings import validate_settings
-from .trace import RemoteTrace, TokenTrace
+from .trace import RemoteTrace, TokenTrace, running_module
 
 __all__ = ["RunSteps", "check_step"]
 
@@ -182,3 +185,41 @@ class RunSteps:
             An :class:`~nbstream.lens.Attribution`.
         """
         return attribution_at(self._backend, self._job, self._token_ids(), step, self._queue.turn)
+
+    def attention(self, step: int) -> Attention:
+        """Where the token at ``step`` looked (see :meth:`nbstream.Generation.attention`).
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            An :class:`~nbstream.attention.Attention`.
+
+        Raises:
+            AttentionUnavailable: A replay, a run on a server, or what
+                :func:`~nbstream.attention.attention_at` refuses.
+        """
+        if isinstance(self._backend, ReplayBackend):
+            raise AttentionUnavailable(
+                "a replayed recording has no model: it keeps the tokens it recorded, not the "
+                "attention; run the prompt on the model to see where its tokens looked"
+            )
+        if self._backend.is_server:
+            raise AttentionUnavailable(
+                f"a run on a model server ({type(self._backend).__name__}) has no attention "
+                "weights: the server sends text and at most its top logprobs; run.attention "
+                "needs a local transformers model (nbstream.stream(model, tokenizer, prompt))"
+            )
+        job = self._job
+        if not isinstance(job, LocalJob):
+            raise AttentionUnavailable(
+                f"this run's backend ({type(self._backend).__name__}) does not run a "
+                "transformers model in this process: run.attention needs its attention weights"
+            )
+        prompt = [int(token) for token in job.encoded["input_ids"][0].tolist()]
+        model = job.backend.model
+        # Beside the run, as the lens: the pass runs on a twin with its own modules. A rope
+        # that moves rewrites its frequencies in place, in a buffer the twin shares.
+        turn = self._queue.turn if rope_moves(running_module(model)) else None
+        ids = prompt + self._token_ids()
+        return attention_at(model, job.backend.tokenizer, ids, len(prompt), step, turn=turn)

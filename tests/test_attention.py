@@ -1,4 +1,4 @@
-"""nbstream/attention.py against transformers' own eager attention, computed independently.
+"""nbstream/attention.py and ``run.attention`` against transformers' own eager attention.
 
 Each family is a tiny random model built from its config (no download, SDPA as transformers
 picks by default), with SmolLM2's tokenizer. The reference is a second model of the same
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import nbstream
 from nbstream.attention import SINK_HEADS, AttentionUnavailable, attention_at
 
 torch = pytest.importorskip("torch")
@@ -354,3 +355,124 @@ def test_hooks_are_shared_with_the_twin_never_copied(tiny):
     assert holder.calls == 1  # layer 1 of the twin; the twin runs its base model, not the root
     expected = reference_rows(eager_reference(model), ids[: prompt_len + 1])
     assert torch.equal(seen.weights, expected)
+
+
+# -- run.attention(step) -----------------------------------------------------------------------
+def prompt_ids(run: Any, tokenizer: Any) -> list[int]:
+    """The run's prompt as the model read it, templated here (not nbstream's encoding)."""
+    messages = [{"role": "user", "content": run.prompt}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def check_run_attention(run: Any, reference: Any, tokenizer: Any, step: int) -> None:
+    seen = run.attention(step)
+    read = prompt_ids(run, tokenizer) + run.token_ids[:step]
+    assert torch.equal(seen.weights, reference_rows(reference, read))
+    assert (seen.step, seen.token_id, list(seen.token_ids)) == (step, run.token_ids[step], read)
+    assert seen.prompt_tokens == run.prompt_tokens
+
+
+def test_run_attention_is_eager_attention_at_each_step(tiny, no_leftover_runs):
+    tokenizer = tiny[1]
+    model = family_model("qwen2", tokenizer)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    reference = eager_reference(model)
+    run = nbstream.stream(model, tokenizer, PROMPT, max_new_tokens=5, temperature=1.2, seed=3)
+    run.wait()
+    for step in range(len(run.token_ids)):
+        check_run_attention(run, reference, tokenizer, step)
+    assert model.config._attn_implementation == "sdpa"
+    # A branch: its forced tokens, the one it took, then its own.
+    branch = run.branch(1, run.token_ids[0], max_new_tokens=4)
+    branch.wait()
+    for step in (1, 2, len(branch.token_ids) - 1):
+        check_run_attention(branch, reference, tokenizer, step)
+    with pytest.raises(AttentionUnavailable, match=f"step {len(run.token_ids)} is not a step"):
+        run.attention(len(run.token_ids))
+    with pytest.raises(TypeError, match="step must be an int"):
+        run.attention("1")
+
+
+def test_run_attention_beside_a_streaming_run_never_holds_it(tiny_line, no_leftover_runs):
+    # The attention's pass is held inside its layer 0 (the twin keeps the model's hooks):
+    # meanwhile the run streams on, and its Stop ends it at once.
+    model, tokenizer = tiny_line
+    run = nbstream.stream(model, tokenizer, PROMPT, max_new_tokens=8000)
+    assert run.wait_for_progress(0, 60) and run.wait_for_progress(4, 60)
+    attention_thread: dict[str, Any] = {}
+    inside, gate = threading.Event(), threading.Event()
+
+    def hold(module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() == attention_thread.get("id"):
+            inside.set()
+            assert gate.wait(60)
+
+    handle = model.model.layers[0].register_forward_hook(hold)
+    result: dict[str, Any] = {}
+
+    def compute() -> None:
+        attention_thread["id"] = threading.get_ident()
+        result["seen"] = run.attention(3)
+
+    worker = threading.Thread(target=compute, daemon=True)
+    try:
+        worker.start()
+        assert inside.wait(60)
+        seen = run.progress
+        assert run.wait_for_progress(seen, 60)
+        run.stop()
+        assert run.join(30) and run.status == "cancelled"
+    finally:
+        gate.set()
+        worker.join(60)
+        handle.remove()
+    assert not worker.is_alive()
+    read = prompt_ids(run, tokenizer) + run.token_ids[:3]
+    assert torch.equal(result["seen"].weights, reference_rows(eager_reference(model), read))
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_moving_rope_waits_its_turn(tiny, no_leftover_runs):
+    # A rope that moves ("dynamic" here; "longrope" rewrites its frequencies in place, in a
+    # buffer the twin shares) gets no pass beside a run: the attention waits, as the lens.
+    tokenizer = tiny[1]
+    config = family_config("llama", tokenizer)
+    config.max_position_embeddings = 8192
+    config.rope_parameters = {**config.rope_parameters, "rope_type": "dynamic", "factor": 2.0}
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    run = nbstream.stream(model, tokenizer, PROMPT, max_new_tokens=8000)
+    assert run.wait_for_progress(0, 60) and run.wait_for_progress(4, 60)
+    seen: dict[str, Any] = {}
+
+    def compute() -> None:
+        seen["attention"] = run.attention(3)
+        seen["status"] = run.status  # it had its turn only once the run let go
+
+    worker = threading.Thread(target=compute, daemon=True)
+    worker.start()
+    queue = run._queue
+    while not queue.snapshot()[1] and worker.is_alive():
+        worker.join(0.01)
+    assert queue.snapshot()[1], "the attention never took a place in the model's queue"
+    run.stop()
+    worker.join(60)
+    assert not worker.is_alive() and seen["status"] == "cancelled"
+    assert seen["attention"].step == 3
+
+
+def test_a_server_run_is_refused(fake, no_leftover_runs):
+    run = nbstream.stream(nbstream.Endpoint(fake.url("ok"), "fake-model"), None, "Hi")
+    run.wait()
+    with pytest.raises(AttentionUnavailable, match=r"model server .* no attention weights"):
+        run.attention(0)
+
+
+def test_a_replayed_recording_is_refused(tiny, tmp_path, no_leftover_runs):
+    run = nbstream.stream(*tiny, PROMPT, max_new_tokens=3)
+    run.wait()
+    replay = nbstream.replay(run.save(tmp_path / "run.json"), speed=None)
+    replay.wait()
+    with pytest.raises(AttentionUnavailable, match="replayed recording has no model"):
+        replay.attention(0)
