@@ -28,6 +28,9 @@ from typing import Any, Literal, TypedDict, Union
 
 __all__ = [
     "Alternative",
+    "AttentionData",
+    "AttentionReply",
+    "AttentionRequest",
     "AttributionData",
     "BranchEntry",
     "BranchToAlternative",
@@ -721,6 +724,65 @@ class LensReply(_LensFields):
     error: str | None
 
 
+class AttentionData(TypedDict):
+    """Where a step's token looked: each layer's and head's weights (``run.attention(step)``).
+
+    Capped: a longer input sends its first position and its last ``cap - 1``.
+    """
+
+    step: int
+    #: The chosen token's text.
+    token: str
+    layers: int
+    heads: int
+    #: How many positions were attended in all (the query's own, the last, included).
+    positions: int
+    #: How many of them are the prompt's.
+    prompt_tokens: int
+    #: The positions sent, ascending: all of them, or the first and the last ``cap - 1``.
+    shown: list[int]
+    #: The shown positions' token texts.
+    tokens: list[str]
+    #: What a weight is multiplied by before it is rounded (10000: ten-thousandths).
+    scale: int
+    #: ``weights[layer][head][k]``: the weight of position ``shown[k]``, times ``scale``, rounded.
+    weights: list[list[list[int]]]
+    #: Per layer and head, the weight of the positions not shown, times ``scale``, rounded.
+    rest: list[list[int]]
+    #: The most positions sent.
+    cap: int
+    #: Whether the first position is an attention sink (``Attention.sink``).
+    sink: bool
+    #: The first position's weight, averaged over every layer and head.
+    sink_share: float
+    #: How many heads attend most to the first position.
+    sink_heads: int
+    #: The sharpest heads beyond the first position, sharpest first:
+    #: ``[layer, head, position, weight times scale, the position's text]``.
+    strongest: list[tuple[int, int, int, int, str]]
+
+
+class _AttentionFields(TypedDict, total=False):
+    #: Absent with an ``error``.
+    attention: AttentionData
+    #: ``describe()``'s words.
+    words: str
+    #: How long the kernel took, in seconds.
+    elapsed_s: float
+
+
+class AttentionReply(_AttentionFields):
+    """The popover's attention view ("Where it looked"), to the view that asked."""
+
+    type: Literal["attention"]
+    view: str
+    request: int
+    run_id: int | None
+    step: int | None
+    #: Null, or why the attention could not be shown (then nothing else).
+    error: str | None
+
+
 #: What a ``RunFeed`` sends to the views of a ``StreamWidget`` or ``ChatWidget``.
 FeedMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage
 
@@ -753,7 +815,9 @@ class PulledMessage(_PulledState):
 
 
 #: Every custom message the views of a ``StreamWidget`` or ``ChatWidget`` get.
-RunWidgetMessage = FeedMessage | DistributionReply | LensReply | ProbeMessage | PulledMessage
+RunWidgetMessage = (
+    FeedMessage | DistributionReply | LensReply | AttentionReply | ProbeMessage | PulledMessage
+)
 
 
 # -- page to kernel -----------------------------------------------------------------------------
@@ -828,6 +892,18 @@ class LensRequest(TypedDict):
     """The popover asks what the layers said at a step, and which tokens pushed it."""
 
     type: Literal["lens"]
+    view: str
+    #: Grows with each request of the view.
+    request: int
+    run_id: int
+    #: 0-based.
+    step: int
+
+
+class AttentionRequest(TypedDict):
+    """The popover asks where the layers' heads looked at a step."""
+
+    type: Literal["attention"]
     view: str
     #: Grows with each request of the view.
     request: int
@@ -920,7 +996,13 @@ class CompareRunRequest(TypedDict):
 
 #: What every view of a ``StreamWidget`` or ``ChatWidget`` sends.
 ViewRequest = (
-    SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest
+    SyncRequest
+    | StopRequest
+    | RemovedRequest
+    | DistributionRequest
+    | LensRequest
+    | AttentionRequest
+    | PullRequest
 )
 #: What a ``StreamWidget``'s view sends.
 StreamWidgetRequest = (

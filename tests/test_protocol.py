@@ -433,7 +433,7 @@ MESSAGE_TABLES: dict[str, tuple[Any, list[Callable[..., Any]] | None]] = {
     "Kernel to page": (protocol.FeedMessage, None),
     "Kernel to page: pulling": (protocol.ProbeMessage | protocol.PulledMessage, None),
     "Kernel to page: the sampling panel": (protocol.DistributionReply, None),
-    "Kernel to page: Inside the model": (protocol.LensReply, None),
+    "Kernel to page: Inside the model": (protocol.LensReply | protocol.AttentionReply, None),
     "Kernel to page: CompareWidget header": (protocol.CompareHeaderMessage, None),
     "Page to kernel: every RunWidget view": (
         protocol.ViewRequest,

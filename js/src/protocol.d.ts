@@ -6,6 +6,67 @@
 /** One of a token's top candidates: `[id, text, kind, logprob, cut]` (`cut`: the run's sampling settings gave it no chance; `id` and `cut` are null on a server). */
 export type Alternative = [number | null, string, TokenKind, number | null, boolean | null];
 
+/** Where a step's token looked: each layer's and head's weights (`run.attention(step)`). Capped: a longer input sends its first position and its last `cap - 1`. */
+export interface AttentionData {
+  step: number;
+  /** The chosen token's text. */
+  token: string;
+  layers: number;
+  heads: number;
+  /** How many positions were attended in all (the query's own, the last, included). */
+  positions: number;
+  /** How many of them are the prompt's. */
+  prompt_tokens: number;
+  /** The positions sent, ascending: all of them, or the first and the last `cap - 1`. */
+  shown: number[];
+  /** The shown positions' token texts. */
+  tokens: string[];
+  /** What a weight is multiplied by before it is rounded (10000: ten-thousandths). */
+  scale: number;
+  /** `weights[layer][head][k]`: the weight of position `shown[k]`, times `scale`, rounded. */
+  weights: number[][][];
+  /** Per layer and head, the weight of the positions not shown, times `scale`, rounded. */
+  rest: number[][];
+  /** The most positions sent. */
+  cap: number;
+  /** Whether the first position is an attention sink (`Attention.sink`). */
+  sink: boolean;
+  /** The first position's weight, averaged over every layer and head. */
+  sink_share: number;
+  /** How many heads attend most to the first position. */
+  sink_heads: number;
+  /** The sharpest heads beyond the first position, sharpest first: `[layer, head, position, weight times scale, the position's text]`. */
+  strongest: ([number, number, number, number, string])[];
+}
+
+/** The popover's attention view ("Where it looked"), to the view that asked. */
+export interface AttentionReply {
+  type: "attention";
+  view: string;
+  request: number;
+  run_id: number | null;
+  step: number | null;
+  /** Null, or why the attention could not be shown (then nothing else). */
+  error: string | null;
+  /** Absent with an `error`. */
+  attention?: AttentionData;
+  /** `describe()`'s words. */
+  words?: string;
+  /** How long the kernel took, in seconds. */
+  elapsed_s?: number;
+}
+
+/** The popover asks where the layers' heads looked at a step. */
+export interface AttentionRequest {
+  type: "attention";
+  view: string;
+  /** Grows with each request of the view. */
+  request: number;
+  run_id: number;
+  /** 0-based. */
+  step: number;
+}
+
 /** How much each earlier token pushed toward a step's token, or away (`run.attribution`). */
 export interface AttributionData {
   step: number;
@@ -91,7 +152,7 @@ export interface ChatWidgetOwnTraits {
 }
 
 /** What a `ChatWidget`'s view sends. */
-export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type ChatWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | AttentionRequest | PullRequest | SendRequest | EditLastRequest | RegenerateRequest | KeepRequest | ClearRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `ChatWidget` (nbstream/widgets/chat.py). */
 export type ChatWidgetTraits = RunWidgetTraits & BranchTraits & ChatWidgetOwnTraits;
@@ -510,7 +571,7 @@ export interface RunSnapshot {
 }
 
 /** Every custom message the views of a `StreamWidget` or `ChatWidget` get. */
-export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply | ProbeMessage | PulledMessage;
+export type RunWidgetMessage = DeltaMessage | ResetMessage | ThinkingMessage | TokensMessage | DistributionReply | LensReply | AttentionReply | ProbeMessage | PulledMessage;
 
 /** The synced traits of every `StreamWidget` and `ChatWidget`. Declared by `RunWidget`, nbstream/widgets/base.py, and the parts it inherits: nbstream/widgets/settings_traits.py and token_views.py. */
 export interface RunWidgetTraits {
@@ -653,7 +714,7 @@ export interface StreamWidgetOwnTraits {
 }
 
 /** What a `StreamWidget`'s view sends. */
-export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
+export type StreamWidgetRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | AttentionRequest | PullRequest | RunRequest | BranchToToken | BranchToAlternative | ShowBranchRequest;
 
 /** The synced traits of `StreamWidget` (nbstream/widgets/stream.py). */
 export type StreamWidgetTraits = RunWidgetTraits & BranchTraits & StreamWidgetOwnTraits;
@@ -707,7 +768,7 @@ export interface TokensMessage {
 }
 
 /** What every view of a `StreamWidget` or `ChatWidget` sends. */
-export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | PullRequest;
+export type ViewRequest = SyncRequest | StopRequest | RemovedRequest | DistributionRequest | LensRequest | AttentionRequest | PullRequest;
 
 /** A widget's state: its current run's, or `idle` before any (and after a chat's clear). */
 export type WidgetStatus = "idle" | "queued" | "running" | "complete" | "failed" | "cancelled";

@@ -413,6 +413,8 @@ class RunWidget(SyncedWidget, SettingsWidget, TokenViewsWidget):
             self._explainer.request(content)  # answered on its own thread (widgets/sampling.py)
         elif kind == "lens":
             self._lens.request(content)  # answered on its own thread (widgets/lens_view.py)
+        elif kind == "attention":
+            self._attention_request(content)  # its own thread (widgets/attention_view.py)
         else:
             self._take_panel_values(content.get("settings"))  # a Run / Send carries them
             self._on_view_message(kind, content)
