@@ -36,8 +36,8 @@ const BUNDLES = { stream: "StreamWidget", chat: "ChatWidget", compare: "CompareW
  * is only the header and the row.
  */
 const STYLESHEETS = {
-  stream: { title: "StreamWidget", parts: ["stream", "tokens", "branches", "thinking", "sampling", "lens"] },
-  chat: { title: "ChatWidget", parts: ["stream", "tokens", "branches", "chat", "thinking", "sampling", "lens"] },
+  stream: { title: "StreamWidget", parts: ["stream", "tokens", "branches", "thinking", "sampling", "lens", "attention"] },
+  chat: { title: "ChatWidget", parts: ["stream", "tokens", "branches", "chat", "thinking", "sampling", "lens", "attention"] },
   compare: { title: "CompareWidget", parts: ["compare"] },
 };
 

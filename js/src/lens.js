@@ -14,6 +14,7 @@
 //
 // Token texts are model output: they go into the page with textContent only.
 
+import { attentionView } from "./attention.js";
 import { disconnected } from "./connection.js";
 import { h } from "./dom.js";
 import { isNum } from "./format.js";
@@ -360,6 +361,9 @@ class LensPanel {
     this.sent = 0;
     /** @type {Map<string, LensReply>} the last replies, by run and step */
     this.kept = new Map();
+    // "Where it looked" (attention.js), below the lens in the section's body.
+    this.attention = attentionView({ model: o.model, scope: o.scope, viewId: o.viewId, changed: () => this.replace() });
+    this.section.body.append(this.attention.el);
     const { scope } = o;
     scope.on(this.section.toggle, "click", () => this.flip());
     scope.on(this.section.modeBtn, "click", () => this.switchMode());
@@ -381,6 +385,7 @@ class LensPanel {
     t.pop.append(this.section.el);
     this.section.expand(this.expanded);
     if (this.expanded) this.ask();
+    this.attention.fill(t, i, this.expanded);
   }
 
   flip() {
@@ -388,6 +393,7 @@ class LensPanel {
     this.section.expand(this.expanded);
     if (this.expanded) this.ask();
     else this.unshade();
+    this.attention.activate(this.expanded);
   }
 
   switchMode() {
@@ -492,6 +498,7 @@ class LensPanel {
 
   /** The list's run changed or the list went: the section's shading goes. @param {import("./token_list.js").TokenList} t */
   reset(t) {
+    this.attention.reset(t);
     if (t !== this.list) return;
     this.unshade();
     this.list = null;
