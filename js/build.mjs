@@ -5,6 +5,8 @@
 //   js/src/stream.css + tokens.css + branches.css (+ ...) -> nbstream/static/stream.css
 //   js/src/stream.css + tokens.css + chat.css -> nbstream/static/chat.css
 //   js/src/compare.css                        -> nbstream/static/compare.css
+//   js/src/grid.js    -> nbstream/static/grid.js    (a prompt grid's table; likewise)
+//   js/src/stream.css + grid.css              -> nbstream/static/grid.css
 // The bundles import the shared modules of js/src (markdown.js, incremental.js, common.js,
 // settings_panel.js, tokens.js); each carries its own copy (anywidget loads one ES module and
 // one stylesheet, `_esm` and `_css`, per widget).
@@ -28,7 +30,7 @@ const outdir = i >= 0 ? resolve(args[i + 1]) : resolve(here, "..", "nbstream", "
 const watching = args.includes("--watch");
 
 /** The bundles: js/src/<name>.js, and the widget each belongs to. */
-const BUNDLES = { stream: "StreamWidget", chat: "ChatWidget", compare: "CompareWidget" };
+const BUNDLES = { stream: "StreamWidget", chat: "ChatWidget", compare: "CompareWidget", grid: "Grid" };
 /**
  * The stylesheets: js/src/<part>.css joined in this order (later rules win). The chat view
  * uses the StreamWidget's classes for what they share (badge, output, Markdown, token
@@ -39,6 +41,8 @@ const STYLESHEETS = {
   stream: { title: "StreamWidget", parts: ["stream", "tokens", "branches", "thinking", "sampling", "lens", "attention"] },
   chat: { title: "ChatWidget", parts: ["stream", "tokens", "branches", "chat", "thinking", "sampling", "lens", "attention"] },
   compare: { title: "CompareWidget", parts: ["compare"] },
+  // The grid's table: the StreamWidget's frame and badge, then its own.
+  grid: { title: "Grid", parts: ["stream", "grid"] },
 };
 
 const header = (name) =>

@@ -61,6 +61,18 @@ __all__ = [
     "ErrorInfo",
     "FeedMessage",
     "FinishReason",
+    "GridCell",
+    "GridDelta",
+    "GridDeltaMessage",
+    "GridMark",
+    "GridOpenRequest",
+    "GridResetMessage",
+    "GridRunRequest",
+    "GridStopRequest",
+    "GridTableMessage",
+    "GridTableRequest",
+    "GridTableTraits",
+    "GridText",
     "KeepRequest",
     "LensData",
     "LensReply",
@@ -1057,6 +1069,127 @@ CompareHeaderRequest = (
 #: Every custom message a compare header's view gets.
 CompareHeaderMessage = CompareSyncedMessage
 
+
+
+# -- the prompt grid (``GridTable``, nbstream/widgets/grid_view.py; js/src/grid.js) ---------------
+
+
+class GridCell(TypedDict):
+    """One cell of a grid's table (``cells``): its state and its figures.
+
+    Set when the cell's state changes (its start, queued to running, its end), never per
+    frame: while it runs, its live counters come in ``grid_delta``.
+    """
+
+    status: WidgetStatus
+    #: Incremented for each run of the cell, so views know when a new text begins.
+    run_id: int
+    tokens: int | None
+    elapsed_s: float | None
+    #: Why the run ended (null until it has).
+    finish_reason: FinishReason | None
+    #: A failed run's error in words (its type and message), or null.
+    error: str | None
+
+
+class GridMark(TypedDict):
+    """Where a row's answers part (``marks``): a character and each cell's words for it."""
+
+    #: The first character (0-based, in code points) where the row's texts differ.
+    char: int
+    #: Each column's line for it, left to right.
+    words: list[str]
+
+
+class GridTableTraits(TypedDict):
+    """The synced traits of a grid's table (``GridTable``, nbstream/widgets/grid_view.py)."""
+
+    #: Each row's heading (its prompt, or its last user message), top to bottom.
+    rows: list[str]
+    #: Each column's heading, left to right.
+    columns: list[str]
+    #: Each row's cells, one per column.
+    cells: list[list[GridCell]]
+    #: Per row: where its answers part, or null.
+    marks: list[GridMark | None]
+    #: One line on the cells' states.
+    summary: str
+    #: The cell shown in full below the table, ``[row, col]``; ``[]`` for none.
+    opened: list[int]
+    #: Each cell's whole text once no cell is queued or running (what a saved notebook
+    #: shows without a kernel); ``[]`` while one is.
+    texts: list[list[str | None]]
+    #: Whether the cells replay recordings (a grid ``nbstream.load`` read).
+    replay: bool
+
+
+class GridDelta(TypedDict):
+    """One cell's new text in a ``grid_delta`` (``offset`` in code points), with its counters."""
+
+    row: int
+    col: int
+    run_id: int
+    offset: int
+    text: str
+    tokens: int | None
+    elapsed_s: float | None
+
+
+class GridDeltaMessage(TypedDict):
+    """What every cell that changed since the last frame has new, in one message per frame."""
+
+    type: Literal["grid_delta"]
+    cells: list[GridDelta]
+
+
+class GridText(TypedDict):
+    """One cell's text sent so far, in a ``grid_reset``."""
+
+    row: int
+    col: int
+    run_id: int
+    text: str
+
+
+class GridResetMessage(TypedDict):
+    """The answer to a grid view's ``sync``: every cell's text sent so far."""
+
+    type: Literal["grid_reset"]
+    #: The view that asked (null: all).
+    view: str | None
+    cells: list[GridText]
+
+
+#: Every custom message a grid table's views get.
+GridTableMessage = GridDeltaMessage | GridResetMessage
+
+
+class GridStopRequest(TypedDict):
+    """Stop: one cell (row and col), one row (col null), one column (row null) or all."""
+
+    type: Literal["stop"]
+    row: int | None
+    col: int | None
+
+
+class GridOpenRequest(TypedDict):
+    """Show one cell in full below the table (row and col), or none (both null)."""
+
+    type: Literal["open"]
+    row: int | None
+    col: int | None
+
+
+class GridRunRequest(TypedDict):
+    """Run: the cells of a row, a column or all (null: every one) that are not going."""
+
+    type: Literal["run"]
+    row: int | None
+    col: int | None
+
+
+#: What a grid table's view sends.
+GridTableRequest = SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest
 
 # -- the same types in TypeScript ---------------------------------------------------------------
 

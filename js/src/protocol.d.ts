@@ -341,6 +341,107 @@ export type FeedMessage = DeltaMessage | ResetMessage | ThinkingMessage | Tokens
 /** Why a run ended: the model's end token, `max_new_tokens`, a stop string, Stop, an error, its time budget. */
 export type FinishReason = "eos" | "length" | "stop" | "cancelled" | "error" | "timeout";
 
+/** One cell of a grid's table (`cells`): its state and its figures. Set when the cell's state changes (its start, queued to running, its end), never per frame: while it runs, its live counters come in `grid_delta`. */
+export interface GridCell {
+  status: WidgetStatus;
+  /** Incremented for each run of the cell, so views know when a new text begins. */
+  run_id: number;
+  tokens: number | null;
+  elapsed_s: number | null;
+  /** Why the run ended (null until it has). */
+  finish_reason: FinishReason | null;
+  /** A failed run's error in words (its type and message), or null. */
+  error: string | null;
+}
+
+/** One cell's new text in a `grid_delta` (`offset` in code points), with its counters. */
+export interface GridDelta {
+  row: number;
+  col: number;
+  run_id: number;
+  offset: number;
+  text: string;
+  tokens: number | null;
+  elapsed_s: number | null;
+}
+
+/** What every cell that changed since the last frame has new, in one message per frame. */
+export interface GridDeltaMessage {
+  type: "grid_delta";
+  cells: GridDelta[];
+}
+
+/** Where a row's answers part (`marks`): a character and each cell's words for it. */
+export interface GridMark {
+  /** The first character (0-based, in code points) where the row's texts differ. */
+  char: number;
+  /** Each column's line for it, left to right. */
+  words: string[];
+}
+
+/** Show one cell in full below the table (row and col), or none (both null). */
+export interface GridOpenRequest {
+  type: "open";
+  row: number | null;
+  col: number | null;
+}
+
+/** The answer to a grid view's `sync`: every cell's text sent so far. */
+export interface GridResetMessage {
+  type: "grid_reset";
+  /** The view that asked (null: all). */
+  view: string | null;
+  cells: GridText[];
+}
+
+/** Run: the cells of a row, a column or all (null: every one) that are not going. */
+export interface GridRunRequest {
+  type: "run";
+  row: number | null;
+  col: number | null;
+}
+
+/** Stop: one cell (row and col), one row (col null), one column (row null) or all. */
+export interface GridStopRequest {
+  type: "stop";
+  row: number | null;
+  col: number | null;
+}
+
+/** Every custom message a grid table's views get. */
+export type GridTableMessage = GridDeltaMessage | GridResetMessage;
+
+/** What a grid table's view sends. */
+export type GridTableRequest = SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest;
+
+/** The synced traits of a grid's table (`GridTable`, nbstream/widgets/grid_view.py). */
+export interface GridTableTraits {
+  /** Each row's heading (its prompt, or its last user message), top to bottom. */
+  rows: string[];
+  /** Each column's heading, left to right. */
+  columns: string[];
+  /** Each row's cells, one per column. */
+  cells: GridCell[][];
+  /** Per row: where its answers part, or null. */
+  marks: (GridMark | null)[];
+  /** One line on the cells' states. */
+  summary: string;
+  /** The cell shown in full below the table, `[row, col]`; `[]` for none. */
+  opened: number[];
+  /** Each cell's whole text once no cell is queued or running (what a saved notebook shows without a kernel); `[]` while one is. */
+  texts: ((string | null)[])[];
+  /** Whether the cells replay recordings (a grid `nbstream.load` read). */
+  replay: boolean;
+}
+
+/** One cell's text sent so far, in a `grid_reset`. */
+export interface GridText {
+  row: number;
+  col: number;
+  run_id: number;
+  text: string;
+}
+
 /** Keep a stopped or failed answer's partial text. */
 export interface KeepRequest {
   type: "keep";

@@ -27,10 +27,12 @@ from typing import Any
 
 from ..generation import Generation, replay, stream
 from ..prompt_template import Prompts
+from .display import in_kernel, show
 from .divergence import TextDivergence, text_divergence
 from .grid_columns import GridColumn, check_prompts, grid_columns, refused_backend
 from .grid_save import is_grid_folder, read_index, write_grid
 from .grid_table import cell_row, check_pandas, html_table
+from .grid_widget import GridWidget
 
 __all__ = ["Grid", "read_grid_folder"]
 
@@ -47,7 +49,7 @@ class Grid:
     runs. ``generate()`` starts every cell and returns at once; each cell is a
     :class:`~nbstream.Generation` (``g.cell(row, col)``) with its own state. Cells on one
     model run one after the other, row by row; columns on different models run at once.
-    Shown in a notebook, the grid is a table that streams every cell (a widget).
+    Shown in a notebook, the grid is a table that streams every cell (:attr:`widget`).
 
     Args:
         prompts: The rows: a list of prompts (strings or message lists), or
@@ -102,6 +104,11 @@ class Grid:
         self._listeners: list[Callable[[list[tuple[int, int]]], None]] = []
         # Makes a cell's run (None: nothing to run); a saved grid replays its recordings.
         self._starter: Callable[[int, int], Generation | None] = self._stream_cell
+        # A cell's model for its full view: (model, tokenizer, which cells share a view).
+        self._cell_model: Callable[[int, int], tuple[Any, Any, Any]] = self._column_model
+        self._replay = False
+        # The grid shown in a notebook (made when first shown).
+        self._widget: GridWidget | None = None
 
     # -- what the grid is --------------------------------------------------------------------
 
@@ -147,6 +154,10 @@ class Grid:
             # the cell fails saying why, and every other cell still runs.
             logger.warning("nbstream: grid cell (%d, %d) refused: %s", row, col, exc)
             return stream(refused_backend(exc), None, prompt, **column.settings)
+
+    def _column_model(self, row: int, col: int) -> tuple[Any, Any, Any]:
+        model, tokenizer = self._columns[col].pair
+        return model, tokenizer, col  # a column's cells share one view
 
     def _chosen(self, row: int | None, col: int | None) -> list[tuple[int, int]]:
         rows, cols = self.shape
@@ -395,10 +406,51 @@ class Grid:
         grid.generate()
         grid.wait()  # instant replays: their ends are there when load() returns
         grid._starter = lambda i, j: _replayed(recordings[i][j], 1.0)
+        # Each cell's full view replays that cell's own recording (its tokens' texts).
+        grid._cell_model = lambda i, j: (recordings[i][j], None, (i, j))
+        grid._replay = True
         return grid
 
+    # -- shown in a notebook ---------------------------------------------------------------------
+
+    @property
+    def widget(self) -> GridWidget:
+        """The grid as a notebook widget: a table that streams every cell (made on first use).
+
+        Showing the grid (a cell ending in ``g``) shows this widget. Each cell shows its state,
+        its figures (tokens, time, why it ended) and its text as it streams; a row's cells
+        are marked where their answers part; **Stop** stops a cell, a row or every cell;
+        **Open** shows a cell in full below the table, with its token views. Closing the
+        widget leaves the cells running (``g.stop()`` stops them).
+
+        Example:
+            >>> g.widget.open_cell(0, 1)  # cell (0, 1) in full below the table
+        """
+        with self._lock:
+            widget = self._widget
+            if widget is None or widget.comm is None:
+                widget = GridWidget(self, self._cell_model, replay=self._replay)
+                if self._widget is not None:
+                    self._listeners.remove(self._widget.cells_started)
+                self._listeners.append(widget.cells_started)
+                self._widget = widget
+            return widget
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        # In a kernel the live table (a widget) with a text copy for what cannot run
+        # widgets; elsewhere (a terminal, a script) the table as it is now.
+        if in_kernel():
+            return self.widget.bundle()
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
+    def _ipython_display_(self) -> None:
+        if in_kernel():
+            self.widget.show()
+        else:
+            show({"text/plain": repr(self), "text/html": self._repr_html_()}, raw=True)
+
     def _repr_html_(self) -> str:
-        # Until the grid has its own widget: the table as it is when shown (a snapshot).
+        # The table as it is now (a snapshot): what a front end without widgets shows.
         return html_table(self._prompts, self.columns, self._table())
 
     def __repr__(self) -> str:

@@ -58,6 +58,9 @@ class GridColumn:
     model: str = ""
     #: Extra per-column facts a saved grid keeps (none for a live one).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``(model, tokenizer)`` as loaded, for a cell's full view (a StreamWidget on them);
+    #: ``(None, None)`` in a saved grid, whose cells' views replay their recordings.
+    pair: tuple[Any, Any] = (None, None)
 
 
 def check_prompts(prompts: Any) -> list[Any]:
@@ -184,7 +187,9 @@ def grid_columns(
         if clean.get("alternatives"):
             backend.check_alternatives(clean["alternatives"])  # before any cell runs
         heading = name if not own else f"{name} · {_settings_words(own)}" if name else ""
-        made.append(GridColumn(heading or _settings_words(own), backend, own, clean, t, name))
+        made.append(
+            GridColumn(heading or _settings_words(own), backend, own, clean, t, name, pair=(m, t))
+        )
     return made
 
 

@@ -14,7 +14,14 @@ from typing import Any
 from ..generation import Generation
 from .divergence import TextDivergence, text_divergence_words
 
-__all__ = ["PREVIEW_CHARS", "TABLE_KEYS", "cell_row", "check_pandas", "html_table"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "TABLE_KEYS",
+    "cell_row",
+    "check_pandas",
+    "html_table",
+    "markdown_table",
+]
 
 #: How much of each answer the notebook's table shows: its start, so that 10 x 4 stays
 #: readable (the whole text is ``g.cell(row, col).partial_text``).
@@ -149,3 +156,44 @@ def html_table(
         '<table class="nbstream-grid"><thead><tr><th scope="col">prompt</th>'
         f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def _markdown_cell(text: str) -> str:
+    # Inside a pipe table: HTML escaped (a model's text is never markup here), one line.
+    return html.escape(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+def markdown_table(
+    prompts: Sequence[Any], columns: Sequence[str], runs: Sequence[Sequence[Generation | None]]
+) -> str:
+    """The grid as it is now, as a Markdown table: what a saved notebook shows without widgets.
+
+    Args:
+        prompts: The rows' prompts.
+        columns: The columns' headings.
+        runs: The cells' runs, row by row.
+
+    Returns:
+        A pipe table: a prompt per row, each cell's state, token count and start.
+
+    Example:
+        >>> markdown_table(["Hi"], ["defaults"], [[None]]).splitlines()[2]
+        '| Hi | **idle** |'
+    """
+    lines = [
+        "| prompt | " + " | ".join(_markdown_cell(name) for name in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for prompt, row in zip(prompts, runs, strict=True):
+        cells = [_markdown_cell(_prompt_words(prompt)[:PREVIEW_CHARS])]
+        for run in row:
+            if run is None:
+                cells.append("**idle**")
+                continue
+            status, text = run.status, run.partial_text
+            cut = text[:PREVIEW_CHARS] + ("\u2026" if len(text) > PREVIEW_CHARS else "")
+            tokens = run.metrics.get("tokens")
+            figures = f" \u00b7 {tokens} tokens" if tokens is not None else ""
+            cells.append(f"**{status}**{figures}<br>{_markdown_cell(cut)}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

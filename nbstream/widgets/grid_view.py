@@ -1,0 +1,177 @@
+"""A prompt grid's table in the page: its synced traits and the page's messages.
+
+The table shows a prompt per row and, per column, each cell's state (the stream widget's
+words and colours), its figures (tokens, time, why it ended), its text as it streams, and
+where the row's answers part; **Stop** stops a cell, a row or every cell, **Open** shows a
+cell in full below the table (with its token views). Its front end is js/src/grid.js; the
+traits below are mirrored there (``GridTableTraits`` of js/src/protocol.d.ts). The text
+travels as messages (:mod:`.grid_feed`), never as a trait resent per frame. A click arrives
+as a message that :class:`GridTable` answers through the grid's own Python API
+(:class:`TableOwner`), so a click and a call behave alike.
+
+Example:
+    >>> table = GridTable(rows=["Hi"], columns=["defaults"])
+    >>> table.answer(owner)  # Stop, Run and Open now reach the grid
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+import anywidget
+import traitlets
+
+from ..protocol import GridDeltaMessage, GridResetMessage
+from .route import PageRoute, answer_on_sending_subshell
+
+__all__ = ["INVALID", "GridTable", "TableOwner", "cell_index"]
+
+logger = logging.getLogger(__name__)
+
+_STATIC = Path(__file__).parent.parent / "static"
+
+
+class TableOwner(Protocol):
+    """What the table's clicks call: the grid's own Python API, and its widget's."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, columns)``."""
+
+    def stop(self, row: int | None = None, col: int | None = None) -> int:
+        """Stop every cell, a row's, a column's or one."""
+
+    def generate(self, row: int | None = None, col: int | None = None) -> Any:
+        """Start the cells (every one, a row's, a column's or one) that are not going."""
+
+    def open_cell(self, row: int | None, col: int | None) -> None:
+        """Show a cell in full below the table (``None``: none)."""
+
+    def reset(self, view: str | None) -> GridResetMessage:
+        """Every cell's text sent so far (the answer to a ``sync``)."""
+
+
+#: A row or column number the page sent that is not one (out of range, not an int).
+INVALID = -1
+
+
+def cell_index(value: Any, size: int) -> int | None:
+    """A row or column number from the page: an int in range, ``None``, or :data:`INVALID`.
+
+    Example:
+        >>> cell_index(2, 3), cell_index(None, 3), cell_index(3, 3), cell_index(True, 3)
+        (2, None, -1, -1)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+        return INVALID
+    return value
+
+
+class GridTable(anywidget.AnyWidget):
+    """The table of a prompt grid: every cell's state, figures and streamed text.
+
+    Its front end is js/src/grid.js; the traits below are mirrored at its top. The page's
+    messages are answered once :meth:`answer` names the grid they act on.
+    """
+
+    _esm = _STATIC / "grid.js"
+    _css = _STATIC / "grid.css"
+
+    # -- kernel to page: set once ----------------------------------------------------------
+    #: Each row's heading (its prompt in words), top to bottom.
+    rows = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: Each column's heading, left to right.
+    columns = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: Whether the cells replay recordings (a grid ``nbstream.load`` read).
+    replay = traitlets.Bool(False).tag(sync=True)
+    # -- kernel to page: set when a cell starts, changes state or ends (never per frame) --
+    #: Each row's cells: ``{status, run_id, tokens, elapsed_s, finish_reason, error}``.
+    cells = traitlets.List(traitlets.List(traitlets.Dict())).tag(sync=True)
+    #: Per row, where its answers part (``{char, words}``), or None.
+    marks = traitlets.List(traitlets.Dict(allow_none=True)).tag(sync=True)
+    #: One line on the cells' states.
+    summary = traitlets.Unicode("").tag(sync=True)
+    #: The cell shown in full below the table, ``[row, col]``; ``[]`` for none.
+    opened = traitlets.List(traitlets.Int()).tag(sync=True)
+    #: Every cell's whole text once no cell is queued or running, for a view that no kernel
+    #: answers (a saved notebook); ``[]`` while one is (the views get the text as messages).
+    texts = traitlets.List(traitlets.List(traitlets.Unicode(allow_none=True))).tag(sync=True)
+
+    def __init__(self, **traits: Any) -> None:
+        # Every write of the traits, and the feed's sends, in one order (several threads).
+        self.lock = threading.RLock()
+        # The page's subshell, so that Stop is handled while a cell keeps the kernel busy
+        # (``g.wait()``; see nbstream.widgets.route).
+        self.route = PageRoute()
+        self._owner: TableOwner | None = None
+        super().__init__(**traits)
+        answer_on_sending_subshell(self.comm)
+
+    def answer(self, owner: TableOwner) -> None:
+        """Answer the page's messages (sync, Stop, Run, Open) by calling ``owner``."""
+        self._owner = owner
+        self.on_msg(self._handle_message)
+
+    def set_traits(self, **traits: Any) -> None:
+        """Set several traits as one message to the page (under the table's lock)."""
+        with self.lock, self.hold_sync():
+            for name, value in traits.items():
+                setattr(self, name, value)
+
+    # On the subshell the page last spoke on; ipywidgets' docstrings are the ones to read.
+    def send_state(self, key: Any = None) -> None:  # noqa: D102
+        with self.route.publishing(self.comm):
+            super().send_state(key)
+
+    def send(self, content: Any, buffers: Any = None) -> None:  # noqa: D102
+        with self.route.publishing(self.comm):
+            super().send(content, buffers)
+
+    def send_feed(self, content: GridDeltaMessage | GridResetMessage) -> None:
+        """One of the feed's messages to every view (while the table has a comm)."""
+        if self.comm is not None:
+            self.send(content)
+
+    def __repr__(self) -> str:
+        # The default repr serializes every trait (every cell); this one stays cheap.
+        return f"<nbstream grid table {len(self.rows)}x{len(self.columns)}: {self.summary}>"
+
+    # -- the page's messages ------------------------------------------------------------------
+    def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        # Possibly on a subshell's thread while a cell runs (see nbstream.widgets.route).
+        self.route.note(self.comm)
+        try:
+            if self._owner is not None:
+                self.handle_page_message(self._owner, content)
+        except Exception:  # never raise into the comm handler
+            logger.exception("nbstream: the grid could not answer the page")
+        finally:
+            self.route.handled(self.comm)
+
+    def handle_page_message(self, owner: TableOwner, content: Any) -> None:
+        """Answer one message of the page (a click, a view's sync) by calling ``owner``."""
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        rows, cols = owner.shape
+        row = cell_index(content.get("row"), rows)
+        col = cell_index(content.get("col"), cols)
+        if INVALID in (row, col):
+            # Never widened to every cell: a Stop meant for one cell must not stop all.
+            logger.debug("nbstream: a grid message for no cell ignored: %r", content)
+            return
+        if kind == "sync":
+            view = content.get("view")
+            self.send_feed(owner.reset(view if isinstance(view, str) else None))
+        elif kind == "stop":
+            owner.stop(row, col)
+        elif kind == "run":
+            owner.generate(row, col)
+        elif kind == "open":
+            both = row is not None and col is not None
+            owner.open_cell(row if both else None, col if both else None)
