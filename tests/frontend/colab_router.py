@@ -17,6 +17,11 @@ idle. ``all`` delivers every message, as JupyterLab, Notebook 7 and Voila do (th
 path's baseline). A view's model is made from the kernel's current state when its cell displays it
 (the state Colab's widget manager asks the kernel for), whatever routing dropped.
 
+**Push-only, on purpose.** With ``answer_pulls`` false (or ``NBSTREAM_ROUTER_PUSH_ONLY=1``
+in the environment) the router never passes the page's ``pull`` to the kernel: the view then
+gets exactly what nbstream's push-only code gave it, so the routed tests show that they fail
+without the pull (PROTOCOL.md, Pulling).
+
 **The evidence.** Colab gives each cell's output its own frame with its own widget manager,
 and feeds a frame the comm messages it routes there by parent header
 (googlecolab/colab-cdn-widget-manager; ``google/colab/_message.py``). Updating a widget from
@@ -39,6 +44,7 @@ import ast
 import contextlib
 import json
 import logging
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -85,8 +91,14 @@ class Counts:
 class ColabRouter:
     """A real ipykernel and a page of views, with Colab's routing between them (see module)."""
 
-    def __init__(self, mode: Mode = "strict") -> None:
+    def __init__(self, mode: Mode = "strict", *, answer_pulls: bool | None = None) -> None:
         self.mode: Mode = mode
+        #: False: the page's ``pull`` never reaches the kernel (push-only; see the module).
+        self.answer_pulls = (
+            os.environ.get("NBSTREAM_ROUTER_PUSH_ONLY") != "1"
+            if answer_pulls is None
+            else answer_pulls
+        )
         self.counts = Counts()
         self._km = KernelManager(kernel_name="python3")
         self._client: Any = None
@@ -246,6 +258,8 @@ class ColabRouter:
         with self._lock:
             if data.get("method") == "custom":
                 self.page_sent.append(data["content"])
+                if data["content"].get("type") == "pull" and not self.answer_pulls:
+                    return  # push-only: the kernel never hears it
             for shown in self._views:
                 if shown.comm_id == comm_id:
                     shown.sent.add(msg["header"]["msg_id"])

@@ -4,8 +4,12 @@ Each test drives a real ipykernel and nbstream's page modules through
 :class:`colab_router.ColabRouter` (its docstring states the rule and its evidence). In every
 mode a view must show a run from its start to its end, whoever started it, and its Stop
 must stop it: Run in the view, ``w.generate()`` from a later cell, a run that streams after
-its cell ended, Stop while streaming. ``all`` (every message delivered, as JupyterLab does)
-keeps the push path: the kernel's probe arrives and the view never pulls.
+its cell ended, Stop while streaming; a ChatWidget's Send, ``chat.generate()`` from a later
+cell and Stop the same. ``all`` (every message delivered, as JupyterLab does) keeps the push
+path: the kernel's probe arrives and the view never pulls.
+
+``NBSTREAM_ROUTER_PUSH_ONLY=1`` keeps the page's pulls from the kernel (push-only code, as
+before the pull): every mode but ``all`` then fails, which pins the diagnosis.
 """
 
 from __future__ import annotations
@@ -127,3 +131,37 @@ def test_a_host_that_delivers_pushes_never_pulls(host: tuple[ColabRouter, Page])
     _ends_as_kernel_says(router, root, "w5", "complete")
     page.wait_for_timeout(2500)  # past the probe's deadline
     assert [m for m in router.page_sent if m.get("type") == "pull"] == []
+
+
+def _answer_ends_as_kernel_says(router: ColabRouter, root: Any, turn: int, status: str) -> None:
+    """The chat's answer number ``turn`` (0-based) shows the kernel's end state and text."""
+    answer = root.locator('.nbstream-message[data-role="assistant"]').nth(turn)
+    expect(answer).to_have_attribute("data-status", status, timeout=_WAIT_S * 1000)
+    assert router.eval("chat.status") == status
+    text = router.eval("chat.run.partial_text")
+    assert text
+    output = answer.locator(".nbstream-output")
+    expect(output).to_have_text(text.strip(), timeout=_WAIT_S * 1000)
+
+
+@pytest.mark.parametrize("host", MODES, indirect=True)
+def test_a_chat_sends_generates_and_stops(host: tuple[ColabRouter, Page]) -> None:
+    """A ChatWidget: Send in the view, ``chat.generate()`` from a later cell, Stop while an
+    answer streams; each answer ends in the view as in the kernel."""
+    router, page = host
+    root = _shown(router, page, "chat = ChatWidget(slow, _tok, max_new_tokens=30)\nchat")
+    root.get_by_role("textbox", name="Message", exact=True).fill("Name two colors.")
+    root.get_by_role("button", name="Send", exact=True).click()
+    _answer_ends_as_kernel_says(router, root, 0, "complete")
+
+    router.execute('_ = chat.generate("Name a fruit.")')
+    _answer_ends_as_kernel_says(router, root, 1, "complete")
+
+    router.execute('chat.max_new_tokens = 4000\n_ = chat.generate("Count to a thousand.")')
+    stop = root.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_enabled(timeout=_WAIT_S * 1000)  # the view learned the answer started
+    stop.click()
+    _answer_ends_as_kernel_says(router, root, 2, "cancelled")
+    if router.mode == "all":  # the push path: the probe came, so the view never pulled
+        assert router.counts.delivered.get("probe", 0) >= 1
+        assert [m for m in router.page_sent if m.get("type") == "pull"] == []
