@@ -13,7 +13,8 @@ raw text. When the package is loaded, this rewrites each role in every docstring
 Loaded by mkdocs.yml (``mkdocstrings`` → ``handlers.python.options.extensions``). Which
 objects are rendered mirrors the API page (``docs/hooks.py``: the names of
 ``nbstream.__all__`` and ``PUBLIC_MODULES``) and the handler options in mkdocs.yml (names
-starting with ``_`` filtered out, no inherited members, none without a docstring).
+starting with ``_`` filtered out, none without a docstring, inherited members only for the
+classes of ``INHERITED_MEMBERS``).
 """
 
 from __future__ import annotations
@@ -35,14 +36,19 @@ ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|mod|data|exc|obj):`([^`]+)`")
 TITLED = re.compile(r"(.+?)\s*<([^<>]+)>", re.DOTALL)
 
 
-def _api_roots(package: str) -> list[str]:
-    """The documented roots: ``hooks.PUBLIC_MODULES``, read from the file beside this one."""
+def _hooks() -> Any:
+    """``docs/hooks.py``, read from the file beside this one."""
     spec = importlib.util.spec_from_file_location("_nbstream_docs_hooks",
                                                   Path(__file__).with_name("hooks.py"))
     assert spec is not None and spec.loader is not None
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
-    return [m for m in hooks.PUBLIC_MODULES if m.startswith(package + ".")]
+    return hooks
+
+
+def _api_roots(package: str) -> list[str]:
+    """The documented roots: ``hooks.PUBLIC_MODULES``."""
+    return [m for m in _hooks().PUBLIC_MODULES if m.startswith(package + ".")]
 
 
 def _final(obj: griffe.Object | griffe.Alias) -> griffe.Object | None:
@@ -52,12 +58,15 @@ def _final(obj: griffe.Object | griffe.Alias) -> griffe.Object | None:
         return None
 
 
-def _rendered_members(obj: griffe.Object | griffe.Alias) -> Iterator[tuple[str, griffe.Object]]:
-    """The members the handler renders (``filters: ["!^_"]``, no inherited, docstrings)."""
+def _rendered_members(obj: griffe.Object | griffe.Alias,
+                      inherited: bool = False) -> Iterator[tuple[str, griffe.Object]]:
+    """The members the handler renders (``filters: ["!^_"]``, docstrings; ``inherited``:
+    a class of ``hooks.INHERITED_MEMBERS``, whose inherited members are rendered too)."""
     target = _final(obj)
     if target is None or not (target.is_class or target.is_module):
         return
-    for name, member in target.members.items():
+    members = target.all_members if inherited and target.is_class else target.members
+    for name, member in members.items():
         if name.startswith("_"):
             continue
         final = _final(member)
@@ -88,24 +97,26 @@ class RolesExtension(griffe.Extension):
 
     def _collect(self, pkg: griffe.Module) -> None:
         roots: list[tuple[str, griffe.Object | griffe.Alias]] = []
+        inherited = set(_hooks().INHERITED_MEMBERS)
         for name in pkg.exports or ():
             if isinstance(name, str) and not name.startswith("_") and name in pkg.members:
-                roots.append((f"{pkg.path}.{name}", pkg.members[name]))
+                roots.append((f"{pkg.path}.{name}", pkg.members[name], name in inherited))
         for path in _api_roots(pkg.path):
             try:
-                roots.append((path, pkg.modules_collection[path]))
+                roots.append((path, pkg.modules_collection[path], False))
             except KeyError:
                 logger.warning("griffe_roles: no module %s", path)
-        for identifier, obj in roots:
-            self._add(identifier, obj)
+        for identifier, obj, with_inherited in roots:
+            self._add(identifier, obj, with_inherited)
 
-    def _add(self, identifier: str, obj: griffe.Object | griffe.Alias) -> None:
+    def _add(self, identifier: str, obj: griffe.Object | griffe.Alias,
+             inherited: bool = False) -> None:
         final = _final(obj)
         if final is None:
             return
         # The first root that renders an object wins: ``nbstream.X`` before its module.
         self.anchors.setdefault(final.canonical_path, identifier)
-        for name, member in _rendered_members(final):
+        for name, member in _rendered_members(final, inherited):
             self._add(f"{identifier}.{name}", member)
 
     def _walk(self, obj: griffe.Object) -> Iterator[griffe.Object]:

@@ -46,6 +46,10 @@ PUBLIC_MODULES = (
     "nbstream.testing.servers",
 )
 
+#: Classes shown with the members they inherit: ``Generation`` is made of parts
+#: (``StepsView``, ``BranchesView``, ``RecordView``) whose public methods are its own.
+INHERITED_MEMBERS = ("Generation",)
+
 
 def api_page() -> str:
     import nbstream
@@ -61,7 +65,10 @@ def api_page() -> str:
         "",
     ]
     for name in names:
-        lines += [f"::: nbstream.{name}", "    options:", "      heading_level: 3", ""]
+        lines += [f"::: nbstream.{name}", "    options:", "      heading_level: 3"]
+        if name in INHERITED_MEMBERS:
+            lines += ["      inherited_members: true"]
+        lines += [""]
     lines += ["## Modules", ""]
     for module in PUBLIC_MODULES:
         lines += [

@@ -6,8 +6,12 @@
 :mod:`~nbstream.run_text` (decoding on the reader side), :mod:`~nbstream.run_steps` (the
 trace, a step's logits and distribution, the lens, attribution, attention),
 :mod:`~nbstream.run_branches` (branching) and :mod:`~nbstream.run_record` (the record and
-the recording). A run is ``queued`` while another run holds the same model (FIFO, never
-interleaved), ``running`` once it has the model, then exactly one of ``complete``,
+the recording). The public methods of the last three live there too, each with its
+docstring: ``Generation`` inherits them from :class:`~nbstream.run_steps.StepsView`,
+:class:`~nbstream.run_branches.BranchesView` and :class:`~nbstream.run_record.RecordView`.
+
+A run is ``queued`` while another run holds the same model (FIFO, never interleaved),
+``running`` once it has the model, then exactly one of ``complete``,
 ``failed`` or ``cancelled``.
 """
 
@@ -17,10 +21,8 @@ import asyncio
 import atexit
 import concurrent.futures.thread  # noqa: F401 (its exit hook first: see below)
 import contextlib
-import copy
 import logging
 import os
-import pathlib
 import threading
 import time
 import weakref
@@ -29,16 +31,13 @@ from typing import Any
 
 from . import recording
 from ._errors import input_checked
-from .attention import Attention
 from .backends import RunControl, resolve_backend
 from .backends.base import Backend, Job
 from .backends.replay import ReplayBackend, check_speed
-from .distribution import Distribution
-from .lens import Attribution, Lens
 from .model_queue import ModelQueue
 from .protocol import Metrics, RunRecord, Status
 from .record import replay_arguments, warn_if_different
-from .run_branches import BranchOrigin, branch_job, rerun_branch_job
+from .run_branches import BranchesView, BranchOrigin, rerun_branch_job
 from .run_lifecycle import (
     CANCELLED,
     COMPLETE,
@@ -51,12 +50,11 @@ from .run_lifecycle import (
     InvalidJSON,
     RunLifecycle,
 )
-from .run_record import run_record, run_recording
-from .run_steps import RunSteps
+from .run_record import RecordView
+from .run_steps import RunSteps, StepsView
 from .run_text import RunText
 from .settings import validate_settings
 from .streaming import TokenBuffer
-from .trace import RemoteTrace, TokenTrace
 
 __all__ = [
     "CANCELLED",
@@ -213,7 +211,7 @@ else:  # pragma: no cover (an interpreter without it: runs are still stopped, la
     atexit.register(_stop_runs_at_exit)
 
 
-class Generation:
+class Generation(StepsView, BranchesView, RecordView):
     """A streamed run, started by :func:`stream`. Never blocks unless you ask it to.
 
     Made by :func:`stream`, :func:`rerun`, :meth:`branch` and the widgets, not directly.
@@ -332,34 +330,6 @@ class Generation:
         return life.value if life.status == COMPLETE else None
 
     @property
-    def record(self) -> RunRecord | None:
-        """What reproduces this run, once it has ended (any end state); ``None`` before.
-
-        A JSON-serializable dict: ``model``, ``prompt``, ``prompt_tokens``, ``settings``
-        (every setting in effect), ``seed`` (the one sampling used, drawn if none was
-        given), ``status``, ``metrics``, ``versions`` and more; see :mod:`nbstream.record`.
-        ``cancel_reason`` is :attr:`cancel_reason` (``None`` unless a cancelled run's
-        stop gave one). :func:`nbstream.rerun` starts the same run again from it.
-
-        Example::
-
-            >>> run = nbstream.stream(model, tokenizer, "Hi", temperature=0.8)
-            >>> text = run.wait()
-            >>> nbstream.rerun(run.record, model, tokenizer).wait() == text
-            True
-        """
-        if self._lifecycle.status not in TERMINAL:
-            return None
-        record = self._record
-        if record is None:
-            # Built once, on first use, off the generating thread; whole before it is kept,
-            # as another reader may copy the kept one at any moment.
-            branch = self._origin.record(self._job) if self._origin is not None else None
-            record = run_record(self, self._backend, self._job, self._lifecycle.created_at, branch)
-            self._record = record
-        return copy.deepcopy(record)  # each caller may edit its own copy
-
-    @property
     def result(self) -> str | None:
         """The final text, only when the run completed; ``None`` otherwise."""
         if self._lifecycle.status != COMPLETE:
@@ -438,206 +408,6 @@ class Generation:
         after them, and ``tokens_per_s`` counts only the generated ones.
         """
         return self._lifecycle.metrics()
-
-    # -- the model's steps (nbstream.run_steps) ---------------------------------------------
-
-    @property
-    def trace(self) -> list[TokenTrace] | RemoteTrace | None:
-        """One :class:`~nbstream.trace.TokenTrace` per generated token so far, or ``None``.
-
-        ``None`` unless the run was started with ``alternatives=k`` (k > 0). A snapshot:
-        readable while the run streams and after any end (a stopped run keeps the trace of
-        the tokens it made); ``trace[i].id == token_ids[i]``. Each record has ``id``,
-        ``text``, ``logprob`` (the model's own, from the raw logits), ``alternatives`` (the
-        top k as ``(id, text, logprob)``, best first), ``cut`` and ``rank``: see
-        :mod:`nbstream.trace`. On a server (:class:`~nbstream.Endpoint`) it is a
-        :class:`~nbstream.trace.RemoteTrace` of what the server sent: no token ids, and
-        ``run.trace.incomplete`` says why when it stops short of the text.
-
-        Example::
-
-            >>> run = nbstream.stream(model, tokenizer, "Hi", alternatives=3, temperature=0.8)
-            >>> text = run.wait()
-            >>> steps = [(step.text, round(step.prob, 2), step.rank) for step in run.trace]
-        """
-        return self._steps.trace()
-
-    @input_checked
-    def distribution(
-        self,
-        step: int,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        *,
-        logits: Any = None,
-    ) -> Distribution:
-        """What the sampling sliders do at ``step``.
-
-        The model's next-token distribution there, then after each logits processor the run applied,
-        in transformers' order (penalties, bans, then temperature, top-k, top-p and any other filter
-        of the model's generation config; ``d.stages`` names them; see
-        :mod:`nbstream.distribution`).
-
-        A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
-        ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
-        forward pass on the calling thread, which waits its turn in the model's queue.
-        Needs a local model.
-
-        Args:
-            step: The step (0-based, into ``token_ids``).
-            temperature: The temperature to try; ``None`` for the run's.
-            top_k: The top-k to try; ``None`` for the run's, 0 for off.
-            top_p: The top-p to try; ``None`` for the run's, 1.0 for off.
-            logits: ``run.step_logits(step)``, to ask about one step several times with
-                one forward pass.
-
-        Returns:
-            A :class:`~nbstream.distribution.Distribution`.
-
-        Example:
-            >>> d = run.distribution(3, temperature=0.7, top_p=0.9)
-            >>> d.kept("top_p"), float(d.probs["top_p"].sum())
-            (4, 1.0)
-            >>> print(d.describe())
-            >>> logits = run.step_logits(3)      # one forward pass, then any number of views
-            >>> [run.distribution(3, temperature=t, logits=logits).kept("top_p") for t in (0.5, 2)]
-        """
-        return self._steps.distribution(step, temperature, top_k, top_p, logits)
-
-    @input_checked
-    def step_logits(self, step: int) -> Any:
-        """The model's raw next-token logits at ``step``, recomputed exactly.
-
-        One forward pass of the prompt and the tokens before ``step``, waiting its turn in
-        the model's queue as a run does. Give it to :meth:`distribution` (``logits=``) to
-        try many settings on one step. Needs a local model.
-
-        Args:
-            step: The step (0-based, into ``token_ids``).
-
-        Returns:
-            A 1-D float tensor over the vocabulary, on the CPU.
-        """
-        return self._steps.step_logits(step)
-
-    @input_checked
-    def lens(self, step: int) -> Lens:
-        """What each layer of the model would have said at ``step``: the logit lens.
-
-        One forward pass on the calling thread, beside any run of the model (it never waits for
-        the run, nor delays its Stop). See :mod:`nbstream.lens`.
-
-        Args:
-            step: The step (0-based, into ``token_ids``); the run may still be going.
-
-        Returns:
-            A :class:`~nbstream.lens.Lens`: ``probs``, ``ranks``, ``top(layer, n)``, ``describe()``.
-
-        Raises:
-            LensUnavailable: A run on a server, a replayed recording, an unknown model family, or
-                a step the run does not have.
-
-        Example:
-            >>> lens = run.lens(3)
-            >>> lens.probs[-1] == run.trace[3].prob  # the trace's own number
-            >>> print(lens.describe())
-        """
-        return self._steps.lens(step)
-
-    @input_checked
-    def attribution(self, step: int) -> Attribution:
-        """Each earlier token's share of the push toward the token at ``step``.
-
-        Signed gradient · input on the input embeddings (one forward and one backward pass,
-        beside any run of the model, as :meth:`lens`). See :mod:`nbstream.lens` for the method
-        and its limits.
-
-        Args:
-            step: The step (0-based, into ``token_ids``).
-
-        Returns:
-            An :class:`~nbstream.lens.Attribution`: ``tokens``, ``shares`` (signed; sizes sum to 1).
-
-        Raises:
-            LensUnavailable: As :meth:`lens`.
-
-        Example:
-            >>> attr = run.attribution(3)
-            >>> print(attr.describe())
-        """
-        return self._steps.attribution(step)
-
-    @input_checked
-    def attention(self, step: int) -> Attention:
-        """Where the token at ``step`` looked: every layer's and head's attention weights.
-
-        Exactly transformers' eager attention (``output_attentions=True``) from the position
-        that chose the token, over every position before it, on the model's own weights (an
-        SDPA model is not reloaded). One forward pass beside any run of the model, as
-        :meth:`lens`. See :mod:`nbstream.attention`.
-
-        Args:
-            step: The step (0-based, into ``token_ids``); the run may still be going.
-
-        Returns:
-            An :class:`~nbstream.attention.Attention`: ``weights`` (layers × heads ×
-            positions), ``layer(i)``, ``head(i, j)``, ``tokens``, ``top(layer, n)``,
-            ``describe()``.
-
-        Raises:
-            AttentionUnavailable: A run on a server, a replayed recording, an unknown model
-                family, an offloaded model, or a step the run does not have.
-
-        Example:
-            >>> seen = run.attention(3)
-            >>> seen.weights.shape  # (layers, heads, positions)
-            >>> print(seen.describe())
-        """
-        return self._steps.attention(step)
-
-    # -- what if: branches (nbstream.run_branches) -------------------------------------------
-
-    @input_checked
-    def branch(self, step: int, token: Any, **settings: Any) -> Generation:
-        """A new run that keeps this run's first ``step`` tokens, takes ``token``, goes on.
-
-        Returned at once, like :func:`stream`, with this run's settings (its seed too)
-        unless overridden. Its ``token_ids`` start with those ``step + 1`` tokens (they
-        count toward ``max_new_tokens``); its record names this run's as its parent, so
-        :func:`rerun` repeats it. On a server that continues an answer (see
-        :mod:`nbstream.backends.servers`), the answer so far goes as text
-        (``record["branch"]["prefix_text"]``).
-
-        Args:
-            step: Where the answer takes another token (0-based, into ``token_ids``).
-            token: A token id, or one of ``run.trace[step].alternatives`` (a text too, on
-                a server).
-            **settings: Override this run's settings for the branch.
-
-        Raises:
-            RuntimeError: This run has not ended (wait for it, or stop it, first).
-            ValueError: A backend that cannot branch says why, before anything is sent.
-
-        Example:
-            >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
-            >>> text = run.wait()
-            >>> other = run.trace[0].alternatives[1]       # the model's second choice
-            >>> branch = run.branch(0, other)
-            >>> branch.wait(); branch.token_ids[0] == other.id
-            True
-        """
-        job, clean, origin = branch_job(self, self._backend, self._job, step, token, settings)
-        return Generation(self._backend, job, clean, branch_of=origin)
-
-    @property
-    def branch_info(self) -> dict[str, Any] | None:
-        """Where a branch left its parent; ``None`` for a run not made by :meth:`branch`.
-
-        For a run made by :meth:`branch`: ``{"parent": the run, "step", "token", "parent_token",
-        "prefix_ids"}``.
-        """
-        return self._origin.info(self._job) if self._origin is not None else None
 
     # -- reading -----------------------------------------------------------------------------
     def _raise_for_end(self) -> None:
@@ -803,52 +573,6 @@ class Generation:
         """
         self._thread.join(timeout)
         return not self._thread.is_alive()
-
-    # -- the record and the recording (nbstream.run_record) ----------------------------------
-
-    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        """Write this run's recording: a JSON file that ``nbstream.replay`` plays again.
-
-        Args:
-            path: Where to write it (see :mod:`nbstream.recording` for the format).
-
-        Returns:
-            The path written.
-
-        Raises:
-            RuntimeError: The run has not ended.
-
-        Example:
-            >>> run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10)
-            >>> text = run.wait()
-            >>> nbstream.load(run.save("hi.json")).text == text
-            True
-        """
-        return recording.save_run(self.to_recording(), path)
-
-    def to_recording(self) -> recording.Recording:
-        """This run's recording, in memory: what :meth:`save` writes (``ChatWidget.save`` too).
-
-        Returns:
-            A :class:`~nbstream.recording.Recording`, as ``nbstream.load`` reads it back.
-
-        Raises:
-            RuntimeError: The run has not ended.
-
-        Example:
-            >>> nbstream.replay(run.to_recording(), speed=None).wait() == run.result
-            True
-        """
-        if not self._lifecycle.done.is_set():
-            raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
-        life = self._lifecycle
-        start = life.started if life.started is not None else life.created
-        return run_recording(self, self._job, self._buffer, self._text.decoded, start)
-
-    @property
-    def is_replay(self) -> bool:
-        """Whether this run replays a recording (``nbstream.replay``), not a live model."""
-        return isinstance(self._backend, ReplayBackend)
 
     # -- display -----------------------------------------------------------------------------
 

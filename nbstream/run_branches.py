@@ -1,21 +1,26 @@
 """Branching: a run that keeps another's first tokens, takes another token there, goes on.
 
-``run.branch(step, token)`` asks :func:`branch_job` for the new run's job, settings and
-place; the new run keeps a :class:`BranchOrigin` (its ``branch_info``, and the ``branch``
-of its record). :func:`rerun_branch_job` starts a branch's record again
-(``nbstream.rerun``). The run itself is made by :mod:`nbstream.generation`.
+``run.branch(step, token)`` (:class:`BranchesView`, a part of :class:`~nbstream.Generation`)
+asks :func:`branch_job` for the new run's job, settings and place; the new run keeps a
+:class:`BranchOrigin` (its ``branch_info``, and the ``branch`` of its record).
+:func:`rerun_branch_job` starts a branch's record again (``nbstream.rerun``). The run itself
+is made by :mod:`nbstream.generation`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from ._errors import input_checked
 from .backends.base import Backend, Job
 from .run_steps import check_step
 from .settings import validate_settings
 
-__all__ = ["BranchOrigin", "branch_job", "rerun_branch_job"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["BranchOrigin", "BranchesView", "branch_job", "rerun_branch_job"]
 
 
 class BranchOrigin:
@@ -172,3 +177,67 @@ def rerun_branch_job(
         raise ValueError("record is of a branch, which needs a local transformers model")
     job = backend.prepare(prompt, settings, prefix_ids=branch["prefix_ids"])
     return job, _origin_of(branch, ("step", "token", "parent_token"))
+
+
+class BranchesView:
+    """What if: a run's branches, the part of :class:`~nbstream.Generation` that makes them.
+
+    The run holds what a branch is made from (its backend, job, and where it began itself);
+    this class holds no state of its own.
+
+    Example:
+        >>> text = run.wait()
+        >>> branch = run.branch(0, run.trace[0].alternatives[1])
+        >>> branch.branch_info["step"]
+        0
+    """
+
+    _backend: Backend
+    _job: Job
+    _origin: BranchOrigin | None
+
+    @input_checked
+    def branch(self, step: int, token: Any, **settings: Any) -> Self:
+        """A new run that keeps this run's first ``step`` tokens, takes ``token``, goes on.
+
+        Returned at once, like :func:`~nbstream.stream`, with this run's settings (its seed too)
+        unless overridden. Its ``token_ids`` start with those ``step + 1`` tokens (they
+        count toward ``max_new_tokens``); its record names this run's as its parent, so
+        :func:`~nbstream.rerun` repeats it. On a server that continues an answer (see
+        :mod:`nbstream.backends.servers`), the answer so far goes as text
+        (``record["branch"]["prefix_text"]``).
+
+        Args:
+            step: Where the answer takes another token (0-based, into ``token_ids``).
+            token: A token id, or one of ``run.trace[step].alternatives`` (a text too, on
+                a server).
+            **settings: Override this run's settings for the branch.
+
+        Returns:
+            The branch: a new :class:`~nbstream.Generation`, started.
+
+        Raises:
+            RuntimeError: This run has not ended (wait for it, or stop it, first).
+            ValueError: A backend that cannot branch says why, before anything is sent.
+
+        Example:
+            >>> run = nbstream.stream(model, tokenizer, "Name a color.", alternatives=5)
+            >>> text = run.wait()
+            >>> other = run.trace[0].alternatives[1]       # the model's second choice
+            >>> branch = run.branch(0, other)
+            >>> branch.wait(); branch.token_ids[0] == other.id
+            True
+        """
+        job, clean, origin = branch_job(self, self._backend, self._job, step, token, settings)
+        # The run's own class makes the branch (this module is below nbstream.generation).
+        start: Callable[..., Self] = type(self)
+        return start(self._backend, job, clean, branch_of=origin)
+
+    @property
+    def branch_info(self) -> dict[str, Any] | None:
+        """Where a branch left its parent; ``None`` for a run not made by :meth:`branch`.
+
+        For a run made by :meth:`branch`: ``{"parent": the run, "step", "token", "parent_token",
+        "prefix_ids"}``.
+        """
+        return self._origin.info(self._job) if self._origin is not None else None

@@ -1,22 +1,29 @@
 """What an ended run leaves: its record (what reproduces it) and its recording (what it showed).
 
-:func:`run_record` builds ``run.record``; :func:`run_recording` builds
-``run.to_recording()``, which ``run.save(path)`` writes (see :mod:`nbstream.record` and
-:mod:`nbstream.recording` for the two formats).
+:class:`RecordView` is the part of :class:`~nbstream.Generation` that gives them:
+``run.record`` (built by :func:`run_record`), ``run.to_recording()`` (built by
+:func:`run_recording`), ``run.save(path)``, which writes it, and ``run.is_replay`` (see
+:mod:`nbstream.record` and :mod:`nbstream.recording` for the two formats).
 """
 
 from __future__ import annotations
 
+import copy
+import os
+import pathlib
 from typing import Any
 
 from . import recording
 from .backends.base import Backend, Job
-from .backends.replay import ReplayJob
+from .backends.replay import ReplayBackend, ReplayJob
 from .protocol import RunRecord
 from .record import build_record
+from .run_branches import BranchOrigin
+from .run_lifecycle import TERMINAL, RunLifecycle
+from .run_text import RunText
 from .streaming import TokenBuffer
 
-__all__ = ["run_record", "run_recording"]
+__all__ = ["RecordView", "run_record", "run_recording"]
 
 
 def run_record(
@@ -88,3 +95,97 @@ def run_recording(
             return source
         times = [token.time_s for token in source.tokens[:count]]
     return recording.from_run(run, pieces=pieces, times=times)
+
+
+class RecordView:
+    """A run's record and its recording: the part of :class:`~nbstream.Generation` that gives them.
+
+    Both exist once the run has ended. The run holds the state they are made from (its
+    backend, job, lifecycle, buffer and text); this class holds no state of its own.
+
+    Example:
+        >>> text = run.wait()
+        >>> run.record["status"], nbstream.load(run.save("hi.json")).text == text
+        ('complete', True)
+    """
+
+    _backend: Backend
+    _job: Job
+    _lifecycle: RunLifecycle
+    _buffer: TokenBuffer
+    _text: RunText
+    _origin: BranchOrigin | None
+    _record: RunRecord | None
+
+    @property
+    def record(self) -> RunRecord | None:
+        """What reproduces this run, once it has ended (any end state); ``None`` before.
+
+        A JSON-serializable dict: ``model``, ``prompt``, ``prompt_tokens``, ``settings``
+        (every setting in effect), ``seed`` (the one sampling used, drawn if none was
+        given), ``status``, ``metrics``, ``versions`` and more; see :mod:`nbstream.record`.
+        ``cancel_reason`` is :attr:`~nbstream.Generation.cancel_reason` (``None`` unless a
+        cancelled run's stop gave one). :func:`nbstream.rerun` starts the same run again
+        from it.
+
+        Example::
+
+            >>> run = nbstream.stream(model, tokenizer, "Hi", temperature=0.8)
+            >>> text = run.wait()
+            >>> nbstream.rerun(run.record, model, tokenizer).wait() == text
+            True
+        """
+        if self._lifecycle.status not in TERMINAL:
+            return None
+        record = self._record
+        if record is None:
+            # Built once, on first use, off the generating thread; whole before it is kept,
+            # as another reader may copy the kept one at any moment.
+            branch = self._origin.record(self._job) if self._origin is not None else None
+            record = run_record(self, self._backend, self._job, self._lifecycle.created_at, branch)
+            self._record = record
+        return copy.deepcopy(record)  # each caller may edit its own copy
+
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Write this run's recording: a JSON file that ``nbstream.replay`` plays again.
+
+        Args:
+            path: Where to write it (see :mod:`nbstream.recording` for the format).
+
+        Returns:
+            The path written.
+
+        Raises:
+            RuntimeError: The run has not ended.
+
+        Example:
+            >>> run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=10)
+            >>> text = run.wait()
+            >>> nbstream.load(run.save("hi.json")).text == text
+            True
+        """
+        return recording.save_run(self.to_recording(), path)
+
+    def to_recording(self) -> recording.Recording:
+        """This run's recording, in memory: what :meth:`save` writes (``ChatWidget.save`` too).
+
+        Returns:
+            A :class:`~nbstream.recording.Recording`, as ``nbstream.load`` reads it back.
+
+        Raises:
+            RuntimeError: The run has not ended.
+
+        Example:
+            >>> nbstream.replay(run.to_recording(), speed=None).wait() == run.result
+            True
+        """
+        if not self._lifecycle.done.is_set():
+            raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
+        life = self._lifecycle
+        start = life.started if life.started is not None else life.created
+        return run_recording(self, self._job, self._buffer, self._text.decoded, start)
+
+    @property
+    def is_replay(self) -> bool:
+        """Whether this run replays a recording (``nbstream.replay``), not a live model."""
+        return isinstance(self._backend, ReplayBackend)

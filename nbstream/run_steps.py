@@ -1,9 +1,9 @@
 """What a run knows about the model's steps: trace, logits, distribution, lens, attention.
 
-:class:`RunSteps` answers for one run, running or ended: ``run.trace``,
+:class:`StepsView` is the part of :class:`~nbstream.Generation` that asks: ``run.trace``,
 ``run.distribution(step)``, ``run.step_logits(step)``, ``run.lens(step)``,
-``run.attribution(step)`` and ``run.attention(step)`` are its methods, shown on
-:class:`~nbstream.Generation`. A forward pass it needs waits its turn in the model's queue
+``run.attribution(step)`` and ``run.attention(step)``. :class:`RunSteps` answers them for
+one run, running or ended. A forward pass it needs waits its turn in the model's queue
 (the lens, the attribution and the attention run beside a run instead: see
 :mod:`nbstream.lens`).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._errors import input_checked
 from .attention import Attention, AttentionUnavailable, attention_at
 from .backends.base import Backend, Job
 from .backends.local import LocalJob
@@ -23,7 +24,7 @@ from .run_text import RunText
 from .settings import validate_settings
 from .trace import RemoteTrace, TokenTrace, running_module
 
-__all__ = ["RunSteps", "check_step"]
+__all__ = ["RunSteps", "StepsView", "check_step"]
 
 
 def check_step(step: Any, length: int) -> int:
@@ -223,3 +224,173 @@ class RunSteps:
         turn = self._queue.turn if rope_moves(running_module(model)) else None
         ids = prompt + self._token_ids()
         return attention_at(model, job.backend.tokenizer, ids, len(prompt), step, turn=turn)
+
+
+class StepsView:
+    """A run's model steps: the part of :class:`~nbstream.Generation` that looks at them.
+
+    Each method reads a run that is still streaming as well as one that has ended, and
+    hands the work to the run's :class:`RunSteps`; this class holds no state of its own.
+
+    Example:
+        >>> run = nbstream.stream(model, tokenizer, "Hi", alternatives=3)
+        >>> text = run.wait()
+        >>> run.trace[0].rank, run.lens(0).ranks[-1], run.attention(0).layers
+    """
+
+    _steps: RunSteps
+
+    @property
+    def trace(self) -> list[TokenTrace] | RemoteTrace | None:
+        """One :class:`~nbstream.trace.TokenTrace` per generated token so far, or ``None``.
+
+        ``None`` unless the run was started with ``alternatives=k`` (k > 0). A snapshot:
+        readable while the run streams and after any end (a stopped run keeps the trace of
+        the tokens it made); ``trace[i].id == token_ids[i]``. Each record has ``id``,
+        ``text``, ``logprob`` (the model's own, from the raw logits), ``alternatives`` (the
+        top k as ``(id, text, logprob)``, best first), ``cut`` and ``rank``: see
+        :mod:`nbstream.trace`. On a server (:class:`~nbstream.Endpoint`) it is a
+        :class:`~nbstream.trace.RemoteTrace` of what the server sent: no token ids, and
+        ``run.trace.incomplete`` says why when it stops short of the text.
+
+        Example::
+
+            >>> run = nbstream.stream(model, tokenizer, "Hi", alternatives=3, temperature=0.8)
+            >>> text = run.wait()
+            >>> steps = [(step.text, round(step.prob, 2), step.rank) for step in run.trace]
+        """
+        return self._steps.trace()
+
+    @input_checked
+    def distribution(
+        self,
+        step: int,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        *,
+        logits: Any = None,
+    ) -> Distribution:
+        """What the sampling sliders do at ``step``.
+
+        The model's next-token distribution there, then after each logits processor the run applied,
+        in transformers' order (penalties, bans, then temperature, top-k, top-p and any other filter
+        of the model's generation config; ``d.stages`` names them; see
+        :mod:`nbstream.distribution`).
+
+        A value left ``None`` is the run's own (a greedy run's temperature is 0); pass
+        ``top_k=0`` or ``top_p=1.0`` to turn a filter off. Computed exactly, with one
+        forward pass on the calling thread, which waits its turn in the model's queue.
+        Needs a local model.
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+            temperature: The temperature to try; ``None`` for the run's.
+            top_k: The top-k to try; ``None`` for the run's, 0 for off.
+            top_p: The top-p to try; ``None`` for the run's, 1.0 for off.
+            logits: ``run.step_logits(step)``, to ask about one step several times with
+                one forward pass.
+
+        Returns:
+            A :class:`~nbstream.distribution.Distribution`.
+
+        Example:
+            >>> d = run.distribution(3, temperature=0.7, top_p=0.9)
+            >>> d.kept("top_p"), float(d.probs["top_p"].sum())
+            (4, 1.0)
+            >>> print(d.describe())
+            >>> logits = run.step_logits(3)      # one forward pass, then any number of views
+            >>> [run.distribution(3, temperature=t, logits=logits).kept("top_p") for t in (0.5, 2)]
+        """
+        return self._steps.distribution(step, temperature, top_k, top_p, logits)
+
+    @input_checked
+    def step_logits(self, step: int) -> Any:
+        """The model's raw next-token logits at ``step``, recomputed exactly.
+
+        One forward pass of the prompt and the tokens before ``step``, waiting its turn in
+        the model's queue as a run does. Give it to :meth:`distribution` (``logits=``) to
+        try many settings on one step. Needs a local model.
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            A 1-D float tensor over the vocabulary, on the CPU.
+        """
+        return self._steps.step_logits(step)
+
+    @input_checked
+    def lens(self, step: int) -> Lens:
+        """What each layer of the model would have said at ``step``: the logit lens.
+
+        One forward pass on the calling thread, beside any run of the model (it never waits for
+        the run, nor delays its Stop). See :mod:`nbstream.lens`.
+
+        Args:
+            step: The step (0-based, into ``token_ids``); the run may still be going.
+
+        Returns:
+            A :class:`~nbstream.lens.Lens`: ``probs``, ``ranks``, ``top(layer, n)``, ``describe()``.
+
+        Raises:
+            LensUnavailable: A run on a server, a replayed recording, an unknown model family, or
+                a step the run does not have.
+
+        Example:
+            >>> lens = run.lens(3)
+            >>> lens.probs[-1] == run.trace[3].prob  # the trace's own number
+            >>> print(lens.describe())
+        """
+        return self._steps.lens(step)
+
+    @input_checked
+    def attribution(self, step: int) -> Attribution:
+        """Each earlier token's share of the push toward the token at ``step``.
+
+        Signed gradient · input on the input embeddings (one forward and one backward pass,
+        beside any run of the model, as :meth:`lens`). See :mod:`nbstream.lens` for the method
+        and its limits.
+
+        Args:
+            step: The step (0-based, into ``token_ids``).
+
+        Returns:
+            An :class:`~nbstream.lens.Attribution`: ``tokens``, ``shares`` (signed; sizes sum to 1).
+
+        Raises:
+            LensUnavailable: As :meth:`lens`.
+
+        Example:
+            >>> attr = run.attribution(3)
+            >>> print(attr.describe())
+        """
+        return self._steps.attribution(step)
+
+    @input_checked
+    def attention(self, step: int) -> Attention:
+        """Where the token at ``step`` looked: every layer's and head's attention weights.
+
+        Exactly transformers' eager attention (``output_attentions=True``) from the position
+        that chose the token, over every position before it, on the model's own weights (an
+        SDPA model is not reloaded). One forward pass beside any run of the model, as
+        :meth:`lens`. See :mod:`nbstream.attention`.
+
+        Args:
+            step: The step (0-based, into ``token_ids``); the run may still be going.
+
+        Returns:
+            An :class:`~nbstream.attention.Attention`: ``weights`` (layers × heads ×
+            positions), ``layer(i)``, ``head(i, j)``, ``tokens``, ``top(layer, n)``,
+            ``describe()``.
+
+        Raises:
+            AttentionUnavailable: A run on a server, a replayed recording, an unknown model
+                family, an offloaded model, or a step the run does not have.
+
+        Example:
+            >>> seen = run.attention(3)
+            >>> seen.weights.shape  # (layers, heads, positions)
+            >>> print(seen.describe())
+        """
+        return self._steps.attention(step)
