@@ -226,8 +226,7 @@ class CompareColumn(StreamWidget):
             self._created = slot["created"]
             self._real = dict(slot["real"])
             # The views' token pieces come from the model's own tokenizer.
-            self._feed._tokenizer = self._tokenizer
-            self._feed._pieces = None
+            self._feed.use_tokenizer(self._tokenizer)
             self._explainer.close()
             self._explainer = self._make_explainer()
             for trait, value in slot["panel"].items():

@@ -9,7 +9,8 @@ messages (offset, text, live counters, ``done`` once the answer starts or the ru
 the same frames as the answer's deltas, and the ``reset`` carries the thinking sent so far.
 A run that does not think sends none of it. The messages are defined in ``PROTOCOL.md``;
 the widget decides what its traits say (through the two callbacks), the feed decides what
-crosses the wire and when.
+crosses the wire and when. The tokens for the teaching views are its
+:class:`~.feed_tokens.TokenFeed`'s.
 
 Everything the feed writes, and every decision whether a run is still the current one,
 happens under the widget's lock, which the widget also holds when it starts a run: a
@@ -23,9 +24,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from .._tokens import TokenPieces, server_token_entries, token_entries
 from ..generation import TERMINAL, Generation
 from ..protocol import (
     DeltaMessage,
@@ -34,11 +34,8 @@ from ..protocol import (
     ResetMessage,
     ThinkingCounters,
     ThinkingState,
-    TokenEntry,
-    TokensMessage,
 )
-from ..streaming import DECODE_OPTIONS
-from ..trace import RemoteTrace
+from .feed_tokens import TokenFeed, TokenOptions
 
 __all__ = ["FRAME_RATE", "VIEW_THREAD_PREFIX", "RunFeed", "thinking_state", "view_threads"]
 
@@ -66,9 +63,6 @@ StateHook = Callable[[Generation, int, str], None]
 EndHook = Callable[[Generation, int], None]
 #: Called without the lock after any followed run has ended (``on_complete`` callbacks).
 AfterHook = Callable[[Generation], None]
-#: What the teaching views need now: ``None`` while no token view is on (nothing about
-#: tokens is sent), else whether the candidates (alternatives) are shown.
-TokenOptions = Callable[[], bool | None]
 
 
 @dataclass
@@ -107,8 +101,6 @@ class RunFeed:
         self._lock = lock
         self._send = send
         self._is_open = is_open
-        self._tokenizer = tokenizer
-        self._token_options = token_options
         self._on_state = on_state
         self._on_end = on_end
         self._after_end = after_end
@@ -118,15 +110,15 @@ class RunFeed:
         # Characters of the current run's text already sent as deltas: a reset carries
         # exactly that much.
         self._sent = 0
-        # Tokens of the current run already sent in "tokens" messages (while a view is on).
-        self._tokens_sent = 0
-        self._pieces: TokenPieces | None = None
+        # The tokens, for the teaching views (and how many of the current run's were sent).
+        self._tokens = TokenFeed(
+            send=send, is_open=is_open, tokenizer=tokenizer, token_options=token_options
+        )
         # The current run's thinking already sent: its characters, and the last thinking
         # message's counters (None: none sent, the run has not thought): a reset carries
         # exactly that.
         self._thinking_sent = 0
         self._thinking_last: ThinkingCounters | None = None
-        self._answer_counts: dict[int, tuple[Generation, int]] = {}
 
     # -- what the widget calls ---------------------------------------------------------------
     def follow(self, run: Generation, run_id: int, status: str) -> None:
@@ -137,7 +129,7 @@ class RunFeed:
         """
         self._run, self._run_id = run, run_id
         self._sent = 0
-        self._tokens_sent = 0
+        self._tokens.sent = 0
         self._thinking_sent, self._thinking_last = 0, None
         self._thread = threading.Thread(
             target=self._follow,
@@ -152,8 +144,17 @@ class RunFeed:
         with self._lock:
             self._run, self._run_id = None, run_id
             self._sent = 0
-            self._tokens_sent = 0
+            self._tokens.sent = 0
             self._thinking_sent, self._thinking_last = 0, None
+
+    def use_tokenizer(self, tokenizer: Any) -> None:
+        """The tokens' texts come from ``tokenizer`` from now on (a column serving another model).
+
+        Args:
+            tokenizer: The new model's tokenizer.
+        """
+        with self._lock:
+            self._tokens.use_tokenizer(tokenizer)
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -192,10 +193,7 @@ class RunFeed:
         with self._lock:
             run, run_id = self._run, self._run_id
             if have["run_id"] != run_id or have["text"] > self._sent:
-                out: list[Any] = [self._reset_message(view)]
-                if self._token_options() is not None:
-                    out += [self._tokens_message(r, i, 0)[0] for i, r in runs]
-                return out
+                return [self._reset_message(view), *self._tokens.all_messages(runs)]
             if run is None:
                 return []
             return self._pull_run(run, run_id, have)
@@ -212,21 +210,14 @@ class RunFeed:
         if have["text"] < self._sent or active:
             # While the run is active an empty one still brings the metrics line's counters.
             out.append(self._delta_message(run, run_id, have["text"], run.partial_text))
-        if self._token_options() is not None:
-            start = have["tokens"] if have["tokens"] <= _token_count(run) else 0
-            if start < _token_count(run) or start == 0 < have["tokens"]:
-                out.append(self._tokens_message(run, run_id, start)[0])
-        return out
+        return out + self._tokens.pull(run, run_id, have["tokens"])
 
     def send_all_tokens(self, runs: list[tuple[int, Generation]]) -> None:
         """Every run's tokens in full (a view turned on, or a view synced)."""
-        if self._token_options() is None or not self._is_open():
+        if not self._tokens.shown() or not self._is_open():
             return
         with self._lock:
-            for run_id, run in runs:
-                sent = self._send_tokens(run, run_id, 0)
-                if run_id == self._run_id:
-                    self._tokens_sent = sent
+            self._tokens.send_all(runs, self._run_id)
 
     # -- the view thread ---------------------------------------------------------------------
     def _follow(self, run: Generation, run_id: int, status: str) -> None:
@@ -245,7 +236,7 @@ class RunFeed:
                 # character, text held back while it may start a stop string).
                 if (
                     len(text) > cursor.sent
-                    or self._tokens_behind(run, run_id)
+                    or (run_id == self._run_id and self._tokens.behind(run))
                     or _thinking_behind(
                         thinking, cursor.thought, cursor.thought_done, bool(text) or finished
                     )
@@ -305,7 +296,7 @@ class RunFeed:
                 if len(text) > cursor.sent:
                     self._send_delta(run, run_id, cursor.sent, text[cursor.sent :])
                     self._sent = len(text)
-                self._send_new_tokens(run, run_id)
+                self._tokens.send_new(run, run_id)
         cursor.sent = len(text)
         cursor.last_frame = time.perf_counter()
         return finished
@@ -315,7 +306,7 @@ class RunFeed:
         with self._lock:
             if run_id == self._run_id:
                 try:
-                    self._mark_stop_tokens(run, run_id)
+                    self._tokens.mark_stop(run, run_id)
                 except Exception:  # never at the cost of the end state below
                     logger.exception("nbstream: marking the stop string's tokens failed")
                 try:
@@ -383,128 +374,6 @@ class RunFeed:
             # Rounded: the metrics line shows tenths, and every byte here is per frame.
             "elapsed_s": None if elapsed is None else round(elapsed, 2),
         }
-
-    # -- tokens, for the teaching views ---------------------------------------------------
-    def _tokens_behind(self, run: Generation, run_id: int) -> bool:
-        """Whether the views should get tokens of ``run`` they have not had yet."""
-        if self._token_options() is None or run_id != self._run_id:
-            return False
-        return _token_count(run) > self._tokens_sent
-
-    def _send_tokens(self, run: Generation, run_id: int, start: int) -> int:
-        """Send ``run``'s tokens from ``start`` on; returns how many the views now have.
-
-        ``start`` 0: the views replace their list, even with an empty one. With a trace, only tokens
-        whose records exist are sent (a record is made before its token is read).
-        """
-        message, stop = self._tokens_message(run, run_id, start)
-        if stop > start or start == 0:
-            self._send(message)
-        return max(stop, start)
-
-    def _tokens_message(
-        self, run: Generation, run_id: int, start: int
-    ) -> tuple[TokensMessage, int]:
-        """``run``'s tokens from ``start`` on, and how many the views then have."""
-        trace = run.trace
-        if isinstance(trace, RemoteTrace):
-            return self._server_tokens_message(trace, run_id, start)
-        ids = run.token_ids
-        stop = len(ids) if trace is None else min(len(ids), len(trace))
-        stop = max(stop, start)
-        if self._pieces is None:
-            self._pieces = TokenPieces(self._tokenizer)
-        with_alternatives = bool(self._token_options())
-        tokens = token_entries(self._pieces, ids, trace, start, stop, with_alternatives)
-        answer = self._answer_tokens(run, ids)
-        if answer is not None:
-            for index, entry in enumerate(tokens, start):
-                entry.append(index >= answer)
-        message: TokensMessage = {
-            "type": "tokens",
-            "run_id": run_id,
-            "offset": start,
-            "tokens": cast("list[TokenEntry]", tokens),
-        }
-        thinking = run.metrics["thinking_tokens"]
-        if thinking is not None:
-            # A reasoning model's: its first `thinking` tokens (tags included) are thinking.
-            message["thinking"] = thinking
-        return message, stop
-
-    def _server_tokens_message(
-        self, trace: RemoteTrace, run_id: int, start: int
-    ) -> tuple[TokensMessage, int]:
-        """A server run's tokens from ``start`` on, from its trace (it has no token ids).
-
-        The records the server sent so far, and how many the views then have.
-        """
-        stop = max(len(trace), start)
-        tokens = server_token_entries(trace, start, stop, bool(self._token_options()))
-        entries = cast("list[TokenEntry]", tokens)
-        return {"type": "tokens", "run_id": run_id, "offset": start, "tokens": entries}, stop
-
-    def _answer_tokens(self, run: Generation, ids: list[int]) -> int | None:
-        """How many tokens made the answer of a run that ended at a stop string, else None.
-
-        The text is cut before the stop string, but the tokens that made it were generated:
-        the views show them marked. Found once per run by bisecting on the decoded length.
-        """
-        if not run.done or run.metrics.get("finish_reason") != "stop" or not ids:
-            return None  # (no ids: a server's run, which the server itself cut at its stop)
-        cached = self._answer_counts.get(id(run))
-        if cached is not None and cached[0] is run:
-            return cached[1]
-        # The most tokens whose text stays within the answer (a token that holds the
-        # answer's last characters and the stop string's first is the stop string's).
-        target = len(run.partial_text)
-        # A reasoning model's answer comes after its thinking tokens and the blank text
-        # between the two (neither is in the answer).
-        first = run.metrics["thinking_tokens"] or 0
-        low, high = first, len(ids)
-        while low < high:
-            middle = (low + high + 1) // 2
-            text = self._tokenizer.decode(ids[first:middle], **DECODE_OPTIONS)
-            if len(text.lstrip() if first else text) <= target:
-                low = middle
-            else:
-                high = middle - 1
-        self._answer_counts = {id(run): (run, low)}  # one run at a time is enough
-        return low
-
-    def _mark_stop_tokens(self, run: Generation, run_id: int) -> None:
-        """A run that ended at a stop string: the views get its tokens again.
-
-        Those that made the stop string are marked. Lock held.
-        """
-        if (
-            self._token_options() is not None
-            and self._is_open()
-            and self._answer_tokens(run, run.token_ids) is not None
-        ):
-            self._tokens_sent = self._send_tokens(run, run_id, 0)
-
-    def _send_new_tokens(self, run: Generation, run_id: int) -> None:
-        """The current run's tokens the views have not had (lock held)."""
-        if self._token_options() is None or not self._is_open():
-            return
-        if self._tokens_sent == 0 and not _token_count(run):
-            return  # nothing yet (an offset-0 message would be a needless replace)
-        self._tokens_sent = self._send_tokens(run, run_id, self._tokens_sent)
-
-
-def _token_count(run: Generation) -> int:
-    """How many tokens of ``run`` the views can list.
-
-    Its ids, or, on a server (no ids), the records of its trace. Asked on every tick of the feed: a
-    local run's count is its ids alone (reading its trace would build records, moving rows off the
-    model's device).
-    """
-    ids = run.token_ids
-    if ids:
-        return len(ids)
-    trace = run.trace
-    return len(trace) if isinstance(trace, RemoteTrace) else 0
 
 
 def _thinking_behind(thinking: str | None, sent: int, done_sent: bool, done: bool) -> bool:
