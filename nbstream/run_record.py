@@ -101,7 +101,7 @@ class RecordView:
     """A run's record and its recording: the part of :class:`~nbstream.Generation` that gives them.
 
     Both exist once the run has ended. The run holds the state they are made from (its
-    backend, job, lifecycle, buffer and text); this class holds no state of its own.
+    backend, job, lifecycle, buffer and text), and keeps the record once it is built.
 
     Example:
         >>> text = run.wait()

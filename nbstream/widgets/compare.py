@@ -15,46 +15,41 @@ This module composes the parts, each in a module named for what it holds:
 :mod:`~nbstream.widgets.compare_header` (the header: traits, page messages, summary),
 :mod:`~nbstream.widgets.lineup` (which model each column runs this round, its heading, the
 votes), :mod:`~nbstream.widgets.blind` (a blind round's rules),
-:mod:`~nbstream.widgets.divergence` (where the columns part, and its marks) and
-:mod:`~nbstream.widgets.compare_records` (the runs, saved files and text copy).
+:mod:`~nbstream.widgets.divergence` (where the columns part, and its marks),
+:mod:`~nbstream.widgets.compare_records` (the runs, saved files and text copy),
+:mod:`~nbstream.widgets.compare_runs` (the columns made and run together, the shared seed)
+and :mod:`~nbstream.widgets.compare_view` (the header kept in step, the saved output).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import threading
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ipywidgets
-import traitlets
 
 from .._errors import input_checked
-from ..generation import Generation, GenerationError
+from ..generation import Generation
 from ..protocol import RunRecord
-from ..settings import validate_settings
 from .blind import HIDDEN_ERROR, HIDDEN_LENS, HIDDEN_RUN, LABELS
 from .compare_args import DEFAULT_SETTINGS, check_arguments, check_models, named_settings
 from .compare_args import MAX_COLUMNS as MAX_COLUMNS
 from .compare_args import MIN_COLUMNS as MIN_COLUMNS
-from .compare_column import WIDGET_KEYS, CompareColumn, EveryColumn, check_ready
+from .compare_column import WIDGET_KEYS, CompareColumn, EveryColumn
 from .compare_column import describe_settings as describe_settings
-from .compare_header import CompareHeader, summary_line
-from .compare_models import ModelLoadFailed, column_model, model_name, recorded_prompt
+from .compare_header import CompareHeader
+from .compare_models import ModelLoadFailed, column_pairs, model_name
 from .compare_records import Runs as Runs
-from .compare_records import compare_index, fallback, save_runs
-from .display import Bundle, FallbackDisplay, shown_by_widget
-from .divergence import DivergenceMarks, TextDivergence
+from .compare_runs import RunAll
+from .compare_view import CompareView
+from .divergence import TextDivergence
 from .divergence import divergence_words as divergence_words
 from .divergence import divergence_words_by_model as divergence_words_by_model
 from .divergence import text_divergence as text_divergence
 from .divergence import text_divergence_words as text_divergence_words
-from .lineup import Lineup
 from .stream import StreamWidget
 
 __all__ = [
@@ -72,21 +67,9 @@ __all__ = [
 # Also importable from here, as before the split (imported "as" themselves above):
 # MIN_COLUMNS, MAX_COLUMNS, Runs, describe_settings and the divergence functions.
 
-logger = logging.getLogger(__name__)
-
 # The traits every anywidget has, shown as they are while a round is hidden (a test reads
 # them here, where they were defined before the split).
 _WIDGET_KEYS = WIDGET_KEYS
-# After a KeyboardInterrupt in wait(), how long to wait for the stopped runs to end.
-_INTERRUPT_GRACE_S = 10.0
-
-
-def _draw_seed() -> int:
-    # As the engine draws a sampled run's seed: from torch's global generator (so
-    # torch.manual_seed(n) before generate() still decides it), below 2**32 (exact in JSON).
-    from ..backends.local import draw_seed
-
-    return draw_seed()
 
 
 # The page knows a widget by its class's module and name (its ``_anywidget_id``), which
@@ -163,117 +146,33 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     ) -> None:
         # Everything is checked before any widget (or thread) exists.
         specs, settings = check_models(model, tokenizer, models, settings, blind)
-        columns, merged, views, same_seed = check_arguments(
-            prompt, settings, same_seed, seed, common
+        own, merged, views, same_seed = check_arguments(prompt, settings, same_seed, seed, common)
+        pairs, prompt = column_pairs(model, tokenizer, specs, len(own), prompt)
+        # The columns, made and run together: which model each runs this round (the lineup),
+        # where they part (the marks), the shared seed, their saved runs.
+        self._runs = RunAll(
+            pairs, lambda: self.same_seed, by_model=models is not None, blind=blind, seed=seed
         )
-        from ..models import model_and_tokenizer
-
-        if specs is None:
-            pairs = [model_and_tokenizer(model, tokenizer)] * len(columns)
-        else:
-            pairs = [column_model(spec) for spec in specs]
-            prompt = prompt or recorded_prompt(pairs)
-        self._init_state(seed)
-        self._columns: list[_Column] = []
-        self._lineup = Lineup(
-            pairs,
-            self._columns,
-            self._view_lock,
-            self._lettered,
-            by_model=models is not None,
-            blind=blind,
-        )
+        self._columns, self._lineup = self._runs.columns, self._runs.lineup
         try:
-            for (m, t), own, clean in zip(pairs, columns, merged, strict=True):
-                self._columns.append(self._make_column(m, t, own, clean, views, prompt))
-            self._make_parts(prompt, same_seed, blind)
+            self._runs.make(_Column, pairs, own, merged, views, prompt)
+            # The header, kept in step with the columns, and the saved output.
+            self._view = CompareView(
+                _Header,
+                self._runs,
+                prompt=prompt,
+                same_seed=same_seed,
+                blind=blind,
+                owner=self,
+                live=super()._repr_mimebundle_,
+            )
         except BaseException:
-            for column in self._columns:
-                column.close()
+            self._runs.close()
             raise
-        # Each model's column as created: a blind round hands them out anew.
-        self._lineup.take_slots()
-        self._marks = DivergenceMarks(
-            self._columns,
-            self._view_lock,
-            pairs[0][1],  # the words of where the columns part
-            one_model=self._lineup.one_model,
-            replays=self._lineup.replays,
-        )
-        self._wire()
+        self._header, self._row = self._view.header, self._view.row
         super().__init__([self._header, self._row])
         self.add_class("nbstream-compare-widget")
-        self._closing = False
-        self._lineup.relabel()
-        self._refresh()
-
-    def _make_parts(self, prompt: str, same_seed: bool, blind: bool) -> None:
-        """The header and the row of columns (left to right: A, B, C)."""
-        self._header = _Header(
-            prompt=prompt,
-            same_seed=same_seed,
-            blind=blind,
-            voting=self._lettered(),
-            statuses=[c.status for c in self._columns],
-            in_run_all=[c.in_run_all for c in self._columns],
-        )
-        self._row = ipywidgets.HBox(
-            self._columns,
-            layout=ipywidgets.Layout(flex_flow="row wrap", align_items="stretch"),
-        )
-        self._row.add_class("nbstream-compare-columns")
-
-    def _init_state(self, seed: int | None) -> None:
-        self._seed = seed
-        self._shared_seed: int | None = seed
-        # True until the widget is complete (and again once closed): close() does nothing.
-        self._closing = True
-        # Serializes generate() (stop() takes no lock: stopping twice is harmless). Never held
-        # while a column's traits change (their observers take _view_lock), so a column
-        # ending during generate() cannot deadlock it.
-        self._run_lock = threading.Lock()
-        self._view_lock: threading.RLock = threading.RLock()
-        self._output = FallbackDisplay(self._view_lock, "nbstream-compare")
-
-    def _make_column(
-        self,
-        model: Any,
-        tokenizer: Any,
-        own: dict[str, Any],
-        clean: dict[str, Any],
-        views: dict[str, bool],
-        prompt: str,
-    ) -> _Column:
-        lineup = self._lineup
-        column = _Column(model, tokenizer, own, self._hidden, **clean)
-        for name, value in views.items():
-            setattr(column, name, value)
-        column.join(
-            shared_seed=self._seed_for_run,
-            dress=lineup.dress,
-            covered_caps=lineup.covered_caps,
-            note=lineup.note,
-        )
-        column.prompt = prompt
-        column.label = column.describe()
-        column.show_prompt = False
-        column.add_class("nbstream-column")
-        column.layout = ipywidgets.Layout(flex="1 1 240px", min_width="220px")
-        return column
-
-    def _wire(self) -> None:
-        """Connect the header and the columns (after every part exists)."""
-        self._header.answer(self)
-        for column in self._columns:
-            # The shared prompt is every column's prompt, so a column's own Run uses it.
-            traitlets.dlink((self._header, "prompt"), (column, "prompt"))
-            # status: a run starts or ends; run_id: also another answer shown (show(i), a
-            # show_branch click), whose status is often the same ("complete"), yet whose
-            # tokens, and so where the columns part, are not.
-            column.observe(self._column_changed, names=["status", "run_id", "in_run_all"])
-            column.observe(self._column_closed, names=["comm"])
-        self._header.observe(self._column_changed, names=["same_seed"])
-        self._header.observe(self._blind_changed, names=["blind"])
+        self._view.open()
 
     # -- Python API ---------------------------------------------------------------------------
     @property
@@ -292,14 +191,11 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     @property
     def prompt(self) -> str:
         """The shared prompt (the header's box; two-way)."""
-        value: str = self._header.prompt
-        return value
+        return str(self._header.prompt)
 
     @prompt.setter
     def prompt(self, value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"prompt must be a string, got {type(value).__name__}")
-        self._header.prompt = value
+        self._view.set_box("prompt", value)
 
     @property
     def same_seed(self) -> bool:
@@ -308,26 +204,21 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @same_seed.setter
     def same_seed(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"same_seed must be True or False, got {value!r}")
-        self._header.same_seed = value
+        self._view.set_box("same_seed", value)
 
     @property
     def seed(self) -> int | None:
         """The shared seed given (None: one is drawn at each ``generate()`` while ``same_seed``)."""
-        return self._seed
+        return self._runs.seed
 
     @seed.setter
     def seed(self, value: int | None) -> None:
-        if value is not None:
-            validate_settings({"seed": value})
-        self._seed = value
-        self._shared_seed = value
+        self._runs.seed = value
 
     @property
     def shared_seed(self) -> int | None:
         """The seed the last ``generate()`` gave the sampled columns; None without same seed."""
-        return self._shared_seed if self.same_seed else None
+        return self._runs.shared_seed
 
     @property
     def statuses(self) -> list[str]:
@@ -350,7 +241,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         :class:`TextDivergence` (the first character where the answers differ, and each
         column's token there). While columns stream, only what each of them has reached counts.
         """
-        return self._marks.find()
+        return self._runs.marks.find()
 
     @property
     def records(self) -> list[RunRecord | None]:
@@ -378,9 +269,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     @blind.setter
     def blind(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"blind must be True or False, got {value!r:.80}")
-        self._header.blind = value
+        self._view.set_box("blind", value)
 
     @property
     def labels(self) -> list[str]:
@@ -393,7 +282,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
 
         Every count is 0 before one is cast, e.g. ``{"A": 2, "B": 1, "tie": 1}``.
         """
-        with self._view_lock:
+        with self._runs.lock:
             return dict(self._lineup.rounds.votes)
 
     @property
@@ -429,10 +318,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             >>> cw.vote("tie")
             {'A': 0, 'B': 1, 'tie': 1}
         """
-        with self._view_lock:
-            votes = self._lineup.rounds.vote(label, self._lineup.going())
-        self._refresh()
-        return votes
+        return self._view.vote(label)
 
     def reveal(self) -> dict[str, str]:
         """Show which model (and settings) each label was; final for the round.
@@ -448,12 +334,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             >>> cw.reveal()
             {'A': 'SmolLM2-135M-Instruct · temperature 0.7', 'B': 'SmolLM2-135M-Instruct'}
         """
-        with self._view_lock:
-            self._lineup.rounds.reveal()
-            mapping = self._lineup.mapping()
-        self._lineup.relabel()
-        self._refresh()
-        return mapping
+        return self._view.reveal()
 
     def save(self, path: str | os.PathLike[str]) -> list[Path]:
         """Save every column's last run as a recording, and every round's votes, in a folder.
@@ -482,35 +363,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
             >>> replayed = nbstream.CompareWidget(models=[nbstream.load(p) for p in paths])
             >>> board = nbstream.arena("votes/*")
         """
-        with self._view_lock:
-            if self._hidden():
-                raise RuntimeError(
-                    "this blind round is hidden: its files would say which column was which "
-                    "model; Reveal (cw.reveal()) first, then save"
-                )
-            runs = self._lineup.runs_by_model()
-            rounds = self._lineup.saved_rounds()
-        return save_runs(runs, path, index=compare_index(self.prompt, self.model_names, rounds))
-
-    def _lettered(self) -> bool:
-        """Whether the columns carry letters (and the header votes): models, or blind."""
-        by_model = self._lineup.by_model
-        return by_model or bool(self.__dict__.get("_header") and self._header.blind)
-
-    def _hidden(self) -> bool:
-        """Whether the columns hide what they run: blind, and the round not revealed."""
-        return self._lineup.hidden
-
-    def _blind_changed(self, change: dict[str, Any]) -> None:
-        with self._view_lock:
-            rounds = self._lineup.rounds
-            rounds.blind = bool(change["new"])
-            reveals = not change["new"] and rounds.round_blind and not rounds.revealed
-        if reveals:
-            self.reveal()  # turning blind off during a blind round shows which was which
-            return
-        self._lineup.relabel()
-        self._refresh()
+        return self._runs.save(path, self.prompt)
 
     @input_checked
     def generate(self, prompt: str | None = None, **settings: Any) -> Runs:
@@ -540,36 +393,7 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         """
         if settings:
             named_settings("the settings given to generate()", settings)
-        with self._run_lock:
-            if prompt is not None:
-                self.prompt = prompt
-            text = self.prompt
-            check_ready(text, self._columns)
-            if self.same_seed:
-                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
-            self._lineup.new_round()
-            # Every column first, then the runs: the header counts them all from the start.
-            for column in self._columns:
-                column.set_in_run_all(True)
-            runs: list[Generation] = []
-            try:
-                for column in self._columns:
-                    runs.append(column.generate_in_run_all(text, **settings))
-            except BaseException as exc:
-                # All or nothing: a column that cannot start stops those already started.
-                for run in reversed(runs):
-                    run.stop()
-                for column in self._columns[len(runs) :]:
-                    column.set_in_run_all(False)  # not part of this Run all after all
-                for kind in (TypeError, ValueError, RuntimeError):
-                    if isinstance(exc, kind):
-                        raise kind(f"column {len(runs) + 1}: {exc}") from exc
-                raise
-            self._header.input_error = ""
-            for run in runs:
-                # The columns are shown inside this widget, never on their own.
-                shown_by_widget(run, self._output)
-            return Runs(runs, self._hidden)
+        return self._view.run_all(prompt, settings)
 
     def run(self, prompt: str | None = None, **settings: Any) -> list[Generation]:
         """Deprecated: :meth:`generate` (warns ``DeprecationWarning``).
@@ -608,61 +432,21 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
         Example:
             >>> texts = cw.wait()
         """
-        started = [(column, column.run) for column in self._columns if column.run is not None]
-        if not started:
-            raise RuntimeError("nothing to wait for: call generate() first")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            for column, run in started:
-                assert run is not None
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not run.wait_done(left):
-                    states = ", ".join(self.statuses)
-                    raise TimeoutError(
-                        f"the columns are still running after {timeout} s ({states}); they go "
-                        "on (call stop() to cancel them)"
-                    )
-                # Let the column publish its end state, so that status agrees on return.
-                with contextlib.suppress(GenerationError):
-                    column.wait(0)
-            # The marks of where the columns part, started by the last column's end: their
-            # forward pass is work on the model, done before wait() returns (a script that
-            # ends here must not end under it: torch aborts the process).
-            for thread in self._marks.threads():
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except KeyboardInterrupt:
-            self.stop()
-            for _column, run in started:
-                assert run is not None
-                run.wait_done(_INTERRUPT_GRACE_S)
-            raise
-        return self.results
+        return self._runs.wait(timeout)
 
     def stop(self) -> bool:
         """Stop every column: queued ones are withdrawn, the running one halts.
 
         Returns True if any column had a run to stop.
         """
-        stopped = False
-        # Right to left: queued columns leave the line before the running one lets go of
-        # the model, so none of them starts only to be stopped.
-        for column in reversed(self._columns):
-            stopped = column.stop() or stopped
-        return stopped
+        return self._runs.stop()
 
     def close(self) -> None:
         """Stop every column and close the widget: its columns, header and views."""
-        # getattr: Widget.__del__ calls close() also when __init__ raised before anything
-        # was created.
-        if getattr(self, "_closing", True):
-            return
-        self._closing = True
-        self.stop()
-        for column in self._columns:
-            column.close()
-        self._header.close()
-        self._row.close()
-        super().close()
+        # Widget.__del__ calls close() also when __init__ raised before anything was made.
+        view: CompareView | None = self.__dict__.get("_view")
+        if view is not None and view.close():
+            super().close()
 
     # -- teaching views, on every column ------------------------------------------------------
     show_tokens = EveryColumn("show_tokens")
@@ -672,92 +456,25 @@ class CompareWidget(ipywidgets.VBox):  # type: ignore[misc]
     show_alternatives = EveryColumn("show_alternatives")
     """Every column shows a token's alternatives (setting it sets every column's)."""
 
-    # -- the header and the columns -----------------------------------------------------------
-    def _seed_for_run(self) -> int | None:
-        """The seed a sampled column's run gets while same seed is on (drawn once if needed)."""
-        if not self.same_seed:
-            return None
-        with self._view_lock:
-            if self._shared_seed is None:
-                self._shared_seed = self._seed if self._seed is not None else _draw_seed()
-            return self._shared_seed
-
     # The header answers the page's messages; tests/test_protocol.py reads the kinds it
     # answers through this name, kept from before the header had a module of its own.
     _handle_header_message = staticmethod(CompareHeader.handle_page_message)
 
-    def _column_changed(self, change: dict[str, Any]) -> None:
-        # A column's state, or the Same seed checkbox: the header's summary follows.
-        self._refresh()
-        if change.get("name") in ("status", "run_id"):
-            self._marks.mark(change.get("owner"))
-
-    def _column_closed(self, change: dict[str, Any]) -> None:
-        # A column closed from elsewhere: its cell ran again (the new widgets close the old
-        # ones), or its output was cleared. With every column gone, so is the comparison.
-        closed = all(column.comm is None for column in self._columns)
-        if change["new"] is None and closed and not self._closing:
-            logger.debug("every column of a CompareWidget closed; closing it")
-            self.close()
-
-    def _refresh(self) -> None:
-        """Show the columns' states in the header, and in the saved output (any thread)."""
-        with self._view_lock:
-            statuses = self.statuses
-            header = self._header
-            if header.comm is None:
-                return
-            lineup = self._lineup
-            with header.hold_sync():
-                header.statuses = statuses
-                header.in_run_all = [c.in_run_all for c in self._columns]
-                header.summary = summary_line(
-                    statuses,
-                    shared_seed=self.shared_seed,
-                    competing=lineup.competing,
-                    rounds=lineup.rounds,
-                )
-                for name, value in lineup.vote_state().items():
-                    setattr(header, name, value)
-            self._output.republish(self._shown)
-
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> dict[str, str]:
         """The text/plain and text/markdown fallbacks: each column's label, state and text."""
-        return fallback(self.prompt, self._columns, self._hidden, self._lineup.vote_words())
-
-    def _bundle(self) -> dict[str, Any] | None:
-        if self.comm is None:
-            return None
-        view = super()._repr_mimebundle_()
-        if view is None:
-            return None
-        data = view[0] if isinstance(view, tuple) else view
-        return {**data, **self._fallback()}
+        return self._view.fallback()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         # The live view, plus each column's label, state and text for everything that
         # cannot run widgets (nbconvert, GitHub).
-        return self._bundle()
+        return self._view.bundle()
 
     def _ipython_display_(self) -> None:
         # As StreamWidget; the fallback is rewritten whenever a column's state changes.
-        self._output.display(lambda: self.model_id, self._shown, self._fallback)
-
-    def _shown(self) -> Bundle | None:
-        data = self._bundle()
-        if data is None:
-            return None
-        # A host's metadata for a view (Colab: which custom widget manager draws it) comes
-        # with an anywidget's own bundle; the compare is a VBox, so it takes its header's.
-        header = self._header._repr_mimebundle_()
-        return None, data, header[1] if isinstance(header, tuple) else {}
+        self._view.output.display(lambda: self.model_id, self._view.shown, self._fallback)
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (children included); this one stays cheap,
         # and names no model while a blind round hides them.
-        if self._hidden():
-            return f"<CompareWidget blind labels={self.labels!r} statuses={self.statuses!r}>"
-        if self._lineup.by_model:
-            return f"<CompareWidget models={self._lineup.names!r} statuses={self.statuses!r}>"
-        return f"<CompareWidget statuses={self.statuses!r}>"
+        return self._view.describe()

@@ -125,6 +125,11 @@ class CompareHeader(anywidget.AnyWidget):
     def __repr__(self) -> str:
         return f"<CompareWidget header statuses={self.statuses!r}>"
 
+    def view_metadata(self) -> dict[str, Any]:
+        """A host's metadata for a view of this header (Colab: which widget manager draws it)."""
+        bundle = self._repr_mimebundle_()
+        return bundle[1] if isinstance(bundle, tuple) else {}
+
     # -- the page's messages ------------------------------------------------------------------
     def _handle_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         # Possibly on a subshell's thread while a cell runs (see nbstream.widgets.route).

@@ -26,6 +26,7 @@ from .compare_args import check_spec
 __all__ = [
     "ModelLoadFailed",
     "column_model",
+    "column_pairs",
     "competition",
     "distinct_names",
     "model_name",
@@ -148,6 +149,29 @@ def column_model(spec: Any) -> tuple[Any, Any]:
     except Exception as exc:  # any loader failure: this column fails, the others run
         logger.warning("nbstream: a compare column's model failed to load: %s", exc)
         return _Unloadable(model_name(spec), exc), None
+
+
+def column_pairs(
+    model: Any, tokenizer: Any, specs: list[Any] | None, count: int, prompt: str
+) -> tuple[list[tuple[Any, Any]], str]:
+    """Each column's ``(model, tokenizer)``, and the prompt every column answers.
+
+    Args:
+        model: The one model of every column (``specs`` is ``None``).
+        tokenizer: Its tokenizer.
+        specs: The entries of ``models=``, one per column, or ``None``.
+        count: How many columns.
+        prompt: The prompt given; "" takes the one every recording among ``specs`` answered.
+
+    Returns:
+        The pairs, left to right, and the prompt.
+    """
+    if specs is None:
+        from ..models import model_and_tokenizer
+
+        return [model_and_tokenizer(model, tokenizer)] * count, prompt
+    pairs = [column_model(spec) for spec in specs]
+    return pairs, prompt or recorded_prompt(pairs)
 
 
 def distinct_names(pairs: list[tuple[Any, Any]]) -> list[str]:
