@@ -115,7 +115,7 @@ def test_the_view_asks_for_the_step_and_the_picker_changes_the_shading(fe_page: 
     assert levels(root) == ["0", "4", "1", "1", "1"]
     expect(section(root).locator("[data-attn-place='1']")).to_have_attribute("data-position", "1")
     # Layer 2, head 2: the previous token.
-    layer.select_option("1")
+    layer.select_option(label="2 of 3")
     expect(section(root)).to_have_attribute("data-layer", "1")
     assert levels(root) == ["1", "0", "2", "4", "0"]
     expect(section(root).locator("[data-attn-place='1']")).to_have_attribute("data-position", "3")
@@ -123,7 +123,7 @@ def test_the_view_asks_for_the_step_and_the_picker_changes_the_shading(fe_page: 
         'Layer 2, head 2 looks most at "Hello" (previous token, position 4, answer): 60.00%.'
     )
     # The layer's heads averaged.
-    head.select_option("-1")
+    head.select_option(label="All (mean)")
     expect(section(root)).to_have_attribute("data-head", "-1")
     expect(section(root).locator(".nbstream-attn-sentence")).to_contain_text(
         "Layer 2, all heads look most at"
@@ -205,7 +205,7 @@ def test_the_table_says_the_numbers_the_kernel_sent(fe_page: Page):
     expect(rows.nth(1).locator("td").nth(2)).to_have_text("prompt")
     expect(rows.nth(3).locator("td").nth(2)).to_have_text("answer")
     # A new pick keeps the table open, with the new numbers.
-    section(root).get_by_label("Head", exact=True).select_option("0")
+    section(root).get_by_label("Head", exact=True).select_option(label="1")
     expect(rows.nth(0).locator("td").nth(3)).to_have_text("70.00%")
     expect(table).to_be_visible()
 
@@ -224,8 +224,8 @@ def test_the_attention_sink_is_labelled_and_explained(fe_page: Page):
     # The first token is shown and shaded as it is, not hidden.
     first = section(root).locator(".nbstream-attn-token[data-position='0']")
     expect(first).to_have_text("<|im_start|>")
-    section(root).get_by_label("Layer", exact=True).select_option("0")
-    section(root).get_by_label("Head", exact=True).select_option("0")
+    section(root).get_by_label("Layer", exact=True).select_option(label="1 of 3")
+    section(root).get_by_label("Head", exact=True).select_option(label="1")
     expect(first).to_have_attribute("data-attn-level", "4")
     expect(first).to_have_attribute(
         "title", '"<|im_start|>": position 1 (prompt, first token: attention sink), 60.00%'
