@@ -12,11 +12,18 @@ A chat saves its transcript (:meth:`ChatWidget.save`, format ``nbstream.chat/1``
 :mod:`nbstream.recording`). ``ChatWidget(nbstream.load(path))`` replays it, turn by turn,
 without a model; ``ChatWidget(model, tokenizer, history=nbstream.load(path))`` resumes it:
 its turns are the recorded ones, and the model answers the next message.
+
+This module composes the parts, each in a module named for what it holds:
+:mod:`~nbstream.widgets.chat_turns` (the conversation, the run each message starts, a
+recorded chat replayed), :mod:`~nbstream.widgets.chat_page` (the page's messages, answered
+through the chat's API), :mod:`~nbstream.widgets.chat_replay` (a chat's recording: saved,
+replayed, resumed) and :mod:`~nbstream.widgets.chat_view` (the turns as the views and the
+saved output show them).
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -25,20 +32,16 @@ from typing import Any, overload
 import traitlets
 
 from .._errors import input_checked
-from ..backends.replay import ReplayBackend
-from ..conversation import Conversation, check_system, check_text
-from ..generation import TERMINAL, Generation
-from ..recording import ChatRecording, Recording, save_chat
-from .base import error_summary
+from ..generation import Generation
+from ..recording import save_chat
 from .branches import BranchingWidget
-from .chat_replay import RESUME, given_turns, recorded_chat, replayed_run, resumed
-from .chat_view import saved_transcript, view_messages
-from .display import chat_fallback_bundle
+from .chat_page import ChatPage
+from .chat_replay import recorded_chat
+from .chat_turns import ChatTurns, check_idle
+from .chat_view import saved_chat
 from .settings_panel import PANEL_SETTINGS
 
 __all__ = ["ChatWidget"]
-
-logger = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).parent.parent / "static"
 
@@ -119,37 +122,15 @@ class ChatWidget(BranchingWidget):
         history: Any = None,
         **settings: Any,
     ) -> None:
-        if not isinstance(keep_thinking, bool):
-            raise TypeError(f"keep_thinking must be True or False, got {keep_thinking!r:.80}")
-        if isinstance(model, ChatRecording):
-            model = ReplayBackend(model)  # replayed at its recorded pace
-        if isinstance(model, Recording):
-            raise TypeError(
-                "this is one run's recording (run.save), not a chat's: "
-                "StreamWidget(recording) replays it; ChatWidget replays a chat saved with "
-                "chat.save(path)"
-            )
-        #: The chat this widget replays (no model), or None.
-        self._recorded = (
-            model.recording
-            if isinstance(model, ReplayBackend) and isinstance(model.recording, ChatRecording)
-            else None
-        )
-        if self._recorded is not None:
-            if history is not None:
-                raise TypeError(
-                    "a replayed chat has its recorded history; to resume it on a model, pass "
-                    "the model and the recording: ChatWidget(model, tokenizer, history=recording)"
-                )
-            system = self._recorded.system if system is None else system
-            keep_thinking = keep_thinking or self._recorded.keep_thinking
-        # The turns and the rules of what the model gets, shared with the terminal chat.
-        self._conversation = Conversation(system, keep_thinking=keep_thinking)
-        super().__init__(model, tokenizer, **settings)
+        # The conversation, the run of each turn, a recorded chat replayed (checked first).
+        self._turns = ChatTurns(model, system, keep_thinking, history)
+        self._conversation = self._turns.conversation
+        super().__init__(self._turns.model, tokenizer, **settings)
+        # The page's messages, answered through this chat's own API.
+        self._page = ChatPage(self, report=self._report_input_error, busy=self._slot.busy)
         self.system = self._conversation.system
-        self._replay_speed = model.speed if isinstance(model, ReplayBackend) else None
-        if self._recorded is not None:
-            self._show_given_turns()
+        if self._turns.recorded is not None:
+            self._reset_turns()  # the answers its history gave as text; the others replay
         elif history is not None:
             self.history = history
 
@@ -160,13 +141,11 @@ class ChatWidget(BranchingWidget):
         The thinking goes in its tags, before each answer. Off by default: the model gets its
         answers only; ``transcript`` keeps the thinking either way, under ``"thinking"``.
         """
-        return bool(self._conversation.keep_thinking)
+        return self._turns.keep_thinking
 
     @keep_thinking.setter
     def keep_thinking(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"keep_thinking must be True or False, got {value!r:.80}")
-        self._conversation.keep_thinking = value
+        self._turns.keep_thinking = value
 
     # -- Python API ---------------------------------------------------------------------------
     @input_checked
@@ -254,9 +233,7 @@ class ChatWidget(BranchingWidget):
             >>> chat.regenerate(do_sample=True, seed=1).wait()
         """
         with self._lock:
-            if not self._conversation.turns:
-                raise ValueError("there is no answer to regenerate yet; send a message first")
-            text = self._conversation.turns[-1].user
+            text = self._turns.last_message()
         return self._send_turn(text, settings, replace_last=True)
 
     @input_checked
@@ -296,13 +273,10 @@ class ChatWidget(BranchingWidget):
             return list(self._variant_runs()[1:])
 
     def _variant_runs(self) -> list[Generation]:
-        turns = self._conversation.turns
-        if not turns or turns[-1].run is None:
-            return []
-        return turns[-1].variants or [turns[-1].run]
+        return self._turns.variant_runs()
 
     def _select(self, run: Generation) -> None:
-        self._conversation.show_variant(self._variant_runs().index(run))
+        self._turns.select(run)
 
     @input_checked
     def keep_partial(self, turn: int = -1) -> None:
@@ -325,24 +299,18 @@ class ChatWidget(BranchingWidget):
             >>> chat.keep_partial()                 # the next answer sees the story so far
         """
         with self._lock:
-            if self._slot.busy():
-                raise RuntimeError(
-                    "the chat is answering; call stop() or wait() before keeping a partial answer"
-                )
+            check_idle(self._slot.busy(), "before keeping a partial answer")
             self._conversation.keep_partial(turn)
             with self.hold_sync():
                 self.input_error = ""
-                self._messages = view_messages(self._conversation.turns)
+                self._messages = self._turns.view_messages()
             self._publish_fallback()
 
     def clear(self) -> None:
         """Stop any answer and empty the conversation (the system message stays)."""
         self.stop()
         with self._lock:
-            self._conversation.clear()
-            if self._recorded is not None:
-                self._show_given_turns()  # a replay starts over
-                return
+            self._turns.clear()  # a replay starts over
             self._reset_turns()
 
     @property
@@ -361,30 +329,10 @@ class ChatWidget(BranchingWidget):
 
     @history.setter
     def history(self, messages: Any) -> None:
-        if self._recorded is not None:
-            raise RuntimeError(
-                "this chat replays a recording: its history is the recorded one; to go on "
-                f"from it, {RESUME}"
-            )
-        if isinstance(messages, (str, os.PathLike, Recording)):
-            raise TypeError(
-                "history must be a list of {'role': ..., 'content': ...} messages, or a "
-                "chat's recording: load a file saved by ChatWidget.save first "
-                "(history=nbstream.load(path))"
-            )
-        turns = resumed(messages) if isinstance(messages, ChatRecording) else None
+        turns = self._turns.resumable(messages)  # a recording's turns, else None
         with self._lock:
-            if self._slot.busy():
-                raise RuntimeError(
-                    "the chat is answering; call stop() or wait() before setting its history"
-                )
-            if turns is None:
-                self._conversation.seed(messages)  # checked first: a bad one changes nothing
-            else:
-                assert isinstance(messages, ChatRecording)
-                self._conversation.system = messages.system
-                self._conversation.keep_thinking = messages.keep_thinking
-                self._conversation.turns = turns
+            check_idle(self._slot.busy(), "before setting its history")
+            self._turns.seed(messages, turns)
             self.system = self._conversation.system
             self._reset_turns()
 
@@ -425,26 +373,17 @@ class ChatWidget(BranchingWidget):
             >>> nbstream.ChatWidget(nbstream.load("lesson.json"))   # replays it, no model
         """
         with self._lock:
-            if self._slot.busy():
-                raise RuntimeError("the chat is answering; call stop() or wait() before saving it")
+            check_idle(self._slot.busy(), "before saving it")
             panel = {setting: getattr(self, trait) for trait, setting in PANEL_SETTINGS.items()}
             chat = recorded_chat(self._conversation, {**self._settings, **panel})
         return save_chat(chat, path)
 
     # -- internals ------------------------------------------------------------------------------
-    def _show_given_turns(self) -> None:
-        """A replayed chat starts with the answers its history gave as text; the rest replay."""
-        assert self._recorded is not None
-        with self._lock:
-            self._conversation.turns = given_turns(self._recorded)
-            self._reset_turns()
-
     @traitlets.validate("system")
     def _valid_system(self, proposal: dict[str, Any]) -> Any:
         value = proposal["value"]
-        if value != self.system and self._slot.busy():
-            # The answer being generated was asked with the old one: history must not lie.
-            raise RuntimeError("the chat is answering; call stop() or wait() first")
+        # The answer being generated was asked with the old one: history must not lie.
+        check_idle(value != self.system and self._slot.busy(), "first")
         return value
 
     @traitlets.observe("system")
@@ -457,107 +396,46 @@ class ChatWidget(BranchingWidget):
     def _setting_error(self, name: str, value: Any) -> str | None:
         if name != "system":
             return super()._setting_error(name, value)
-        try:
-            check_system(value)
-        except (TypeError, ValueError) as exc:
-            return str(exc)
-        return None
+        return self._turns.system_error(value)
 
     def _send_turn(self, text: Any, settings: dict[str, Any], replace_last: bool) -> Generation:
-        if self._recorded is not None:
-            # The recorded settings apply, as in a StreamWidget replaying a run.
-            recorded, speed = self._recorded, self._replay_speed
-            checked = check_text(text) if text not in (None, "") else text
-            return self._launch(
-                lambda: replayed_run(recorded, self._conversation, checked, replace_last, speed)
-            )
-        if text is None:
-            raise TypeError("generate(text): the user message is missing")
-        text = check_text(text)
-        merged = self._run_settings(settings)
-
-        def make_run() -> Generation:  # with the lock held, and no run in progress
-            if replace_last and not self._conversation.turns:
-                raise ValueError("there is no message to edit yet; use generate(text)")
-            return self._conversation.start(
-                self._model,
-                self._tokenizer,
-                text,
-                merged,
-                replace_last=replace_last,
-                advice="clear the chat, seed a shorter one (chat.history = chat.history[-4:]), "
-                "or lower max_new_tokens",
-            )
-
-        return self._launch(make_run)
+        run_settings = functools.partial(self._run_settings, settings)
+        turn = self._turns.next_turn(text, replace_last, run_settings, self._model, self._tokenizer)
+        return self._launch(turn)
 
     def _on_start(self, run: Generation, run_id: int) -> None:
-        self._conversation.turns[-1].run_id = run_id
-        self._messages = view_messages(self._conversation.turns)
+        self._messages = self._turns.started(run_id)
         super()._on_start(run, run_id)
 
     def _token_runs(self) -> list[tuple[int, Generation]]:
         # Every answer shown that came from a run (seeded history turns have no tokens).
-        return [
-            (t.run_id, t.run)
-            for t in self._conversation.turns
-            if t.run is not None and t.run_id is not None
-        ]
+        return self._turns.token_runs()
 
     def _end_traits(self, run: Generation) -> dict[str, Any]:
-        return {**super()._end_traits(run), "_messages": view_messages(self._conversation.turns)}
+        return {**super()._end_traits(run), "_messages": self._turns.view_messages()}
 
     def _reset_turns(self) -> None:
         """Show the conversation's new turns from scratch (a clear, a history set)."""
         with self._lock:
             with self.hold_sync():
                 self._forget_run()
-                self._messages = view_messages(self._conversation.turns)
+                self._messages = self._turns.view_messages()
                 self._publish_branches()
             self._publish_fallback()
 
     # -- from the views -----------------------------------------------------------------------
     def _on_view_message(self, kind: Any, content: dict[str, Any]) -> None:
-        if kind == "clear":
-            self.clear()
-            return
-        if kind == "keep":
-            turn: Any = content.get("turn")
-            self._report_input_error(lambda: self.keep_partial(turn))
-            return
         if kind in ("branch", "show_branch"):
             self._branch_message(kind, content)
-            return
-        if kind not in ("send", "edit_last", "regenerate"):
-            return
-        if self._slot.busy():
-            logger.debug("%s ignored: an answer is already queued or running", kind)
-            return
-        text: Any = content.get("text")
-        if kind == "send":
-            self._report_input_error(lambda: self.generate(text))
-        elif kind == "edit_last":
-            self._report_input_error(lambda: self.edit_last(text))
-        else:
-            self._report_input_error(self.regenerate)
+        elif kind in ("clear", "keep", "send", "edit_last", "regenerate"):
+            self._page.answer(kind, content)  # through the chat's own API, as a call
 
     # -- display ------------------------------------------------------------------------------
     def _fallback(self) -> tuple[str, dict[str, str]]:
         with self._lock:  # the transcript and its turns, read together
-            transcript = self.transcript
-            turns = list(self._conversation.turns)
-        saved_transcript(transcript, turns)  # the saved output's own marks
-        status = "idle"
-        if transcript:
-            status = transcript[-1]["status"]
-        error = self.error if self._slot.run is not None and status in TERMINAL else None
-        return status, chat_fallback_bundle(status, transcript, error_summary(error))
+            transcript, turns = self.transcript, list(self._conversation.turns)
+        return saved_chat(transcript, turns, self._slot.run)
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (the whole transcript); this one stays cheap.
-        turns = list(self._conversation.turns)
-        if self._recorded is not None:
-            return f"<ChatWidget replay status={self.status!r} turns={len(turns)}>"
-        recorded = sum(1 for t in turns if t.run is not None and t.run.is_replay)
-        of = f" ({recorded} replayed from a recording)" if recorded else ""
-        return f"<ChatWidget status={self.status!r} turns={len(turns)}{of}>"
+        return self._turns.describe(self.status)

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..conversation import Turn
-from ..generation import TERMINAL
+from ..generation import TERMINAL, Generation
 from .base import error_summary
+from .display import chat_fallback_bundle
 from .feed import thinking_state
 
-__all__ = ["saved_transcript", "view_messages"]
+__all__ = ["saved_chat", "saved_transcript", "view_messages"]
 
 
 def view_messages(turns: Sequence[Turn]) -> list[dict[str, Any]]:
@@ -70,3 +71,25 @@ def saved_transcript(transcript: list[dict[str, Any]], turns: Sequence[Turn]) ->
         # As in the views: an answer being generated is not "not in the conversation".
         pending = message["status"] not in TERMINAL
         question["in_history"] = message["in_history"] = message["in_history"] or pending
+
+
+def saved_chat(
+    transcript: list[dict[str, Any]], turns: Sequence[Turn], run: Generation | None
+) -> tuple[str, dict[str, str]]:
+    """The chat's saved output: the state of its newest answer, and its fallbacks.
+
+    Args:
+        transcript: The chat's transcript (marked here for the saved output, in place).
+        turns: Its turns, read together with it.
+        run: The chat's current run (its error is shown once it has ended), or ``None``.
+
+    Returns:
+        The newest answer's state ("idle" with no message), and the text/plain and
+        text/markdown fallbacks.
+    """
+    saved_transcript(transcript, turns)  # the saved output's own marks
+    status = "idle"
+    if transcript:
+        status = transcript[-1]["status"]
+    error = run.error if run is not None and status in TERMINAL else None
+    return status, chat_fallback_bundle(status, transcript, error_summary(error))
