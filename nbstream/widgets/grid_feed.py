@@ -35,9 +35,6 @@ __all__ = ["GRID_THREAD", "CellChanges", "GridFeed", "cell_entry"]
 logger = logging.getLogger(__name__)
 
 _FRAME_S = 1.0 / FRAME_RATE
-# While no cell is queued or running the thread sleeps this long between looks (a start
-# wakes it at once: ``wake``).
-_IDLE_S = 1.0
 #: The name of a grid's feed thread.
 GRID_THREAD = "nbstream-grid-feed"
 
@@ -136,8 +133,13 @@ class GridFeed:
 
     # -- what the table calls ----------------------------------------------------------------
     def start(self) -> None:
-        """Start following the cells (the first frame adopts the runs already there)."""
+        """Follow the cells: a thread while one is queued or running (a frame adopts new runs).
+
+        The thread ends once no cell is going; the next :meth:`start` (or :meth:`wake`)
+        starts another. Nothing of a table shown once keeps running while its grid is idle.
+        """
         with self._lock:
+            self._wake.set()
             if self._thread is not None or self._closed:
                 return
             self._thread = threading.Thread(target=self._follow, name=GRID_THREAD, daemon=True)
@@ -145,7 +147,7 @@ class GridFeed:
 
     def wake(self) -> None:
         """A frame now: cells were started (or stopped) and the table should show it."""
-        self._wake.set()
+        self.start()
 
     def close(self) -> None:
         """Stop following (the runs go on: they are the grid's); the thread ends soon."""
@@ -189,9 +191,14 @@ class GridFeed:
             except Exception:  # a frame's failure must not end the table's updates
                 logger.exception("nbstream: a grid frame failed")
                 active = True
-            if self._closed:
-                break
-            self._wake.wait(_FRAME_S if active else _IDLE_S)
+            with self._lock:
+                # Decided under the lock a start() takes: a start is never lost in between.
+                if self._closed or (not active and not self._wake.is_set()):
+                    self._thread = None
+                    return
+            self._wake.wait(_FRAME_S)
+        with self._lock:
+            self._thread = None
 
     def frame(self) -> bool:
         """Send one frame: starts, then every cell's new text, then state changes and ends.

@@ -137,6 +137,11 @@ class GridTable(anywidget.AnyWidget):
         if self.comm is not None:
             self.send(content)
 
+    def view_metadata(self) -> dict[str, Any]:
+        """A host's metadata for this widget's view (Colab: which widget manager draws it)."""
+        bundle = self._repr_mimebundle_()
+        return bundle[1] if isinstance(bundle, tuple) else {}
+
     def __repr__(self) -> str:
         # The default repr serializes every trait (every cell); this one stays cheap.
         return f"<nbstream grid table {len(self.rows)}x{len(self.columns)}: {self.summary}>"

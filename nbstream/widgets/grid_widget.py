@@ -193,8 +193,7 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
             return None
         # A host's metadata for a view (Colab: which widget manager draws it) comes with an
         # anywidget's own bundle; the grid is a VBox, so it takes its table's.
-        table = self.table._repr_mimebundle_()
-        return None, data, table[1] if isinstance(table, tuple) else {}
+        return None, data, self.table.view_metadata()
 
     def _fallback(self) -> dict[str, str]:
         with self._lock:
