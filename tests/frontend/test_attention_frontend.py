@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from frontend_helpers import TOKENS, emit, frame, mount, popover, sent, spans, tokens_msg, view
+from frontend_helpers import (
+    FIRST,
+    TOKENS,
+    emit,
+    frame,
+    mount,
+    popover,
+    sent,
+    spans,
+    tokens_msg,
+    view,
+)
 from playwright.sync_api import Locator, Page, expect
 
 #: Step 2 (" a") read from position 4 (","): three prompt tokens, then the answer's two.
@@ -304,3 +315,21 @@ def test_token_texts_stay_text(fe_page: Page):
     expect(section(root).locator(".nbstream-attn-head")).to_contain_text("<img src=x onerror=")
     assert section(root).locator("img").count() == 0
     assert page.evaluate("window.__owned") is None
+
+
+def test_a_chat_answer_s_view_asks_for_its_run(chat_harness_page: Page):
+    page = chat_harness_page
+    state = {"_messages": FIRST, "status": "complete", "run_id": 1, "show_alternatives": True}
+    page.evaluate("([s]) => window.mount(s, null)", [{**state, "can_lens": True}])
+    root = page.locator(".host .nbstream").first
+    emit(page, tokens_msg(1, 0, TOKENS))
+    bubble = root.locator('.nbstream-message[data-role="assistant"]').first
+    expect(spans(bubble)).to_have_count(len(TOKENS))
+    spans(bubble).nth(2).click()
+    bubble.get_by_role("button", name="Inside the model").click()
+    bubble.get_by_role("button", name="Where it looked").click()
+    ask = asks(page)[-1]
+    assert (ask["run_id"], ask["step"]) == (1, 2)
+    reply(page, ask)
+    expect(bubble.locator(".nbstream-attn")).to_have_attribute("data-state", "ready")
+    expect(bubble.locator(".nbstream-attn-sink-label")).to_have_text("sink")
