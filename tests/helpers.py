@@ -67,3 +67,67 @@ def fail(run: nbstream.Generation) -> str:
     with pytest.raises(nbstream.GenerationFailed):
         run.wait()
     return str(run.error)
+
+
+#: The families the lens and run.attention support, as transformers names them.
+FAMILIES = (
+    "llama",
+    "smollm3",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "gpt2",
+)
+
+
+def family_config(family: str, tokenizer: object, **extra: object) -> object:
+    """A random 3-layer, 32-wide config of ``family`` on ``tokenizer``'s vocabulary.
+
+    ``extra`` sets the family's own fields (a sliding window, a soft cap) that one test
+    needs exercised and another does not.
+
+    Example:
+        >>> config = family_config("qwen3", tokenizer, sliding_window=6)
+    """
+    import transformers as t
+
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,  # type: ignore[attr-defined]
+        "eos_token_id": tokenizer.eos_token_id,  # type: ignore[attr-defined]
+        "pad_token_id": tokenizer.pad_token_id,  # type: ignore[attr-defined]
+    }
+    vocab = len(tokenizer)  # type: ignore[arg-type]
+    if family == "gpt2":
+        return t.GPT2Config(
+            vocab_size=vocab, n_embd=32, n_layer=3, n_head=4, n_positions=512, **ids, **extra
+        )
+    common = {
+        "vocab_size": vocab,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        **ids,
+        **extra,
+    }
+    head_dim = {"head_dim": 8} if family in ("qwen3", "gemma", "gemma2", "gemma3_text") else {}
+    made = {
+        "llama": t.LlamaConfig,
+        "smollm3": t.SmolLM3Config,
+        "mistral": t.MistralConfig,
+        "qwen2": t.Qwen2Config,
+        "qwen3": t.Qwen3Config,
+        "gemma": t.GemmaConfig,
+        "gemma2": t.Gemma2Config,
+        "gemma3_text": t.Gemma3TextConfig,
+        "phi": t.PhiConfig,
+        "phi3": t.Phi3Config,
+    }
+    return made[family](**common, **head_dim)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FAMILIES, family_config
 
 import nbstream
 from nbstream.attention import SINK_HEADS, AttentionUnavailable, attention_at
@@ -29,59 +30,18 @@ transformers = pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parent.parent
 
 PROMPT = "Why is the sky blue?"
-FAMILIES = [
-    "llama",
-    "smollm3",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "phi",
-    "phi3",
-    "gpt2",
-]
+# A sliding window shorter than the input, so the windowed masks are exercised too;
+# Gemma 2's attention logits are soft-capped in eager attention only.
+WINDOW = {"sliding_window": 6}
+EXTRA: dict[str, dict[str, Any]] = {
+    "mistral": WINDOW,
+    "gemma2": {"attn_logit_softcapping": 5.0, **WINDOW},
+    "gemma3_text": WINDOW,
+}
 
 
-def family_config(family: str, tokenizer: Any) -> Any:
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    common = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-        **ids,
-    }
-    t = transformers
-    # A sliding window shorter than the input, so the windowed masks are exercised too;
-    # Gemma 2's attention logits are soft-capped in eager attention only.
-    window = {"sliding_window": 6}
-    made = {
-        "llama": lambda: t.LlamaConfig(**common),
-        "smollm3": lambda: t.SmolLM3Config(**common),
-        "mistral": lambda: t.MistralConfig(**common, **window),
-        "qwen2": lambda: t.Qwen2Config(**common),
-        "qwen3": lambda: t.Qwen3Config(**common, head_dim=8),
-        "gemma": lambda: t.GemmaConfig(**common, head_dim=8),
-        "gemma2": lambda: t.Gemma2Config(
-            **common, head_dim=8, attn_logit_softcapping=5.0, **window
-        ),
-        "gemma3_text": lambda: t.Gemma3TextConfig(**common, head_dim=8, **window),
-        "phi": lambda: t.PhiConfig(**common),
-        "phi3": lambda: t.Phi3Config(**common),
-        "gpt2": lambda: t.GPT2Config(
-            vocab_size=len(tokenizer), n_embd=32, n_layer=3, n_head=4, n_positions=512, **ids
-        ),
-    }
-    return made[family]()
+def attention_config(family: str, tokenizer: Any) -> Any:
+    return family_config(family, tokenizer, **EXTRA.get(family, {}))
 
 
 _models: dict[str, Any] = {}
@@ -92,7 +52,7 @@ def family_model(family: str, tokenizer: Any) -> Any:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1)
             model = transformers.AutoModelForCausalLM.from_config(
-                family_config(family, tokenizer)
+                attention_config(family, tokenizer)
             ).eval()
             # Random weights this small give flat attention; larger ones make heads differ.
             with torch.no_grad():
@@ -437,7 +397,7 @@ def test_a_moving_rope_waits_its_turn(tiny, no_leftover_runs):
     # A rope that moves ("dynamic" here; "longrope" rewrites its frequencies in place, in a
     # buffer the twin shares) gets no pass beside a run: the attention waits, as the lens.
     tokenizer = tiny[1]
-    config = family_config("llama", tokenizer)
+    config = attention_config("llama", tokenizer)
     config.max_position_embeddings = 8192
     config.rope_parameters = {**config.rope_parameters, "rope_type": "dynamic", "factor": 2.0}
     model = transformers.LlamaForCausalLM(config).eval()

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import pytest
+from helpers import FAMILIES, family_config
 
 import nbstream
 from nbstream.lens import LensUnavailable
@@ -32,38 +33,12 @@ BF16_TOL = 0.15
 PROMPT = "Why is the sky blue?"
 
 
-def family_configs(tokenizer: Any) -> dict[str, Any]:
-    ids = {
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    common = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-        **ids,
-    }
-    t = transformers
-    return {
-        "llama": t.LlamaConfig(**common),
-        "smollm3": t.SmolLM3Config(**common),
-        "mistral": t.MistralConfig(**common),
-        "qwen2": t.Qwen2Config(**common),
-        "qwen3": t.Qwen3Config(**common, head_dim=8),
-        "gemma": t.GemmaConfig(**common, head_dim=8),
-        "gemma2": t.Gemma2Config(**common, head_dim=8, final_logit_softcapping=2.0),
-        "gemma3_text": t.Gemma3TextConfig(**common, head_dim=8),
-        "phi": t.PhiConfig(**common),
-        "phi3": t.Phi3Config(**common),
-        "gpt2": t.GPT2Config(
-            vocab_size=len(tokenizer), n_embd=32, n_layer=3, n_head=4, n_positions=512, **ids
-        ),
-    }
+# Gemma 2's final logits soft-capped, so the lens's own capping is exercised.
+EXTRA: dict[str, dict[str, Any]] = {"gemma2": {"final_logit_softcapping": 2.0}}
+
+
+def lens_config(family: str, tokenizer: Any) -> Any:
+    return family_config(family, tokenizer, **EXTRA.get(family, {}))
 
 
 # The final norm and output layer, as this test names them (not nbstream's table).
@@ -83,7 +58,7 @@ _models: dict[str, Any] = {}
 
 def family_model(family: str, tokenizer: Any) -> Any:
     if family not in _models:
-        config = family_configs(tokenizer)[family]
+        config = lens_config(family, tokenizer)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1)
             model = transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -191,22 +166,7 @@ def check_attribution(run: Any, model: Any, tokenizer: Any, step: int, rel: floa
     )
 
 
-@pytest.mark.parametrize(
-    "family",
-    [
-        "llama",
-        "smollm3",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "gemma",
-        "gemma2",
-        "gemma3_text",
-        "phi",
-        "phi3",
-        "gpt2",
-    ],
-)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_layer_matches_an_independent_reading(family, tiny, no_leftover_runs):
     tokenizer = tiny[1]
     model = family_model(family, tokenizer)
@@ -394,7 +354,7 @@ def test_the_default_model(real_model, no_leftover_runs):
 def test_an_offloaded_model_waits_its_turn(tiny, no_leftover_runs):
     # accelerate moves an offloaded model's weights as it runs: no second forward beside a run.
     tokenizer = tiny[1]
-    config = family_configs(tokenizer)["llama"]
+    config = lens_config("llama", tokenizer)
     config.max_position_embeddings = 8192
     model = transformers.LlamaForCausalLM(config).eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -449,7 +409,7 @@ def test_bfloat16_last_layer_is_the_trace_and_others_within_tolerance(tiny, no_l
 def test_a_moving_rope_waits_its_turn(tiny, no_leftover_runs):
     # A "dynamic" rope re-registers its frequencies on each forward pass: no pass beside a run.
     tokenizer = tiny[1]
-    config = family_configs(tokenizer)["llama"]
+    config = lens_config("llama", tokenizer)
     config.max_position_embeddings = 8192
     config.rope_parameters = {**config.rope_parameters, "rope_type": "dynamic", "factor": 2.0}
     model = transformers.LlamaForCausalLM(config).eval()
