@@ -34,8 +34,8 @@ const SYNC_RETRY_MS = 1500;
 /** The header: the summary line, Run all and Stop all. */
 function gridHeader() {
   const summary = h("span", "nbstream-grid-summary");
-  const runAll = cellButton("nbstream-grid-run-all", "\u25B6", "Run all", "Run every cell that is not running");
-  const stopAll = cellButton("nbstream-grid-stop-all", "\u25A0", "Stop all", "Stop every cell");
+  const runAll = cellButton("nbstream-grid-run-all", "\u25B6", "Run all", "Run all", "Run every cell that is not going");
+  const stopAll = cellButton("nbstream-grid-stop-all", "\u25A0", "Stop all", "Stop all", "Stop every cell");
   const bar = h("div", "nbstream-grid-bar");
   const buttons = h("span", "nbstream-grid-bar-buttons");
   buttons.append(runAll, stopAll);

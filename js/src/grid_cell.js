@@ -65,9 +65,10 @@ function cellFigures(entry, liveTokens, liveElapsed, stopping) {
 /**
  * A small button with a glyph before its word; the accessible name says which cell or row.
  * @param {string} cls @param {string} glyph @param {string} word @param {string} name
+ * @param {string} [title] its tooltip (its name by default)
  */
-function cellButton(cls, glyph, word, name) {
-  const b = h("button", `nbstream-grid-btn ${cls}`, { type: "button", "aria-label": name, title: name });
+function cellButton(cls, glyph, word, name, title = name) {
+  const b = h("button", `nbstream-grid-btn ${cls}`, { type: "button", "aria-label": name, title });
   const icon = h("span", "nbstream-btn-icon", { "aria-hidden": "true" });
   icon.textContent = glyph;
   b.append(icon, word);
