@@ -57,6 +57,12 @@ def cell_text(page: Page, row: int, col: int) -> str:
     return cell(page, row, col).locator(".nbstream-grid-text").inner_text()
 
 
+def piece(row: int, col: int, offset: int, text: str, tokens: int = 1) -> dict[str, Any]:
+    """One cell's part of a ``grid_delta`` (run 1, its live counters)."""
+    return {"row": row, "col": col, "run_id": 1, "offset": offset, "text": text,
+            "tokens": tokens, "elapsed_s": 0.1 * tokens}  # fmt: skip
+
+
 def entry(status: str, run_id: int = 1, **figures: Any) -> dict[str, Any]:
     return {
         "status": status,
@@ -72,9 +78,8 @@ def test_thirty_cells_stream_and_a_stop_click_stops_its_cell_alone(fe_page: Page
     page = fe_page
     mount(page)
     start(page, stepMs=60)
-    page.wait_for_function(
-        "[...document.querySelectorAll('.nbstream-grid-text')].every(t => t.textContent.length > 40)"
-    )
+    texts = "[...document.querySelectorAll('.nbstream-grid-text')]"
+    page.wait_for_function(f"{texts}.every(t => t.textContent.length > 40)")
     assert page.locator(".nbstream-grid-cell").count() == 30
     target = cell(page, 4, 1)
     expect(target).to_have_attribute("data-status", "running")
@@ -136,11 +141,10 @@ def test_model_text_is_drawn_as_text_never_markup(fe_page: Page) -> None:
     page = fe_page
     mount(page, rows=["<b>p</b>"], columns=["<i>c</i>"], cells=[[entry("running")]])
     evil = '<img src=x onerror="window.pwned=1"> **bold** <script>window.pwned=2</script>'
-    emit(page, {"type": "grid_delta", "cells": [
-        {"row": 0, "col": 0, "run_id": 1, "offset": 0, "text": evil, "tokens": 3, "elapsed_s": 0.1}
-    ]})  # fmt: skip
+    emit(page, {"type": "grid_delta", "cells": [piece(0, 0, 0, evil)]})
     expect(cell(page, 0, 0).locator(".nbstream-grid-text")).to_have_text(evil)
-    assert page.locator(".grid-host img, .grid-host script, .grid-host b, .grid-host i").count() == 0
+    markup = ", ".join(f".grid-host {tag}" for tag in ("img", "script", "b", "i"))
+    assert page.locator(markup).count() == 0
     expect(page.locator(".nbstream-grid-prompt-text")).to_have_text("<b>p</b>")
     assert page.evaluate("window.pwned") is None
 
@@ -155,17 +159,15 @@ def test_deltas_continue_from_their_offsets_and_a_gap_asks_for_a_sync(fe_page: P
         {"row": 0, "col": 0, "run_id": 1, "text": "Bon"},
         {"row": 0, "col": 1, "run_id": 1, "text": ""},
     ]})  # fmt: skip
-    emit(page, {"type": "grid_delta", "cells": [
-        {"row": 0, "col": 0, "run_id": 1, "offset": 3, "text": "jour", "tokens": 2, "elapsed_s": 0.2},
-        {"row": 0, "col": 1, "run_id": 1, "offset": 0, "text": "Salut", "tokens": 1, "elapsed_s": 0.2},
-    ]})  # fmt: skip
+    emit(
+        page, {"type": "grid_delta", "cells": [piece(0, 0, 3, "jour", 2), piece(0, 1, 0, "Salut")]}
+    )
     expect(cell(page, 0, 0).locator(".nbstream-grid-text")).to_have_text("Bonjour")
     expect(cell(page, 0, 1).locator(".nbstream-grid-text")).to_have_text("Salut")
-    expect(cell(page, 0, 0).locator(".nbstream-grid-figures")).to_have_text("2 tokens \u00b7 0.20 s")
+    figures = cell(page, 0, 0).locator(".nbstream-grid-figures")
+    expect(figures).to_have_text("2 tokens \u00b7 0.20 s")
     # A delta past what the view holds is a gap: ignored, and the view asks again.
-    emit(page, {"type": "grid_delta", "cells": [
-        {"row": 0, "col": 1, "run_id": 1, "offset": 9, "text": "!!", "tokens": 3, "elapsed_s": 0.3}
-    ]})  # fmt: skip
+    emit(page, {"type": "grid_delta", "cells": [piece(0, 1, 9, "!!", 3)]})
     expect(cell(page, 0, 1).locator(".nbstream-grid-text")).to_have_text("Salut")
     assert len([m for m in sent(page) if m["type"] == "sync"]) == 2
     # A new run of a cell (its run_id) starts its text anew.
@@ -177,10 +179,10 @@ def test_deltas_continue_from_their_offsets_and_a_gap_asks_for_a_sync(fe_page: P
 def test_figures_errors_and_where_a_rows_answers_part(fe_page: Page) -> None:
     page = fe_page
     mount(page, rows=["a"], columns=["x", "y"], cells=[[entry("running"), entry("running")]])
-    emit(page, {"type": "grid_delta", "cells": [
-        {"row": 0, "col": 0, "run_id": 1, "offset": 0, "text": "Le chat", "tokens": 2, "elapsed_s": 0.1},
-        {"row": 0, "col": 1, "run_id": 1, "offset": 0, "text": "Le chien", "tokens": 2, "elapsed_s": 0.1},
-    ]})  # fmt: skip
+    emit(
+        page,
+        {"type": "grid_delta", "cells": [piece(0, 0, 0, "Le chat"), piece(0, 1, 0, "Le chien")]},
+    )
     words = ["Answers part at character 6: this column has 'at'", "the other"]
     change(
         page,
@@ -209,7 +211,8 @@ def test_figures_errors_and_where_a_rows_answers_part(fe_page: Page) -> None:
 def test_open_shows_a_cell_in_full_and_closes_it_again(fe_page: Page) -> None:
     page = fe_page
     mount(page, rows=["a", "b"], columns=["x"], cells=[[entry("complete")], [entry("idle", 0)]])
-    expect(page.get_by_role("button", name="Open row 2, x in full, with its tokens")).to_be_disabled()
+    never_ran = page.get_by_role("button", name="Open row 2, x in full, with its tokens")
+    expect(never_ran).to_be_disabled()
     opener = page.get_by_role("button", name="Open row 1, x in full, with its tokens")
     expect(opener).to_have_attribute("aria-pressed", "false")
     opener.click()
