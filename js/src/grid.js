@@ -185,7 +185,9 @@ class GridView {
         this.dirty.add(cell);
       }
     });
-    this.schedule();
+    // A state change (a Stop acted on, an end) is drawn at once, not at the next frame:
+    // it is rare, and a click waits for it. Only the text is coalesced per frame.
+    this.frames.now();
   }
 
   /** A view no kernel answers (a saved notebook): each ended cell's text from `texts`. */

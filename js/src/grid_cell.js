@@ -71,7 +71,8 @@ function cellButton(cls, glyph, word, name, title = name) {
   const b = h("button", `nbstream-grid-btn ${cls}`, { type: "button", "aria-label": name, title });
   const icon = h("span", "nbstream-btn-icon", { "aria-hidden": "true" });
   icon.textContent = glyph;
-  b.append(icon, word);
+  b.append(icon);
+  if (word) b.append(word);
   return b;
 }
 
@@ -88,8 +89,9 @@ class GridCell {
     this.td = h("td", "nbstream-grid-cell", { "data-status": "idle" });
     this.badge = makeBadge();
     this.figures = h("span", "nbstream-grid-figures");
-    this.stopBtn = cellButton("nbstream-grid-stop", "\u25A0", "Stop", `Stop ${where}`);
-    this.openBtn = cellButton("nbstream-grid-open", "\u2197", "Open", `Open ${where} in full, with its tokens`);
+    // Glyphs only (a cell is narrow): their names say which cell, their tooltips too.
+    this.stopBtn = cellButton("nbstream-grid-stop", "\u25A0", "", `Stop ${where}`);
+    this.openBtn = cellButton("nbstream-grid-open", "\u2197", "", `Open ${where} in full, with its tokens`);
     this.openBtn.setAttribute("aria-pressed", "false");
     const head = h("div", "nbstream-grid-cell-head");
     const buttons = h("span", "nbstream-grid-cell-buttons");
@@ -103,6 +105,7 @@ class GridCell {
     this.text.append(this.before, this.differs);
     this.error = h("div", "nbstream-grid-error");
     this.markEl = h("div", "nbstream-grid-mark");
+    this.markEl.hidden = true;
     this.td.append(head, this.figures, this.error, this.text, this.markEl);
     this.live = new LiveText(0, viewId, sync, { clear: dirty, grew: dirty });
     /** @type {GridCellEntry} */
@@ -111,6 +114,11 @@ class GridCell {
     this.mark = null;
     this.stopping = false;
     this.opened = false;
+    // What the state part of the cell was last drawn from (draw() redraws it on a change).
+    /** @type {GridCellEntry | null} */
+    this.stateDrawn = null;
+    this.stoppingDrawn = false;
+    this.openedDrawn = false;
   }
 
   /** The kernel's entry for the cell (the `cells` trait). @param {GridCellEntry} entry */
@@ -146,16 +154,27 @@ class GridCell {
 
   draw() {
     const { entry, live } = this;
+    if (this.stateDrawn !== entry || this.stoppingDrawn !== this.stopping || this.openedDrawn !== this.opened) {
+      // Only when the state changed: a streaming frame touches the text and figures alone.
+      this.drawState();
+      this.stateDrawn = entry;
+      this.stoppingDrawn = this.stopping;
+      this.openedDrawn = this.opened;
+    }
+    const figures = cellFigures(entry, live.liveTokens, live.liveElapsed, this.stopping);
+    if (this.figures.textContent !== figures) this.figures.textContent = figures;
+    this.drawText();
+  }
+
+  drawState() {
+    const { entry } = this;
     const status = entry.status;
     this.td.setAttribute("data-status", status);
     setBadge(this.badge, status);
-    const figures = cellFigures(entry, live.liveTokens, live.liveElapsed, this.stopping);
-    if (this.figures.textContent !== figures) this.figures.textContent = figures;
     this.figures.title = entry.finish_reason ? `finish_reason: ${entry.finish_reason}` : "";
     const error = status === "failed" ? String(entry.error ?? "failed") : "";
     if (this.error.textContent !== error) this.error.textContent = error;
     this.error.hidden = !error;
-    this.drawText();
     this.drawButtons();
   }
 
@@ -166,11 +185,13 @@ class GridCell {
     setData(this.before, text.slice(0, at));
     setData(this.after, text.slice(at));
     const marked = Boolean(this.mark) && at < text.length;
-    this.td.toggleAttribute("data-differs", marked);
+    if (this.td.hasAttribute("data-differs") !== marked) this.td.toggleAttribute("data-differs", marked);
     const words = marked && this.mark ? this.mark.words : "";
-    if (this.markEl.textContent !== words) this.markEl.textContent = words;
-    this.markEl.hidden = !words;
-    this.differs.title = words;
+    if (this.markEl.textContent !== words) {
+      this.markEl.textContent = words;
+      this.markEl.hidden = !words;
+      this.differs.title = words;
+    }
   }
 
   drawButtons() {
