@@ -10,6 +10,8 @@ one run, running or ended. A forward pass it needs waits its turn in the model's
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ._errors import input_checked
@@ -78,6 +80,14 @@ class RunSteps:
     def _token_ids(self) -> list[int]:
         self._text.pump()
         return self._text.token_ids()
+
+    def _as_computed(self) -> AbstractContextManager[Any]:
+        """A steered run's steering on this thread, so that a pass shows what the run computed.
+
+        Only this thread's passes: another run's, beside it, never sees it (see
+        :mod:`nbstream.steering`).
+        """
+        return self._job.steered() if isinstance(self._job, LocalJob) else contextlib.nullcontext()
 
     def trace(self) -> list[TokenTrace] | RemoteTrace | None:
         """The trace so far (see :attr:`nbstream.Generation.trace`); ``None`` without one."""
@@ -174,7 +184,10 @@ class RunSteps:
         """
         trace = self.trace()
         record = trace[step] if isinstance(trace, list) and step < len(trace) else None
-        return lens_at(self._backend, self._job, self._token_ids(), step, self._queue.turn, record)
+        with self._as_computed():
+            return lens_at(
+                self._backend, self._job, self._token_ids(), step, self._queue.turn, record
+            )
 
     def attribution(self, step: int) -> Attribution:
         """Attribution at ``step`` (see :meth:`nbstream.Generation.attribution`).
@@ -185,7 +198,10 @@ class RunSteps:
         Returns:
             An :class:`~nbstream.lens.Attribution`.
         """
-        return attribution_at(self._backend, self._job, self._token_ids(), step, self._queue.turn)
+        with self._as_computed():
+            return attribution_at(
+                self._backend, self._job, self._token_ids(), step, self._queue.turn
+            )
 
     def attention(self, step: int) -> Attention:
         """Where the token at ``step`` looked (see :meth:`nbstream.Generation.attention`).
@@ -223,7 +239,8 @@ class RunSteps:
         # that moves rewrites its frequencies in place, in a buffer the twin shares.
         turn = self._queue.turn if rope_moves(running_module(model)) else None
         ids = prompt + self._token_ids()
-        return attention_at(model, job.backend.tokenizer, ids, len(prompt), step, turn=turn)
+        with job.steered():
+            return attention_at(model, job.backend.tokenizer, ids, len(prompt), step, turn=turn)
 
 
 class StepsView:

@@ -2,13 +2,19 @@
 
 Checked before any thread starts, so bad input never leaves anything running. The page
 checks the panel's fields with :func:`settings_schema` (see PROTOCOL.md).
+
+Every checked setting is JSON, so that a run's settings can be recorded, saved and synced as
+they are: ``steer=(direction, strength)`` is checked into what names the direction
+(:func:`steer_setting`); the local backend finds the direction by that name again
+(:func:`nbstream.steering.find_direction`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -18,9 +24,12 @@ __all__ = [
     "MAX_NEW_TOKENS_LIMIT",
     "MAX_SEED",
     "SETTINGS",
+    "STEER_KEYS",
+    "SteerDirection",
     "check_stop",
     "samples",
     "settings_schema",
+    "steer_setting",
     "validate_settings",
 ]
 
@@ -43,6 +52,9 @@ SETTINGS: dict[str, str] = {
     "of an answer (default: <think> and </think>); [] turns detection off",
     "enable_thinking": "passed to a chat template that takes it (Qwen3, SmolLM3...): "
     "whether the model thinks before answering",
+    "steer": "(direction, strength): add strength x direction.vector to the hidden states "
+    "output by the direction's layer, at every position (an nbstream.Direction; a local "
+    "model only)",
 }
 
 #: The tags around a reasoning model's thinking when neither the run nor the tokenizer
@@ -199,6 +211,103 @@ def _check_number(name: str, value: Any) -> Any:
     return value
 
 
+#: The keys of a checked ``steer`` setting, as a run's settings and record hold it.
+STEER_KEYS = ("digest", "layer", "size", "strength", "file")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_STEER_EXAMPLE = "e.g. steer=(nbstream.Direction.load('sea.safetensors'), 4.0)"
+
+
+@runtime_checkable
+class SteerDirection(Protocol):
+    """What ``steer`` reads of a direction (:class:`nbstream.Direction` has it all).
+
+    Settings sit below the steering module, so the check names what it reads instead of
+    importing the class.
+    """
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of its vector and layer."""
+
+    @property
+    def size(self) -> int:
+        """The hidden size."""
+
+    @property
+    def layer(self) -> int:
+        """The decoder layer (0-based)."""
+
+    @property
+    def file(self) -> str | None:
+        """The file it was loaded from or saved to, if any."""
+
+
+def steer_setting(direction: SteerDirection, strength: Any) -> dict[str, Any]:
+    """The checked ``steer`` setting for ``direction`` at ``strength``: JSON that names it.
+
+    Args:
+        direction: An :class:`nbstream.Direction`.
+        strength: How far along it (a finite number).
+
+    Returns:
+        ``{"digest", "layer", "size", "strength", "file"}`` (:data:`STEER_KEYS`).
+
+    Raises:
+        TypeError: Not a direction, or a strength that is not a number.
+        ValueError: A strength that is not finite.
+
+    Example:
+        >>> steer_setting(sea, 4)["strength"]
+        4.0
+    """
+    if not isinstance(direction, SteerDirection):
+        raise TypeError(
+            "steer's direction must be an nbstream.Direction (built with "
+            "Direction.from_examples or read with Direction.load), got "
+            f"{type(direction).__name__}; {_STEER_EXAMPLE}"
+        )
+    if not _is_number(strength):
+        raise TypeError(f"steer's strength must be a number, got {strength!r:.80}")
+    if not math.isfinite(strength):
+        raise ValueError(f"steer's strength must be a finite number, got {strength}")
+    return {
+        "digest": direction.digest,
+        "layer": int(direction.layer),
+        "size": int(direction.size),
+        "strength": float(strength),
+        "file": direction.file,
+    }
+
+
+def _check_steer(name: str, value: Any) -> Any:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return steer_setting(value[0], value[1])
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"steer must be a pair (direction, strength), {_STEER_EXAMPLE}; got {value!r:.80}"
+        )
+    # A record's form (rerun, a recording's settings): checked key by key.
+    if set(value) != set(STEER_KEYS):
+        raise ValueError(
+            f"a recorded steer has exactly the keys {', '.join(STEER_KEYS)}, got "
+            f"{', '.join(map(str, value))}; to steer a run, pass (direction, strength), "
+            f"{_STEER_EXAMPLE}"
+        )
+    digest, layer, size, strength, file = (value[key] for key in STEER_KEYS)
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise ValueError(f"a recorded steer's digest is 64 hex digits, got {digest!r:.80}")
+    if not (_is_int(layer) and layer >= 0 and _is_int(size) and size > 0):
+        raise ValueError(
+            f"a recorded steer's layer is an int >= 0 and its size an int > 0, got "
+            f"layer={layer!r:.40}, size={size!r:.40}"
+        )
+    if not _is_number(strength) or not math.isfinite(strength):
+        raise ValueError(f"a recorded steer's strength is a finite number, got {strength!r:.40}")
+    if file is not None and not isinstance(file, str):
+        raise ValueError(f"a recorded steer's file is a path or None, got {file!r:.80}")
+    return {**dict(value), "strength": float(strength)}
+
+
 #: Each setting's checker; a setting not named here is a real number (_check_number).
 _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "stop": lambda name, value: check_stop(value),
@@ -210,6 +319,7 @@ _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "alternatives": _check_alternatives,
     "seed": _check_count,
     "top_k": _check_count,
+    "steer": _check_steer,
 }
 
 
@@ -234,6 +344,9 @@ _SCHEMA: dict[str, dict[str, Any]] = {
     "alternatives": {"type": "int", "min": 0, "max": MAX_ALTERNATIVES},
     "thinking_tags": {"type": "tags"},
     "enable_thinking": {"type": "bool"},
+    # For code only: the Settings panel's steering slider sets the strength of the widget's
+    # direction (steer_strength), never this setting's value.
+    "steer": {"type": "steer"},
 }
 # A value far outside any bound, whose text cannot occur in a message by accident.
 _PROBE = 987_654_321
@@ -249,7 +362,8 @@ def settings_schema() -> dict[str, dict[str, Any]]:
     "messages"}}`` (and ``"min_items"`` / ``"values"`` where they apply). ``type`` is
     ``int``, ``float``, ``bool``, ``strings`` (a list of non-empty strings) or ``string``;
     ``nullable``: None means unset (the model's default). ``tags`` is two non-empty strings
-    (open, close), or an empty list for none. ``messages`` holds
+    (open, close), or an empty list for none; ``steer`` is ``(direction, strength)`` or its
+    recorded form (code only). ``messages`` holds
     :func:`validate_settings`'s own message for a value below ``min`` / above ``max``, the
     value written ``{value}``, so that the page says exactly what the kernel would.
     """

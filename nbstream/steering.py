@@ -27,6 +27,19 @@ direction, never sees this one. A thread started inside the block does not inher
 So the run that asks for steering must enter ``steered()`` on its own generating thread,
 around its ``model.generate``; two blocks open on the same thread add up.
 
+**A run's steering** is its ``steer=(direction, strength)`` setting (:mod:`nbstream.settings`):
+the local backend finds the direction the setting names (:func:`find_direction`), checks it
+against the model (:func:`check_steering`) before anything starts, and its generating thread
+runs ``model.generate`` inside ``steered()``. What a run shows of its steps afterwards (its
+logits, lens, attribution, attention) is computed inside the same block, on the thread that
+asks: what the steered run computed.
+
+**Finding a direction by its digest.** A run's settings, its record and its recording name a
+direction as JSON (its :attr:`~Direction.digest`, layer, size and file), so that they can be
+saved. Every direction made in this session is kept by digest (a direction is one vector of
+the hidden size: kilobytes), so a record's digest finds it again; a record from another
+session finds it in its file, or after it is built or loaded again.
+
 Example:
     >>> model, tokenizer = nbstream.load_model()
     >>> sea = Direction.from_examples(
@@ -44,7 +57,7 @@ import hashlib
 import json
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +69,9 @@ __all__ = [
     "FORMAT",
     "Direction",
     "SteeringUnavailable",
+    "check_steering",
     "decoder_layers",
+    "find_direction",
     "steered",
 ]
 
@@ -167,6 +182,20 @@ class Direction:
     toward: tuple[str, ...] = ()
     away: tuple[str, ...] = ()
     templated: bool = False
+    #: The file it was loaded from or last saved to (absolute), None for one only in memory:
+    #: a run's record names it, so that a rerun in another session can load it.
+    file: str | None = None
+
+    def __post_init__(self) -> None:
+        vector = self.vector
+        if getattr(vector, "ndim", None) != 1 or not vector.is_floating_point() or not len(vector):
+            raise TypeError(
+                f"vector must be a 1-D float tensor of the model's hidden size, got {vector!r:.80}"
+            )
+        if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0:
+            raise TypeError(f"layer must be an int >= 0 (a decoder layer), got {self.layer!r:.80}")
+        # Kept by digest for the session: a run's record names it so (see the module).
+        _KNOWN.setdefault(self.digest, self)
 
     @property
     def size(self) -> int:
@@ -182,7 +211,7 @@ class Direction:
     def digest(self) -> str:
         """SHA-256 of the vector's float32 bytes and its layer: what a record can name it by."""
         hashed = hashlib.sha256(f"layer={self.layer};".encode())
-        hashed.update(self.vector.float().contiguous().numpy().tobytes())
+        hashed.update(self.vector.detach().float().cpu().contiguous().numpy().tobytes())
         return hashed.hexdigest()
 
     @classmethod
@@ -244,6 +273,9 @@ class Direction:
     def save(self, path: str | Path) -> Path:
         """Write the direction to ``path`` as safetensors (the vector, and its facts as metadata).
 
+        :attr:`file` becomes ``path``: the records of runs steered along it from then on name
+        the file, where a rerun in a fresh session finds the direction.
+
         Args:
             path: The file to write (``.safetensors`` by convention).
 
@@ -267,6 +299,8 @@ class Direction:
             "templated": json.dumps(self.templated),
         }
         save_file({"vector": self.vector.contiguous()}, str(path), metadata=metadata)
+        # The file holds it now: a run steered from here on names it in its record.
+        object.__setattr__(self, "file", str(path.resolve()))
         return path
 
     @classmethod
@@ -405,16 +439,110 @@ def _direction_of(path: Path, tensors: dict[str, Any], metadata: dict[str, str])
         toward=tuple(toward),
         away=tuple(away),
         templated=templated,
+        file=str(path.resolve()),
     )
 
 
 # -- steering ------------------------------------------------------------------------------
+#: Every direction made in this session, by digest (see the module docstring).
+_KNOWN: dict[str, Direction] = {}
+
+
 def _strength(strength: Any) -> float:
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
         raise TypeError(f"strength must be a number, got {strength!r:.80}")
     if not math.isfinite(strength):
         raise SteeringUnavailable(f"strength must be a finite number, got {strength!r}")
     return float(strength)
+
+
+def find_direction(named: Mapping[str, Any]) -> Direction:
+    """The direction a run's ``steer`` setting names (its JSON form, as a record keeps it).
+
+    Found by digest among the directions made in this session, else loaded from the file the
+    setting names (and checked to be the same vector).
+
+    Args:
+        named: ``{"digest", "layer", "size", "strength", "file"}``, as
+            :func:`nbstream.settings.validate_settings` writes a ``steer`` setting.
+
+    Returns:
+        The direction.
+
+    Raises:
+        SteeringUnavailable: Not in memory, and no file holds it; the message says what to do.
+
+    Example:
+        >>> find_direction(run.record["settings"]["steer"]) is sea
+        True
+    """
+    digest = str(named.get("digest"))
+    known = _KNOWN.get(digest)
+    if known is not None:
+        return known
+    short = f"{digest[:12]} (layer {named.get('layer')}, size {named.get('size')})"
+    file = named.get("file")
+    if not file:
+        raise SteeringUnavailable(
+            f"steer names the direction {short}, which is not in this session and was never "
+            "saved to a file: build it again with nbstream.Direction.from_examples (the same "
+            "examples, model and layer give the same digest) or load it with "
+            "nbstream.Direction.load(path), then run again"
+        )
+    try:
+        loaded = Direction.load(file)
+    except (OSError, ValueError) as exc:
+        raise SteeringUnavailable(
+            f"steer names the direction {short}, which is not in this session, and its file "
+            f"{file} cannot be read ({exc}); load it with nbstream.Direction.load(path) from "
+            "where it is now, then run again"
+        ) from None
+    if loaded.digest != digest:
+        raise SteeringUnavailable(
+            f"steer names the direction {short}, but its file {file} now holds another one "
+            f"({loaded.digest[:12]}): it was saved over; build or load the direction the run "
+            "used, then run again"
+        )
+    return loaded
+
+
+def check_steering(model: Any, direction: Direction, strength: Any) -> tuple[Any, float]:
+    """Check that ``model`` can be steered along ``direction`` by ``strength``; nothing is added.
+
+    Args:
+        model: The model (a PEFT or compiled wrapper is looked through).
+        direction: The direction.
+        strength: How far along it.
+
+    Returns:
+        The decoder layer module the hook goes on, and the strength as a float.
+
+    Raises:
+        SteeringUnavailable: The family, layer, size or strength cannot be used.
+        TypeError: ``direction`` is not a Direction, or ``strength`` not a number.
+
+    Example:
+        >>> layer, strength = check_steering(model, sea, 4)
+    """
+    if not isinstance(direction, Direction):
+        raise TypeError(f"direction must be a Direction, got {type(direction).__name__}")
+    amount = _strength(strength)
+    layers = decoder_layers(model)
+    if direction.layer >= len(layers):
+        raise SteeringUnavailable(
+            f"the direction is for decoder layer {direction.layer}, but this model has "
+            f"{len(layers)} (0 to {len(layers) - 1}): it was built on another model "
+            f"({direction.model or 'unknown'}); build one on this model with "
+            "Direction.from_examples"
+        )
+    width = running_module(model).get_input_embeddings().weight.shape[-1]
+    if direction.size != width:
+        raise SteeringUnavailable(
+            f"the direction has {direction.size} numbers but this model's hidden states have "
+            f"{width}: it was built on another model ({direction.model or 'unknown'}); build "
+            "one on this model with Direction.from_examples"
+        )
+    return layers[direction.layer], amount
 
 
 @contextlib.contextmanager
@@ -441,17 +569,8 @@ def steered(model: Any, direction: Direction, strength: float) -> Iterator[Direc
         >>> with steered(model, sea, 4.0):
         ...     out = model.generate(**tokenizer("Hi", return_tensors="pt"), max_new_tokens=9)
     """
-    if not isinstance(direction, Direction):
-        raise TypeError(f"direction must be a Direction, got {type(direction).__name__}")
-    amount = _strength(strength)
-    layers = decoder_layers(model)
-    layer = layers[_layer_index(direction.layer, len(layers))]
+    layer, amount = check_steering(model, direction, strength)
     width = running_module(model).get_input_embeddings().weight
-    if direction.size != width.shape[-1]:
-        raise SteeringUnavailable(
-            f"the direction has {direction.size} numbers but this model's hidden states have "
-            f"{width.shape[-1]}: it was built on another model ({direction.model or 'unknown'})"
-        )
     delta = (amount * direction.vector.float()).to(device=width.device, dtype=width.dtype)
     here = threading.local()
 

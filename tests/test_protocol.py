@@ -702,10 +702,10 @@ def test_the_schema_names_every_setting() -> None:
     schema = settings_schema()
     assert list(schema) == list(SETTINGS)
     for name, entry in schema.items():
-        # "tags" (thinking_tags) is for code only: no panel field has it (the page's
-        # typedef knows the other five).
+        # "tags" (thinking_tags) and "steer" are for code only: no panel field has them (the
+        # page's typedef knows the other five).
         page_types = ("int", "float", "bool", "strings", "string")
-        assert entry["type"] in (*page_types, "tags"), name
+        assert entry["type"] in (*page_types, "tags", "steer"), name
         if name in PANEL_SETTINGS.values():
             assert entry["type"] in page_types, name
         assert entry["nullable"] is True and refused(name, None) is None, name
@@ -760,6 +760,8 @@ def test_the_schema_types_agree_with_validate_settings(name: str) -> None:
         "strings": [["a"], ["\n\n", "END"]],
         "string": list(entry.get("values", [])),
         "tags": [[], ["<think>", "</think>"]],
+        # A run's recorded steer (a Direction in memory: tests/test_steering_runs.py).
+        "steer": [{"digest": "0" * 64, "layer": 1, "size": 64, "strength": 4, "file": None}],
     }
     invalid: dict[str, list[Any]] = {
         "int": [True, 1.0, 1.5, "1", [1]],
@@ -768,6 +770,7 @@ def test_the_schema_types_agree_with_validate_settings(name: str) -> None:
         "strings": ["a", [], [""], [1]],
         "string": ["yaml", 1, ["json"]],
         "tags": ["<think>", ["<think>"], ["", "b"], [1, 2], ["a", "b", "c"]],
+        "steer": [4.0, ("sea", 4.0), {"digest": "0" * 64}, [None, 1]],
     }
     assert valid[kind], f"{name}: no valid sample"
     for value in valid[kind]:

@@ -40,6 +40,16 @@ PROMPTS = ["Hi", "Tell me a story", [{"role": "user", "content": "Name a colour"
 SAMPLING = ("temperature", "top_p", "top_k")
 
 
+def _steer(layer: int, strength: float, seed: int) -> tuple:
+    """steer=(direction, strength): a random direction for the tiny model (64 wide, 2 layers)."""
+    import torch
+
+    from nbstream.steering import Direction
+
+    vector = torch.randn(64, generator=torch.Generator().manual_seed(seed))
+    return Direction(vector=vector, layer=layer), strength
+
+
 def _strategy(name: str, entry: dict) -> st.SearchStrategy:
     """Values of one setting, from its schema (its type and bounds)."""
     if name in OVERRIDES:
@@ -63,6 +73,8 @@ def _strategy(name: str, entry: dict) -> st.SearchStrategy:
         return st.sampled_from(entry["values"])
     if kind == "strings":
         return st.lists(st.text(min_size=1, max_size=4), min_size=entry.get("min_items", 0))
+    if kind == "steer":
+        return st.builds(_steer, st.integers(0, 1), st.floats(-8, 8), st.integers(0, 99))
     raise AssertionError(f"setting {name!r} of type {kind!r}: teach this test to draw it")
 
 

@@ -27,6 +27,7 @@ ALLOWED = (
     "alternatives",
     "thinking_tags",
     "enable_thinking",
+    "steer",
 )
 
 

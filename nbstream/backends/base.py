@@ -226,6 +226,9 @@ class Backend(abc.ABC):
     supports_lens: bool = False
     #: ``run.branch`` from token ids: :meth:`prepare` takes ``prefix_ids``.
     supports_branching: bool = False
+    #: Its runs take ``steer=(direction, strength)`` (:mod:`nbstream.steering`); one that
+    #: does not refuses it with :meth:`check_steer`.
+    supports_steering: bool = False
     #: A model server: it streams text, not token ids; a run has tokens to show only with a
     #: trace (``alternatives=k``), and ``run.branch`` goes through :meth:`branch_job`, which
     #: sends the answer so far as text (:meth:`prepare` takes ``assistant_prefix``).
@@ -293,6 +296,25 @@ class Backend(abc.ABC):
                 f"alternatives={k}: {type(self).__name__} cannot capture token probabilities; "
                 "use a local transformers model, or drop alternatives"
             )
+
+    def check_steer(self, steer: Mapping[str, Any] | None) -> None:
+        """Refuse a ``steer`` setting before anything runs when runs cannot be steered.
+
+        Args:
+            steer: The checked setting (None: unsteered, always fine).
+
+        Raises:
+            ValueError: The backend cannot steer its model.
+        """
+        if steer is None or self.supports_steering:
+            return
+        raise ValueError(
+            f"steer: {type(self).__name__} cannot steer its model: steering adds a direction "
+            "to the hidden states inside the model's layers, which only a transformers model "
+            "in this process lets nbstream reach; run the model locally "
+            "(nbstream.stream(model, tokenizer, prompt, steer=(direction, strength))), or "
+            "drop steer"
+        )
 
     def why_no_branch(self) -> str | None:
         """Why ``run.branch`` is refused on this backend (``None``: it is not)."""

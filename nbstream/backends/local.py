@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from ..distribution import (
@@ -21,6 +22,7 @@ from ..settings import (
     check_stop,
     samples,
 )
+from ..steering import Direction, check_steering, find_direction, steered
 from ..streaming import TokenBuffer, TokenDecoder
 from ..trace import TraceCapture, running_module
 from .base import Backend, Job, RunControl
@@ -109,7 +111,8 @@ class LocalBackend(Backend):
     """Runs prompts on a loaded ``transformers`` model in this process.
 
     It sees the raw logits, so it captures ``run.trace`` (``alternatives``), gives
-    ``run.step_logits`` and ``run.distribution``, and branches from token ids.
+    ``run.step_logits`` and ``run.distribution``, branches from token ids, and steers
+    (``steer=(direction, strength)``: see :mod:`nbstream.steering`).
 
     Args:
         model: A loaded transformers model (anything with ``generate``).
@@ -130,6 +133,7 @@ class LocalBackend(Backend):
     supports_step_logits = True
     supports_lens = True
     supports_branching = True
+    supports_steering = True
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         if tokenizer is None:
@@ -241,7 +245,11 @@ class LocalBackend(Backend):
         prefix = self._check_prefix(prefix_ids)
         text, encoded, prompt_tokens = self._encode(prompt, settings.get("enable_thinking"))
         config = self.model.generation_config
+        steering = self._steering(settings.get("steer"))
         effective = self._effective_settings(settings, config, prompt_tokens, len(prefix))
+        if steering is not None:
+            # The direction's file, if it has one now: the record names where to find it.
+            effective["steer"] = {**effective["steer"], "file": steering[0].file}
         kwargs, seed = self._generate_kwargs(effective, config, len(prefix))
         in_effect = self._in_effect(effective, kwargs, seed, config)
         pad = self._pad_token_id(config)
@@ -251,6 +259,7 @@ class LocalBackend(Backend):
         # Built now: a processor nbstream cannot apply and show is refused before the run.
         job.stages = generate_stages(self.model, _stage_options(kwargs), job.generate_ids(prefix))
         job.asked = dict(settings)
+        job.steering = steering
         job.prefix_ids = prefix
         job.thinking_tags = self._thinking_tags(effective.get("thinking_tags"))
         # The tags looked for ([] when off): a rerun then splits the thinking the same way.
@@ -262,6 +271,18 @@ class LocalBackend(Backend):
         if alternatives:
             job.trace_capture = TraceCapture(alternatives, self.tokenizer)
         return job
+
+    def _steering(self, steer: Mapping[str, Any] | None) -> tuple[Direction, float] | None:
+        """The direction and strength a ``steer`` setting names, checked against this model.
+
+        Raises ``SteeringUnavailable`` (a ValueError) in words, before anything starts: a
+        direction not found, or one this model cannot take (its family, layer or size).
+        """
+        if steer is None:
+            return None
+        direction = find_direction(steer)
+        _layer, strength = check_steering(self.model, direction, steer["strength"])
+        return direction, strength
 
     def _pad_token_id(self, config: Any) -> int | None:
         """The pad token generate() is given when the model's config has none.
@@ -483,6 +504,20 @@ class LocalJob(Job):
         #: What generate() applies at a sampled step (see generate_stages), on the model's
         #: device: the seeded sampler applies those only a sampled step does.
         self.stages: list[Stage] = []
+        #: ``steer``: the direction and strength, checked against the model; None: unsteered.
+        self.steering: tuple[Direction, float] | None = None
+
+    def steered(self) -> AbstractContextManager[Any]:
+        """This run's steering, for forward passes on the calling thread while it is open.
+
+        The run's generate() runs inside it, and so does every pass that shows one of its
+        steps afterwards (its logits, lens, attribution, attention), so that they show what
+        the run computed; a pass on another thread never sees it. A no-op when unsteered.
+        """
+        if self.steering is None:
+            return contextlib.nullcontext()
+        direction, strength = self.steering
+        return steered(self.backend.model, direction, strength)
 
     def decoder(self) -> TokenDecoder:
         """A decoder that turns this model's token ids into text, piece by piece."""
@@ -524,7 +559,9 @@ class LocalJob(Job):
                 return "length"  # the forced tokens fill max_new_tokens
         kwargs = dict(self.kwargs)
         after_step = self._choose_steps(kwargs, device, capture)
-        with capture.attached(model) if capture is not None else contextlib.nullcontext():
+        # The steering's hook lives as long as this block, however generate() ends.
+        traced = capture.attached(model) if capture is not None else contextlib.nullcontext()
+        with self.steered(), traced:
             model.generate(
                 **inputs,
                 **kwargs,
@@ -625,7 +662,7 @@ class LocalJob(Job):
 
         One row each, on the model's device, from one forward pass over the prompt and
         ``answer_ids``: row ``j`` is the step whose token would follow ``answer_ids[:first + j]``.
-        No cache is kept; any thread may call it.
+        No cache is kept; any thread may call it. A steered run's logits are steered.
         """
         import torch
 
@@ -640,7 +677,7 @@ class LocalJob(Job):
             # Only the rows asked for: all of them would be a (length x vocabulary) tensor,
             # gigabytes for a long prompt and a large vocabulary.
             options["logits_to_keep"] = rows
-        with torch.no_grad():
+        with self.steered(), torch.no_grad():
             output = model(input_ids=ids, attention_mask=torch.ones_like(ids), **options)
         return output.logits[0, -rows:]
 

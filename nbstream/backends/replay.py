@@ -291,6 +291,25 @@ class ReplayBackend(Backend):
         """A replay never branches: it has only the tokens it recorded."""
         return RECORDING_CANNOT_BRANCH
 
+    def check_steer(self, steer: Any) -> None:
+        """A replay plays recorded text: it takes only the steering it was recorded with.
+
+        Args:
+            steer: The checked ``steer`` setting asked for (None: fine).
+
+        Raises:
+            ValueError: Another steering than the recording's (nothing is steered in a replay).
+        """
+        if steer is None or any(
+            run.settings.get("steer") == steer for run in _runs_of(self.recording)
+        ):
+            return
+        raise ValueError(
+            "steer: a replay plays the recorded text and runs no model, so it cannot be "
+            "steered; run the prompt on the model with steer=(direction, strength), or drop "
+            "steer (the recording's own steering, if any, is in its record)"
+        )
+
     def describe(self) -> dict[str, Any] | None:
         """The recorded model, marked as replayed."""
         runs = _runs_of(self.recording)
@@ -310,8 +329,10 @@ class ReplayBackend(Backend):
         """The replay's job: its settings are the recording's, whatever ``settings`` says.
 
         Raises:
-            ValueError: ``prompt`` is not the recorded one (the message names it).
+            ValueError: ``prompt`` is not the recorded one (the message names it), or a
+                ``steer`` other than the recording's (:meth:`check_steer`).
         """
+        self.check_steer(settings.get("steer"))
         if isinstance(self.recording, ChatRecording):
             return self._chat_job(self.recording, prompt)
         recorded = self.recording.prompt

@@ -269,6 +269,7 @@ class Endpoint(Backend):
                 "the answer so far as text), not prefix_ids"
             )
         check_prompt(prompt)
+        self.check_steer(settings.get("steer"))  # a server's API has no way in
         effective = dict(settings)
         effective.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         k = effective.get("alternatives") or 0
