@@ -27,12 +27,11 @@ from typing import Any
 
 from ..generation import Generation, replay, stream
 from ..prompt_template import Prompts
-from .display import in_kernel, show
 from .divergence import TextDivergence, text_divergence
 from .grid_columns import GridColumn, check_prompts, grid_columns, refused_backend
 from .grid_save import is_grid_folder, read_index, write_grid
 from .grid_table import cell_row, check_pandas, html_table
-from .grid_widget import GridWidget
+from .grid_widget import GridDisplay, GridWidget
 
 __all__ = ["Grid", "read_grid_folder"]
 
@@ -104,11 +103,8 @@ class Grid:
         self._listeners: list[Callable[[list[tuple[int, int]]], None]] = []
         # Makes a cell's run (None: nothing to run); a saved grid replays its recordings.
         self._starter: Callable[[int, int], Generation | None] = self._stream_cell
-        # A cell's model for its full view: (model, tokenizer, which cells share a view).
-        self._cell_model: Callable[[int, int], tuple[Any, Any, Any]] = self._column_model
-        self._replay = False
-        # The grid shown in a notebook (made when first shown).
-        self._widget: GridWidget | None = None
+        # The grid shown in a notebook: its widget, made when first shown.
+        self._display = GridDisplay(self, self._listeners, self._column_model)
 
     # -- what the grid is --------------------------------------------------------------------
 
@@ -407,8 +403,8 @@ class Grid:
         grid.wait()  # instant replays: their ends are there when load() returns
         grid._starter = lambda i, j: _replayed(recordings[i][j], 1.0)
         # Each cell's full view replays that cell's own recording (its tokens' texts).
-        grid._cell_model = lambda i, j: (recordings[i][j], None, (i, j))
-        grid._replay = True
+        grid._display.cell_model = lambda i, j: (recordings[i][j], None, (i, j))
+        grid._display.replay = True
         return grid
 
     # -- shown in a notebook ---------------------------------------------------------------------
@@ -417,37 +413,21 @@ class Grid:
     def widget(self) -> GridWidget:
         """The grid as a notebook widget: a table that streams every cell (made on first use).
 
-        Showing the grid (a cell ending in ``g``) shows this widget. Each cell shows its state,
-        its figures (tokens, time, why it ended) and its text as it streams; a row's cells
-        are marked where their answers part; **Stop** stops a cell, a row or every cell;
-        **Open** shows a cell in full below the table, with its token views. Closing the
-        widget leaves the cells running (``g.stop()`` stops them).
+        Showing the grid shows it. Each cell shows its state, its figures (tokens, time, why
+        it ended) and its text as it streams; a row's cells are marked where their answers
+        part; **Stop** stops a cell, a row or every cell; **Open** shows a cell in full below
+        the table, with its token views. Closing it leaves the cells running.
 
         Example:
             >>> g.widget.open_cell(0, 1)  # cell (0, 1) in full below the table
         """
-        with self._lock:
-            widget = self._widget
-            if widget is None or widget.comm is None:
-                widget = GridWidget(self, self._cell_model, replay=self._replay)
-                if self._widget is not None:
-                    self._listeners.remove(self._widget.cells_started)
-                self._listeners.append(widget.cells_started)
-                self._widget = widget
-            return widget
+        return self._display.widget()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
-        # In a kernel the live table (a widget) with a text copy for what cannot run
-        # widgets; elsewhere (a terminal, a script) the table as it is now.
-        if in_kernel():
-            return self.widget.bundle()
-        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+        return self._display.bundle(repr(self), self._repr_html_)
 
     def _ipython_display_(self) -> None:
-        if in_kernel():
-            self.widget.show()
-        else:
-            show({"text/plain": repr(self), "text/html": self._repr_html_()}, raw=True)
+        self._display.show(repr(self), self._repr_html_)
 
     def _repr_html_(self) -> str:
         # The table as it is now (a snapshot): what a front end without widgets shows.

@@ -23,14 +23,14 @@ import ipywidgets
 
 from ..generation import TERMINAL, Generation
 from ..protocol import GridMark, GridResetMessage
-from .display import Bundle, FallbackDisplay
+from .display import Bundle, FallbackDisplay, in_kernel, show
 from .divergence import TextDivergence, text_divergence_words
 from .grid_cell import GridCellView
 from .grid_feed import CellChanges, GridFeed
 from .grid_table import markdown_table
 from .grid_view import GridTable
 
-__all__ = ["CellModel", "GridSource", "GridWidget", "prompt_words"]
+__all__ = ["CellModel", "GridDisplay", "GridSource", "GridWidget", "prompt_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -279,3 +279,48 @@ def _summary(statuses: list[list[str]], cols: int) -> str:
     order = ["running", "queued", "complete", "cancelled", "failed", "idle"]
     counts = [f"{flat.count(state)} {state}" for state in order if state in flat]
     return f"{head} \u00b7 " + ", ".join(counts)
+
+
+class GridDisplay:
+    """How a grid is shown: its widget (made when first shown, anew once closed), or a table.
+
+    Args:
+        grid: The grid.
+        listeners: The grid's list of callbacks told which cells each ``generate()`` started.
+        cell_model: Each cell's model for its full view (see :data:`CellModel`).
+    """
+
+    def __init__(self, grid: GridSource, listeners: list[Any], cell_model: CellModel) -> None:
+        self._grid = grid
+        self._listeners = listeners
+        self._lock = threading.Lock()
+        self._widget: GridWidget | None = None
+        #: Each cell's model for its full view (a saved grid's: its cells' recordings).
+        self.cell_model = cell_model
+        #: Whether the cells replay recordings (a grid ``nbstream.load`` read).
+        self.replay = False
+
+    def widget(self) -> GridWidget:
+        """The grid's widget: the one shown before, or a new one if there was none or it closed."""
+        with self._lock:
+            widget = self._widget
+            if widget is None or widget.comm is None:
+                widget = GridWidget(self._grid, self.cell_model, replay=self.replay)
+                if self._widget is not None:
+                    self._listeners.remove(self._widget.cells_started)
+                self._listeners.append(widget.cells_started)
+                self._widget = widget
+            return widget
+
+    def bundle(self, text: str, html: Callable[[], str]) -> dict[str, Any] | None:
+        """In a kernel the live table with its text copy; elsewhere the table as it is now."""
+        if in_kernel():
+            return self.widget().bundle()
+        return {"text/plain": text, "text/html": html()}
+
+    def show(self, text: str, html: Callable[[], str]) -> None:
+        """IPython's display of the grid (its ``_ipython_display_``)."""
+        if in_kernel():
+            self.widget().show()
+        else:
+            show({"text/plain": text, "text/html": html()}, raw=True)
