@@ -2,23 +2,31 @@
 
 Runs a real ipykernel and headless Chromium through the Colab-like router of the front-end
 tests (``tests/frontend/colab_router.py``, imported), and compares, round by round
-(interleaved; the figure is the median of the per-round ratios, since single timings on a
-shared machine are noisy):
+(interleaved; each figure is the median of the per-round ratios, with their spread, since
+single timings on a shared machine are noisy):
 
 * click on Run -> first visible text in ``.nbstream-output``, in ``strict`` routing (the view
   pulls) against ``all`` (every message delivered, as JupyterLab does: the view is pushed
   to), with a model that decodes at a CPU's cadence (the tiny test model with a sleep of
   ``--step-ms`` in each forward pass; the default model takes ~70 ms a token here). Each
   strict round also checks that the view's whole answer equals ``w.result``;
-* the kernel's throughput (``metrics["tokens_per_s"]`` of a run of the tiny model at full
-  speed) while a view pulls against while a view is pushed to: pulling's cost.
+* pulling's cost to the kernel: the kernel process's CPU time per token (``time.process_time``,
+  all its threads, from ``generate`` to the run's end) of a run of the tiny model at full
+  speed (one torch thread) that a view pulls, against one that a view is pushed to. CPU
+  time, not tokens per second: on a shared machine a run's wall-clock speed measures
+  whatever else runs on its cores (here also the Chromium and the router that the pulls keep
+  busy), so the wall-clock ratio is printed too, but only as that;
+* the kernel's CPU time per pull (ipykernel's dispatch and the answer, measured over bursts
+  of pulls sent to an idle widget), and what the pulls of each pulled run cost at that
+  price, as a share of that run's CPU time: the same cost estimated without comparing two
+  runs.
 
 Targets (issue 38): first text within 2x of the push path's; pulling costs <= 5%.
 
 Usage (from the repository root)::
 
-    python -m benchmarks.pull              # 7 rounds of each (about 2 minutes)
-    python -m benchmarks.pull --rounds 3   # a quicker look
+    python -m benchmarks.pull              # 7 rounds of each (about 3 minutes)
+    python -m benchmarks.pull --rounds 5   # a quicker look
 """
 
 from __future__ import annotations
@@ -60,6 +68,23 @@ paced.load_state_dict(_m.state_dict())
 paced.eval()
 paced.generation_config = _m.generation_config
 paced.register_forward_hook(lambda *_: time.sleep({step_s}))
+# name -> CPU seconds from generate() to the run's end: the kernel's, and its run thread's
+# (the done callback runs on that thread, which each run starts afresh).
+_cpu = {{}}
+
+def _timed_generate(name, w, prompt):
+    start = time.process_time()
+    run = w.generate(prompt)
+    run.add_done_callback(
+        lambda _: _cpu.__setitem__(name, [time.process_time() - start, time.thread_time()])
+    )
+"""
+
+# A widget with a finished run, for the price of a pull.
+_IDLE = """
+_priced = StreamWidget(*tiny_model(one_line=True), max_new_tokens=40)
+_ = _priced.generate("Name two colors.")
+_priced.wait()
 """
 
 # Click on Run, then the page's time of the first text in the output (ms after the click).
@@ -116,14 +141,69 @@ def _first_text(router: cr.ColabRouter, page: Any, name: str, tokens: int) -> tu
     return ms, shown.strip() == str(router.eval(f"{name}.result")).strip()
 
 
-def _throughput(router: cr.ColabRouter, page: Any, name: str, tokens: int) -> float:
-    """tokens_per_s of a full-speed run that a view follows (pushed or pulled)."""
+def _run_cost(router: cr.ColabRouter, page: Any, name: str, tokens: int) -> dict[str, float]:
+    """A full-speed run that a view follows (pushed or pulled): its kernel CPU and speed."""
     code = f"{name} = StreamWidget(*tiny_model(one_line=True), max_new_tokens={tokens})\n{name}"
     _, root = _view(router, page, code)
     page.wait_for_timeout(2000)
-    router.execute(f'_ = {name}.generate("Name two colors.")')
+    pulls = _pulls(router)
+    router.execute(f'_timed_generate("{name}", {name}, "Name two colors.")')
     _ended(page, root)
-    return float(router.eval(f'{name}.metrics["tokens_per_s"]'))
+    pulls = _pulls(router) - pulls
+    cpu = None
+    for _ in range(50):  # the done callback runs on the run's thread, just after its end
+        if (cpu := router.eval(f'_cpu.get("{name}")')) is not None:
+            break
+        page.wait_for_timeout(100)
+    if cpu is None:
+        raise RuntimeError(f"{name}: the run's done callback never came")
+    made = int(router.eval(f'{name}.metrics["tokens"]'))
+    speed = float(router.eval(f'{name}.metrics["tokens_per_s"]'))
+    kernel, worker = cpu
+    return {
+        "cpu_ms_per_token": kernel * 1000 / made,
+        # Everything but the model's own work: the comm, the feed, ipykernel's threads.
+        "rest_ms_per_token": (kernel - worker) * 1000 / made,
+        "cpu_s": kernel,
+        "tokens_per_s": speed,
+        "pulls_per_s": pulls * speed / made,
+        "pulls": pulls,
+    }
+
+
+def _pulls(router: cr.ColabRouter) -> int:
+    return sum(1 for m in router.page_sent if m.get("type") == "pull")
+
+
+def _cpu_per_pull(router: cr.ColabRouter, pulls: int, bursts: int) -> list[float]:
+    """The kernel's CPU ms per pull, per burst of ``pulls`` sent to an idle widget.
+
+    Each pull asks from the middle of the run's text (its answer carries a delta, as a
+    running view's does) and holds the latest version (no traits), less a burst of none.
+    """
+    router.execute(_IDLE, timeout=120)
+    comm = router.eval("_priced.comm.comm_id")
+    run_id, length = router.eval("[_priced.run_id, len(_priced.run.partial_text)]")
+    pull = {"type": "pull", "view": "priced", "run_id": run_id, "text": length // 2}
+    pull |= {"tokens": 0, "thinking": 0, "version": 10**9}
+
+    def burst(n: int) -> float:
+        router.execute("_c0 = time.process_time()")
+        for _ in range(n):
+            router.send(comm, pull)
+        router.execute("_c1 = time.process_time()")  # handled after every pull before it
+        return float(router.eval("_c1 - _c0"))
+
+    out = []
+    for _ in range(bursts):
+        out.append((burst(pulls) - burst(0)) * 1000 / pulls)
+    return out
+
+
+def _spread(values: list[float], fmt: str = "{:.3f}") -> str:
+    """The median, then the range, of ``values``."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return f"{fmt.format(statistics.median(values))} (range {low} to {high}, n={len(values)})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,11 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--step-ms", type=float, default=60.0)
     parser.add_argument("--tokens", type=int, default=40, help="of the paced runs")
-    parser.add_argument("--fast-tokens", type=int, default=1500, help="of the throughput runs")
+    parser.add_argument("--fast-tokens", type=int, default=1500, help="of the full-speed runs")
+    parser.add_argument("--pulls", type=int, default=200, help="in each burst priced")
     args = parser.parse_args(argv)
     router = cr.ColabRouter().start()
     router.execute(_MODELS.format(step_s=args.step_ms / 1000), timeout=120)
-    rows: dict[str, list[Any]] = {"first_ms": [], "tokens_per_s": [], "equal": []}
+    rounds: list[dict[str, Any]] = []
     try:
         with _serving(REPO_ROOT) as server, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
@@ -148,35 +229,64 @@ def main(argv: list[str] | None = None) -> int:
                     router.attach(page, server)
                     name = f"w_{mode}_{k}"
                     ms, equal = _first_text(router, page, name, args.tokens)
-                    speed = _throughput(router, page, name + "_fast", args.fast_tokens)
-                    pulls = sum(1 for m in router.page_sent if m.get("type") == "pull")
-                    round_[mode] = {"first_ms": ms, "tokens_per_s": speed, "pulls": pulls}
-                    if mode == "strict":
-                        rows["equal"].append(equal)
+                    round_[mode] = {"first_ms": ms, "equal": equal}
+                    round_[mode] |= _run_cost(router, page, name + "_fast", args.fast_tokens)
                     page.close()
-                rows["first_ms"].append(round_["strict"]["first_ms"] / round_["all"]["first_ms"])
-                rows["tokens_per_s"].append(
-                    round_["strict"]["tokens_per_s"] / round_["all"]["tokens_per_s"]
-                )
+                rounds.append(round_)
                 print(json.dumps({"round": k, **round_}), flush=True)
             browser.close()
+        per_pull = _cpu_per_pull(router, args.pulls, bursts=max(3, args.rounds // 2))
     finally:
         router.stop()
-    first = statistics.median(rows["first_ms"])
-    speed = statistics.median(rows["tokens_per_s"])
-    print(
-        f"click -> first text, pulled (strict) / pushed: median ratio {first:.2f}x (target <= 2x)"
-    )
-    print(
-        f"throughput while pulled / while pushed: median ratio {speed:.3f} "
-        f"(cost {max(0.0, 1 - speed) * 100:.1f}%, target <= 5%)"
-    )
-    print(
-        f"whole answer equal to w.result in strict routing: "
-        f"{sum(rows['equal'])}/{len(rows['equal'])}"
-    )
-    print(json.dumps({"first_text_ratio": first, "throughput_ratio": speed, **rows}))
+    _report(rounds, per_pull)
     return 0
+
+
+def _report(rounds: list[dict[str, Any]], per_pull: list[float]) -> None:
+    """Print the figures of ``rounds`` (each a ``strict`` and an ``all`` run) and the JSON."""
+
+    def ratio(key: str) -> list[float]:
+        return [r["strict"][key] / r["all"][key] for r in rounds]
+
+    first, cpu, speed = ratio("first_ms"), ratio("cpu_ms_per_token"), ratio("tokens_per_s")
+    price_s = statistics.median(per_pull) / 1000
+    pulled = [r["strict"] for r in rounds]
+    share = [p["pulls"] * price_s / p["cpu_s"] for p in pulled]
+    rate = [p["pulls_per_s"] for p in pulled]
+    equal = [p["equal"] for p in pulled]
+    cost = [(c - 1) * 100 for c in cpu]
+    # Beside the run's thread only: what pulling adds to the comm and ipykernel's threads.
+    rest = [
+        (r["strict"]["rest_ms_per_token"] - r["all"]["rest_ms_per_token"])
+        / r["all"]["cpu_ms_per_token"]
+        * 100
+        for r in rounds
+    ]
+    print(
+        f"click -> first text, pulled (strict) / pushed: {_spread(first, '{:.2f}x')} (target <= 2x)"
+    )
+    print(
+        f"kernel CPU per token, pulled / pushed: {_spread(cpu)}; "
+        f"pulling's cost {_spread(cost, '{:+.1f}%')} (target <= 5%)"
+    )
+    print(
+        "the same beside the run's own thread (the comm, the feed, ipykernel), pulled - "
+        f"pushed, per token, as a share of a pushed run's: {_spread(rest, '{:+.1f}%')}"
+    )
+    print(
+        f"kernel CPU per pull: {_spread(per_pull, '{:.2f} ms')}; "
+        f"pulls while a run streams: {_spread(rate, '{:.1f}/s')}; "
+        f"their share of the run's kernel CPU: {_spread([x * 100 for x in share], '{:.1f}%')}"
+    )
+    print(
+        f"wall-clock tokens/s, pulled / pushed: {_spread(speed)} "
+        "(moves with the machine's load and the browser's work: not the cost)"
+    )
+    print(f"whole answer equal to w.result in strict routing: {sum(equal)}/{len(equal)}")
+    figures = {"first_text_ratio": statistics.median(first), "cpu_ratio": statistics.median(cpu)}
+    figures |= {"cost_beside_run": statistics.median(rest)}
+    figures |= {"cpu_ms_per_pull": statistics.median(per_pull), "pull_share": share}
+    print(json.dumps({**figures, "rounds": rounds}))
 
 
 if __name__ == "__main__":

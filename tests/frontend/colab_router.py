@@ -253,6 +253,10 @@ class ColabRouter:
                 out.append(self._outbox.get_nowait())
         return out
 
+    def send(self, comm_id: str, content: dict[str, Any]) -> None:
+        """Send a custom message on a widget's comm as a page would, from no view."""
+        self._send_from_page(comm_id, {"method": "custom", "content": content})
+
     def _send_from_page(self, comm_id: str, data: dict[str, Any]) -> None:
         msg = self._client.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
         with self._lock:
