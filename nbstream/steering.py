@@ -131,7 +131,8 @@ def decoder_layers(model: Any) -> list[Any]:
         raise SteeringUnavailable(
             f"{type(module).__name__} (model_type {family!r}) is not a family whose decoder "
             f"layers nbstream knows: a hook on the wrong module would steer nothing, or the "
-            f"wrong thing, without saying so. Known: {known}"
+            f"wrong thing, without saying so. Known: {known}; use a model of one of these "
+            "families"
         )
     try:
         layers = module.get_submodule(path)
