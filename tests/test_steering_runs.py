@@ -20,7 +20,6 @@ import pytest
 
 import nbstream
 from nbstream import steering
-from nbstream.attention import attention_at
 from nbstream.backends.replay import ReplayBackend
 from nbstream.steering import Direction, SteeringUnavailable, decoder_layers
 
@@ -348,7 +347,7 @@ def test_the_record_names_the_direction_and_rerun_reproduces_the_run(pair, monke
     monkeypatch.setattr(steering, "_KNOWN", {})
     with pytest.raises(SteeringUnavailable, match="not in this session and was never saved"):
         nbstream.rerun(record, model, tokenizer)
-    with pytest.raises(SteeringUnavailable, match="Direction.from_examples"):
+    with pytest.raises(SteeringUnavailable, match=r"Direction\.from_examples"):
         nbstream.rerun(record, model, tokenizer)
     # Built again the same way (the same vector and layer): found by its digest.
     again = Direction(vector=own.vector.clone(), layer=0)
