@@ -17,10 +17,14 @@
 
 /** How long after the `reset` a view waits for the kernel's probe before it pulls. */
 const PROBE_WAIT_MS = 1500;
-/** Between pulls while a run is queued or running (about 7 a second: as live as a push). */
-const ACTIVE_PULL_MS = 150;
-/** Between pulls while a run is active and the view has none of its text yet: its first
- * words show as soon as they would pushed (a pull costs the kernel next to nothing). */
+/** Between pulls while a run is queued or running: 5 a second, live to the eye. Each pull
+ * costs the kernel about as much as a pushed frame (ipykernel's handling of a message,
+ * its busy and idle, the answer): at this pace pulling adds about 3% to a run's kernel
+ * CPU time (benchmarks/pull.py), against 5% at 7 a second. */
+const ACTIVE_PULL_MS = 200;
+/** Between pulls while a run runs and the view has none of its text yet: its first words
+ * show as soon as they would pushed (a pull costs the kernel about 1 ms of CPU,
+ * benchmarks/pull.py, and this lasts until the first token). */
 const FIRST_TEXT_PULL_MS = 40;
 /** Between pulls while idle and visible: a run started from another cell shows within ~1 s. */
 const IDLE_PULL_MS = 1000;
@@ -67,13 +71,16 @@ function isActive(model) {
 }
 
 /**
- * How long to wait before the next pull: the live rate while a run shows text, faster until
- * its first text, slow while idle.
+ * How long to wait before the next pull: the live rate while a run is queued or shows text,
+ * faster while it runs and none of its text has come, slow while idle. Not the fast rate
+ * while queued: a run may wait minutes behind another on the same model (a compare's
+ * columns), and its view's pulls would take that run's kernel time all along.
  * @param {any} model @param {{text: number, thinking: number}} held
  */
 function pullPause(model, held) {
-  if (!isActive(model)) return IDLE_PULL_MS;
-  return held.text || held.thinking ? ACTIVE_PULL_MS : FIRST_TEXT_PULL_MS;
+  const status = String(model.get("status"));
+  if (status === "running" && !held.text && !held.thinking) return FIRST_TEXT_PULL_MS;
+  return isActive(model) ? ACTIVE_PULL_MS : IDLE_PULL_MS;
 }
 
 /**

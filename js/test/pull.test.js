@@ -239,16 +239,20 @@ test("idle and visible: a pull a second", () => {
   assert.deepEqual(gaps(times), [IDLE_PULL_MS, IDLE_PULL_MS, IDLE_PULL_MS, IDLE_PULL_MS]);
 });
 
-test("queued or running: the live pace, faster until the run's first text", () => {
+test("queued: the live pace; running: faster until the run's first text, then the live pace", () => {
   const view = pullingView();
-  view.answer({ state: { run_id: 1, status: "queued" } });
-  const first = pullTimes(view, 200);
+  view.answer({ state: { run_id: 1, status: "queued" } }); // behind another run, maybe for long
+  const queued = pullTimes(view, 1000);
+  assert.ok(queued.length >= 1000 / ACTIVE_PULL_MS - 1, `${queued}`);
+  for (const gap of gaps(queued)) assert.equal(gap, ACTIVE_PULL_MS);
+  const first = pullTimes(view, ACTIVE_PULL_MS + 5 * FIRST_TEXT_PULL_MS, {
+    state: { status: "running" },
+  });
   assert.ok(first.length >= 4, `${first}`);
   for (const gap of gaps(first)) assert.equal(gap, FIRST_TEXT_PULL_MS);
-  view.answer({ messages: [{ type: "delta", run_id: 1, offset: 0, text: "Red" }] });
   clock.advance(FIRST_TEXT_PULL_MS);
+  view.answer({ messages: [{ type: "delta", run_id: 1, offset: 0, text: "Red" }] });
   assert.equal(view.live.text, "Red");
-  view.model.state.status = "running";
   const live = pullTimes(view, 1000, {
     messages: [{ type: "delta", run_id: 1, offset: 3, text: "" }],
   });
