@@ -27,6 +27,7 @@ from .generation import (
 from .models import ModelNotFoundError, default_model_dir, load_model
 from .prompt_template import template
 from .recording import load
+from .steering import Direction
 
 if TYPE_CHECKING:
     from .arena import arena
@@ -141,6 +142,7 @@ _register_run_display()
 __all__ = [
     "ChatWidget",
     "CompareWidget",
+    "Direction",
     "Endpoint",
     "EndpointError",
     "Generation",

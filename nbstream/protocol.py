@@ -100,6 +100,7 @@ __all__ = [
     "SettingType",
     "ShowBranchRequest",
     "Status",
+    "SteerDirectionInfo",
     "StopRequest",
     "StreamWidgetOwnTraits",
     "StreamWidgetRequest",
@@ -353,6 +354,21 @@ class SettingSchema(_SettingSchemaExtras):
     messages: dict[str, str]
 
 
+class SteerDirectionInfo(TypedDict):
+    """The widget's steering direction, as the Settings panel's slider shows it."""
+
+    #: The decoder layer (0-based) whose output it is added to.
+    layer: int
+    #: The hidden size (the vector's length).
+    size: int
+    #: The vector's length: how far a strength of 1 moves a hidden state.
+    norm: float
+    #: SHA-256 of its vector and layer (what a run's record names it by).
+    digest: str
+    #: The slider's reach either way.
+    limit: float
+
+
 class RunWidgetTraits(TypedDict):
     """The synced traits of every ``StreamWidget`` and ``ChatWidget``.
 
@@ -385,6 +401,10 @@ class RunWidgetTraits(TypedDict):
     stop_sequences: Any
     #: The ``alternatives`` setting: top candidates captured per token.
     alternatives: Any
+    #: The Steering slider's strength (both ways; a finite number, or null: off).
+    steer_strength: Any
+    #: What the slider shows of the widget's direction (null: none, no slider).
+    steer_direction: SteerDirectionInfo | None
     #: The kernel's message per invalid setting, by trait.
     settings_errors: dict[str, str]
     #: The model's defaults by setting, and ``context_length``.

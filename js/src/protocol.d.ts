@@ -701,6 +701,10 @@ export interface RunWidgetTraits {
   stop_sequences: any;
   /** The `alternatives` setting: top candidates captured per token. */
   alternatives: any;
+  /** The Steering slider's strength (both ways; a finite number, or null: off). */
+  steer_strength: any;
+  /** What the slider shows of the widget's direction (null: none, no slider). */
+  steer_direction: SteerDirectionInfo | null;
   /** The kernel's message per invalid setting, by trait. */
   settings_errors: Record<string, string>;
   /** The model's defaults by setting, and `context_length`. */
@@ -794,6 +798,20 @@ export interface ShowBranchRequest {
 
 /** A run's state: `queued` and `running` until it ends `complete`, `failed` or `cancelled`. */
 export type Status = "queued" | "running" | "complete" | "failed" | "cancelled";
+
+/** The widget's steering direction, as the Settings panel's slider shows it. */
+export interface SteerDirectionInfo {
+  /** The decoder layer (0-based) whose output it is added to. */
+  layer: number;
+  /** The hidden size (the vector's length). */
+  size: number;
+  /** The vector's length: how far a strength of 1 moves a hidden state. */
+  norm: number;
+  /** SHA-256 of its vector and layer (what a run's record names it by). */
+  digest: string;
+  /** The slider's reach either way. */
+  limit: number;
+}
 
 /** Stop (a compare header's: Stop all). */
 export interface StopRequest {

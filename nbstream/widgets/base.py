@@ -67,7 +67,7 @@ class RunWidget(SyncedWidget, SettingsWidget, TokenViewsWidget):
     :meth:`_on_view_message`, :meth:`_fallback`).
     """
 
-    _PAGE_WRITES = frozenset({*PANEL_SETTINGS, *VIEW_TOGGLES, "prompt", "system"})
+    _PAGE_WRITES = frozenset({*PANEL_SETTINGS, *VIEW_TOGGLES, "prompt", "system", "steer_strength"})
 
     # -- public synced state ----------------------------------------------------------------
     #: idle, queued, running, complete, failed or cancelled (of the current run).
@@ -237,7 +237,8 @@ class RunWidget(SyncedWidget, SettingsWidget, TokenViewsWidget):
         does not override is invalid, with the message shown next to its field.
         """
         return run_settings(
-            fixed=self._settings,
+            # The Steering slider, while on, over a steer the widget was made with.
+            fixed={**self._settings, **self._steer_settings()},
             panel={trait: getattr(self, trait) for trait in PANEL_SETTINGS},
             errors=self.settings_errors,
             call=per_call,

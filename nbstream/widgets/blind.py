@@ -382,6 +382,9 @@ def _masks() -> dict[str, Callable[[Any], Any]]:
             "prompt_text": lambda _v: None,
             "prompt_tokens": lambda _v: None,
             "can_lens": lambda _v: False,
+            # The Steering slider: no slider (its strength would tell the columns apart).
+            "steer_strength": lambda _v: None,
+            "steer_direction": lambda _v: None,
         }
     )
     return masks
