@@ -147,8 +147,34 @@ def _root_layers() -> list[str]:
     return layers
 
 
+def _contained_layers() -> list[tuple[str, list[str]]]:
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    return [
+        (container, c["layers"])
+        for c in contracts
+        if c["type"] == "layers"
+        for container in c.get("containers", [])
+    ]
+
+
 def test_every_module_sits_in_a_layer():
     assert uncovered_modules(PACKAGE, _root_layers()) == []
+
+
+def test_every_module_of_a_layered_package_sits_in_one_of_its_layers():
+    """A package with layers of its own (the widgets, the remote backend) places each of its
+    modules: one left out could import anything in that package unchecked."""
+    contained = _contained_layers()
+    assert {name for name, _ in contained} >= {"nbstream.widgets", "nbstream.backends.remote"}
+    for container, layers in contained:
+        package = PACKAGE.parent.joinpath(*container.split("."))
+        short = container.rsplit(".", 1)[-1]  # as uncovered_modules names them
+        named = [f"{short}.{name}" for name in _layered(layers)]
+        missing = uncovered_modules(package, named)
+        assert missing == [], f"{container}: add {missing} to a layer in pyproject.toml"
 
 
 def test_a_new_module_outside_the_layers_is_found(tmp_path):
