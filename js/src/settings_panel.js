@@ -22,6 +22,7 @@
 
 import { h } from "./dom.js";
 import { contextOverflow } from "./prompt.js";
+import { SteerControl } from "./steer_control.js";
 
 const SAVE_DEBOUNCE_MS = 300;
 /** The settings a greedy run does not use. */
@@ -407,6 +408,8 @@ class SettingsPanel {
     const settingFields = fieldSpecs(this.schema);
     const specs = chat ? [SYSTEM_FIELD, ...settingFields] : settingFields;
     this.fields = specs.map((spec) => new Field(spec, viewId, grid));
+    this.steer = new SteerControl({ model, viewId, on, onModel }); // shown with a direction
+    grid.append(this.steer.el);
     this.resetBtn = h("button", "nbstream-settings-reset", { type: "button", "aria-label": "Model defaults" });
     this.resetBtn.textContent = "Model defaults";
     this.resetBtn.title = "Unset every setting: the model's defaults apply";
@@ -613,6 +616,7 @@ class SettingsPanel {
       f.local = null;
       this.save(f);
     }
+    this.steer.unset();
     this.update();
   }
 
@@ -665,7 +669,7 @@ class SettingsPanel {
       if (v === undefined) continue;
       out[f.spec.name] = v;
     }
-    return out;
+    return { ...out, ...this.steer.values() };
   }
 
   /** Whether a field is invalid; if so the panel opens on it and Run / Send must not go. */
