@@ -4,12 +4,14 @@
    decoder layer of the default model, ``--tries`` times: median, min and max of wall-clock
    seconds (the issue's target: ≤10 s). Each prompt is one forward pass that stops at the
    layer read.
-2. Side by side, interleaved round by round (the order alternating): a greedy
-   ``model.generate`` forced to ``--tokens`` new tokens (200 by default), plain, against the
-   same inside ``steered(model, direction, 4.0)``. Reported: each variant's tokens/s (median of
-   rounds) and the per-round ratio steered / plain, median with min and max (the target:
-   ≥0.95). Before the rounds, a strength-0 steered run is checked to make exactly the plain
-   run's tokens.
+2. Side by side, interleaved round by round (the order alternating): a greedy run of
+   ``nbstream.stream`` forced to ``--tokens`` new tokens (200 by default; the model's
+   ``generation_config.min_new_tokens`` holds its end off), plain, against the same run with
+   ``steer=(direction, 4.0)``: the path a user's run takes (the setting checked, the direction
+   found, the hook entered on the run's thread). Reported: the per-round ratio steered /
+   plain of tokens per CPU second of the process (all threads), median with min and max (the
+   target: ≥0.95), and the same in wall-clock tokens/s. Before the rounds, a strength-0
+   steered run is checked to make exactly the plain run's tokens.
 
 Usage::
 
@@ -25,10 +27,12 @@ invalid (a strength-0 run that differs from the plain one, or a run of the wrong
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,47 +79,64 @@ def build_times(model: Any, tokenizer: Any, layer: int, tries: int) -> tuple[Any
     return direction, {**spread(seconds), "cpu": statistics.median(cpu)}
 
 
-def one_run(model: Any, prompt: Any, tokens: int, steer: tuple[Any, float] | None) -> dict:
-    import contextlib
+def one_run(model: Any, tokenizer: Any, tokens: int, steer: tuple[Any, float] | None) -> dict:
+    import nbstream
 
-    import torch
-
-    from nbstream.steering import steered
-
-    context = steered(model, *steer) if steer else contextlib.nullcontext()
-    settings = {"max_new_tokens": tokens, "min_new_tokens": tokens, "do_sample": False}
+    settings: dict[str, Any] = {"max_new_tokens": tokens, "temperature": 0}
+    if steer is not None:
+        settings["steer"] = steer
     begun, cpu_begun = time.perf_counter(), time.process_time()
-    with context, torch.no_grad():
-        ids = model.generate(prompt, **settings)[0, prompt.shape[-1] :].tolist()
+    run = nbstream.stream(model, tokenizer, PROMPT, **settings)
+    run.wait()
     seconds, cpu = time.perf_counter() - begun, time.process_time() - cpu_begun
+    ids = run.token_ids
     return {"ids": ids, "tok_per_s": len(ids) / seconds, "tok_per_cpu_s": len(ids) / cpu}
 
 
-def side_by_side(model: Any, prompt: Any, direction: Any, tokens: int, rounds: int) -> dict:
+@contextlib.contextmanager
+def forced_length(model: Any, tokens: int) -> Iterator[None]:
+    """Every run makes exactly ``tokens`` tokens: the model's end token is held off."""
+    config = model.generation_config
+    before = config.min_new_tokens
+    config.min_new_tokens = tokens
+    try:
+        yield
+    finally:
+        config.min_new_tokens = before
+
+
+def side_by_side(model: Any, tokenizer: Any, direction: Any, tokens: int, rounds: int) -> dict:
     problems = []
-    one_run(model, prompt, min(tokens, 20), None)  # warm
-    plain = one_run(model, prompt, tokens, None)
-    if one_run(model, prompt, tokens, (direction, 0.0))["ids"] != plain["ids"]:
-        problems.append("a strength-0 steered run made other tokens than the plain run")
-    rows = []
-    for index in range(rounds):
-        order = ("plain", "steered") if index % 2 == 0 else ("steered", "plain")
-        got = {
-            v: one_run(model, prompt, tokens, (direction, STRENGTH) if v == "steered" else None)
-            for v in order
-        }
-        if any(len(run["ids"]) != tokens for run in got.values()):
-            problems.append(f"round {index + 1}: a run of the wrong length")
-        rows.append(
-            {
-                "plain": got["plain"]["tok_per_s"],
-                "steered": got["steered"]["tok_per_s"],
-                "ratio": got["steered"]["tok_per_s"] / got["plain"]["tok_per_s"],
-                "cpu_ratio": got["steered"]["tok_per_cpu_s"] / got["plain"]["tok_per_cpu_s"],
+    with forced_length(model, min(tokens, 20)):
+        one_run(model, tokenizer, min(tokens, 20), None)  # warm
+    with forced_length(model, tokens):
+        plain = one_run(model, tokenizer, tokens, None)
+        if one_run(model, tokenizer, tokens, (direction, 0.0))["ids"] != plain["ids"]:
+            problems.append("a strength-0 steered run made other tokens than the plain run")
+        rows = []
+        for index in range(rounds):
+            order = ("plain", "steered") if index % 2 == 0 else ("steered", "plain")
+            got = {
+                v: one_run(
+                    model, tokenizer, tokens, (direction, STRENGTH) if v == "steered" else None
+                )
+                for v in order
             }
-        )
-        last = rows[-1]
-        log(f"round {index + 1}: plain {last['plain']:.1f}, steered {last['steered']:.1f} tok/s")
+            if any(len(run["ids"]) != tokens for run in got.values()):
+                problems.append(f"round {index + 1}: a run of the wrong length")
+            rows.append(
+                {
+                    "plain": got["plain"]["tok_per_s"],
+                    "steered": got["steered"]["tok_per_s"],
+                    "ratio": got["steered"]["tok_per_s"] / got["plain"]["tok_per_s"],
+                    "cpu_ratio": got["steered"]["tok_per_cpu_s"] / got["plain"]["tok_per_cpu_s"],
+                }
+            )
+            last = rows[-1]
+            log(
+                f"round {index + 1}: plain {last['plain']:.1f}, steered {last['steered']:.1f} "
+                f"tok/s; CPU ratio {last['cpu_ratio']:.3f}"
+            )
     return {
         "rounds": rows,
         "plain_tok_per_s": statistics.median(r["plain"] for r in rows),
@@ -140,12 +161,14 @@ def render(report: dict[str, Any]) -> str:
             f"{build['median']:.2f} s | {build['min']:.2f}–{build['max']:.2f} s | "
             f"≤{BUILD_TARGET_S:.0f} s |",
             f"| the same in CPU seconds (all threads) | {build['cpu']:.2f} s | | |",
-            f"| plain run, {tokens} tokens | {runs['plain_tok_per_s']:.1f} tok/s | | |",
-            f"| steered run, {tokens} tokens | {runs['steered_tok_per_s']:.1f} tok/s | | |",
-            f"| steered / plain, per round ({count} rounds) | {ratio['median']:.3f} | "
-            f"{ratio['min']:.3f}–{ratio['max']:.3f} | ≥{RATIO_TARGET} |",
-            f"| the same in tokens per CPU second (all threads) | {cpu['median']:.3f} | "
-            f"{cpu['min']:.3f}–{cpu['max']:.3f} | |",
+            f"| plain run (nbstream.stream), {tokens} tokens | "
+            f"{runs['plain_tok_per_s']:.1f} tok/s | | |",
+            f"| steered run (steer=(d, {STRENGTH})), {tokens} tokens | "
+            f"{runs['steered_tok_per_s']:.1f} tok/s | | |",
+            f"| steered / plain, per round, tokens per CPU second ({count} rounds) | "
+            f"{cpu['median']:.3f} | {cpu['min']:.3f}–{cpu['max']:.3f} | ≥{RATIO_TARGET} |",
+            f"| the same in wall-clock tokens/s | {ratio['median']:.3f} | "
+            f"{ratio['min']:.3f}–{ratio['max']:.3f} | |",
             "",
             f"Load average before: {report['environment']['loadavg_before']}.",
             *(["", "**Invalid measurements:**"] if report["problems"] else []),
@@ -184,13 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = tiny_model() if args.tiny else nbstream.load_model()
     name = "tiny random Llama" if args.tiny else "default model (SmolLM2-135M)"
     layer = len(decoder_layers(model)) // 2
-    messages = [{"role": "user", "content": PROMPT}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
     log(f"{name}: {tries} direction builds, then {rounds} rounds of {tokens} tokens ...")
     with torch_threads(args.threads):
         direction, build = build_times(model, tokenizer, layer, tries)
-        runs = side_by_side(model, prompt, direction, tokens, rounds)
+        runs = side_by_side(model, tokenizer, direction, tokens, rounds)
     report: dict[str, Any] = {
         "environment": environment,
         "model": name,
