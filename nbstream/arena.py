@@ -22,14 +22,23 @@ against a reference model fixed at 1000: every rating is finite, and a model wit
 votes stays near 1000 until its votes say otherwise. One vote's weight is small beside a
 class's 300.
 
-**The interval: a bootstrap over votes.** The class's votes are drawn again, with
-replacement, as many as there were, ``samples`` times (1000 by default); each draw is fitted
-the same way, and ``low``, ``high`` are the 2.5th and 97.5th percentiles of a model's
-ratings (a 95% interval; ``level=`` changes it). Whole votes are drawn, so a three-way
-vote's comparisons stay together. The draws come from a fixed ``seed``, so the same files
-give the same board. Where a model's draws all fall on one side of its rating (a model with
-very few votes), the interval is widened to include the rating itself. A class of 30
-students with 10 votes each takes a fraction of a second.
+**The interval: a parametric bootstrap.** The class is voted again from the fit,
+``samples`` times (1000 by default): each round's group of models keeps its number of votes,
+and each vote is drawn again, a tie at the group's tie rate, else a win for model *i* with
+probability ``p_i`` over the sum of the group's strengths (Luce's choice; for two models,
+Bradley–Terry's own odds). Each draw is fitted the same way, and ``low``, ``high`` are the
+2.5th and 97.5th percentiles of a model's ratings (a 95% interval; ``level=`` changes it).
+Why not draw the observed votes again (a bootstrap over votes): when the votes hold no
+variation, every draw is the same. Three students who each saw the default model beat a
+tiny one twice give 6-0 in every draw, and the board said ``1253, interval 1253 – 1253``: a
+certainty six votes cannot give. Thanks to the prior, the fitted odds are 18 to 1, not
+certain, so a redrawn class loses a vote now and then: ``1055 – 1253`` (``1261 – 1430``
+at 60-0; a 3-3 split, ``877 – 1123``). The tie rate is the group's ``(ties + 1/2) /
+(votes + 1)``, so that a pair that tied every vote is not certain of that either. The
+draws come from a fixed ``seed``, so the same files give the same board. A unanimous
+winner is rated as far from 1000 as its votes can take it, so no draw rates it higher: its
+interval reaches down from its rating (an interval always includes the rating itself). A
+class of 30 students with 10 votes each takes about half a second.
 
 Example:
     >>> board = nbstream.arena("class/*")      # every student's saved folder
@@ -373,6 +382,39 @@ def _wins(kinds: Sequence[_Vote], models: Sequence[str]) -> np.ndarray:
     return wins
 
 
+def _redrawn(
+    votes: Counter[_Vote], models: Sequence[str], ratings: np.ndarray, *, samples: int, seed: int
+) -> np.ndarray:
+    """``samples`` classes drawn again from the fit, each as its matrix of wins.
+
+    Each group of models (a round's models) keeps its number of votes; each vote is drawn
+    again: a tie at the group's tie rate, else a win for model ``i`` with probability
+    ``p_i / (sum of the group's p)`` (Luce's choice: Bradley–Terry's for two). The tie rate
+    is the group's ``(ties + 1/2) / (votes + 1)``: a group that tied every vote, or never,
+    is not made certain of it (a rate of 1 would draw the same ties every time).
+    """
+    import numpy as np
+
+    strength = 10 ** ((ratings - _RATING_BASE) / _RATING_SCALE)
+    where = {model: i for i, model in enumerate(models)}
+    groups: Counter[tuple[str, ...]] = Counter()
+    ties: Counter[tuple[str, ...]] = Counter()
+    for vote, count in votes.items():
+        groups[vote.models] += count
+        ties[vote.models] += 0 if vote.winner else count
+    rng = np.random.default_rng(seed)
+    wins = np.zeros((samples, len(models), len(models)))
+    # Sorted: the same votes, from files read in any order, draw the same classes.
+    for group, count in sorted(groups.items()):
+        tie = (ties[group] + 0.5) / (count + 1)
+        p = strength[[where[model] for model in group]]
+        chances = np.append(tie, (1 - tie) * p / p.sum())
+        outcomes = [_Vote(group, ""), *(_Vote(group, model) for model in group)]
+        drawn = rng.multinomial(count, chances / chances.sum(), size=samples)
+        wins += np.tensordot(drawn.astype(float), _wins(outcomes, models), axes=1)
+    return wins
+
+
 def _rate(
     votes: Counter[_Vote], *, samples: int, seed: int, prior: float, level: float
 ) -> list[dict[str, Any]]:
@@ -386,11 +428,8 @@ def _rate(
     per_kind = _wins(kinds, models)
     counts = np.array([votes[kind] for kind in kinds], dtype=float)
     ratings = bradley_terry(np.tensordot(counts, per_kind, axes=1), prior=prior)
-    # Whole votes drawn again with replacement, as many as there were: how many of each
-    # kind each draw holds is multinomial.
-    rng = np.random.default_rng(seed)
-    drawn = rng.multinomial(int(counts.sum()), counts / counts.sum(), size=samples)
-    spread = bradley_terry(np.tensordot(drawn.astype(float), per_kind, axes=1), prior=prior)
+    redrawn = _redrawn(votes, models, ratings, samples=samples, seed=seed)
+    spread = bradley_terry(redrawn, prior=prior)
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(spread, [tail, 100 - tail], axis=0)
     rows = []
@@ -421,8 +460,8 @@ def arena(
     """Add up a class's saved blind rounds into a leaderboard of the models.
 
     Reads every folder ``cw.save(folder)`` wrote (its ``index.json``), counts each revealed
-    blind round's votes, and rates the models by Bradley–Terry with a bootstrap interval
-    (the module's docstring says how, and why). A file that cannot count (not a saved
+    blind round's votes, and rates the models by Bradley–Terry with a parametric bootstrap's
+    interval (the module's docstring says how, and why). A file that cannot count (not a saved
     compare, malformed votes: an unknown label, a negative count, a model named twice in
     one round, a missing field) is refused whole; a round that was not blind, or never
     revealed, is refused alone. Each refusal is kept in :attr:`Leaderboard.refused` with

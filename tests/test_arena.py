@@ -2,7 +2,9 @@
 
 The ratings are checked against closed forms and against an independent maximum-likelihood
 fit (Newton's method on the log-likelihood, here); the bootstrap interval for containing
-the rating, widening with fewer votes and being reproducible; the merge for giving one board
+the rating, widening with fewer votes and being reproducible, for staying wide when the
+votes do not vary (6-0), and against the exact distribution of the classes the fit would
+draw (every outcome enumerated, fitted by Newton's method); the merge for giving one board
 whatever the order of the files (hypothesis); and every refusal for naming the file and what
 is wrong while the other files still count.
 """
@@ -190,6 +192,140 @@ def test_a_class_of_30_by_10_votes_is_rated_quickly(tmp_path):
     assert board.votes == 300 and board.files == 30
     # Under 0.5 s here; the bound leaves room for a busy machine.
     assert took < 5, took
+
+
+# -- the interval when the votes do not vary -----------------------------------------------------
+PAIR = ("SmolLM2-135M-Instruct", "tiny-random")
+
+
+def pair_class(root: Path, record: str) -> Path:
+    """Students of two blind rounds each on one pair; ``record``: each vote, A, B or T (tie)."""
+    label = {"A": "A", "B": "B", "T": "tie"}
+    for s in range(0, len(record), 2):
+        rounds = [rated([(*PAIR, label[v])], r + 1) for r, v in enumerate(record[s : s + 2])]
+        write(root, f"student-{s // 2}", index(*rounds))
+    return root
+
+
+def rows_of(board: Leaderboard) -> dict[str, dict[str, Any]]:
+    return {row["model"]: row for row in board.table}
+
+
+def test_unanimous_votes_give_a_wide_interval_that_narrows_as_they_grow(tmp_path):
+    # Three students, two rounds each, 6-0: every vote drawn again is still a win, so a
+    # bootstrap over the votes alone said "1253, interval 1253 - 1253".
+    six = rows_of(board_of(pair_class(tmp_path / "six", "A" * 6)))
+    sixty = rows_of(board_of(pair_class(tmp_path / "sixty", "A" * 60)))
+    width = {}
+    for n, rows in ((6, six), (60, sixty)):
+        best, worst = rows[PAIR[0]], rows[PAIR[1]]
+        for row in (best, worst):
+            assert row["low"] <= row["rating"] <= row["high"]
+        # One vote the other way is well within what the fitted odds give (about 1 in 4
+        # at 6 votes, 1 in 3 at 60): the interval holds the rating that record would get.
+        one_lost = newton(np.array([[0, n - 1], [1, 0]], dtype=float), 1.0)
+        assert best["low"] < one_lost[0] and worst["high"] > one_lost[1]
+        width[n] = best["high"] - best["low"]
+        assert worst["high"] - worst["low"] == pytest.approx(width[n])
+    assert width[6] > 100
+    assert width[60] < width[6]
+
+
+@pytest.mark.parametrize("record", ["AAABBB", "TTTTTT"])
+def test_an_even_record_gives_intervals_that_straddle_the_other_models_rating(tmp_path, record):
+    # A 3-3 split, and six ties (a tie rate of 1 is not taken as certain either).
+    best, worst = board_of(pair_class(tmp_path, record)).table
+    assert best["low"] < worst["rating"] < best["high"]
+    assert worst["low"] < best["rating"] < worst["high"]
+
+
+def exact_quantiles(
+    groups: list[tuple[list[int], list[str]]], rating: np.ndarray, ties: list[int], q: list[float]
+) -> np.ndarray:
+    """The quantiles ``q`` of each model's rating over every class the fit could draw.
+
+    Independent of the module: every outcome of the multinomial each group's votes are drawn
+    from is enumerated, with its probability, and fitted by :func:`newton`.
+    """
+    strength = 10 ** ((rating - 1000) / 400)
+    per_group = []
+    for (at, votes), tied in zip(groups, ties, strict=True):
+        n = len(votes)
+        tie = (tied + 0.5) / (n + 1)
+        chances = [tie, *((1 - tie) * strength[at] / strength[at].sum())]
+        outcomes = []
+        for counts in _compositions(n, len(chances)):
+            chance = math.factorial(n) * math.prod(
+                c**k / math.factorial(k) for c, k in zip(chances, counts, strict=True)
+            )
+            wins = np.zeros((len(rating), len(rating)))
+            for i in at:
+                for j in at:
+                    if i != j:
+                        wins[i, j] += counts[0] / 2 + counts[1 + at.index(i)]
+            outcomes.append((chance, wins))
+        per_group.append(outcomes)
+    values, chances = [], []
+    for combo in _product(per_group):
+        chances.append(math.prod(c for c, _ in combo))
+        values.append(newton(sum(w for _, w in combo), 1.0))
+    order = np.argsort(values, axis=0)
+    result = []
+    for m in range(len(rating)):
+        cdf = np.cumsum(np.array(chances)[order[:, m]])
+        result.append([np.array(values)[order[:, m], m][np.searchsorted(cdf, x)] for x in q])
+    return np.array(result)
+
+
+def _compositions(n: int, parts: int) -> list[tuple[int, ...]]:
+    if parts == 1:
+        return [(n,)]
+    return [(k, *rest) for k in range(n + 1) for rest in _compositions(n - k, parts - 1)]
+
+
+def _product(lists: list[list[Any]]) -> list[tuple[Any, ...]]:
+    if not lists:
+        return [()]
+    return [(x, *rest) for x in lists[0] for rest in _product(lists[1:])]
+
+
+@pytest.mark.parametrize("record", ["AAAAAA", "AAAAAB", "AAAABT", "AAABBB"])
+def test_the_interval_is_the_percentiles_of_the_classes_the_fit_would_draw(tmp_path, record):
+    # The parametric bootstrap: each vote drawn again from the fitted odds (a tie at the
+    # smoothed tie rate), refitted. Its exact distribution brackets the 1000 draws' ends.
+    rows = rows_of(board_of(pair_class(tmp_path, record)))
+    a, b, t = (record.count(v) for v in "ABT")
+    rating = newton(np.array([[0, a + t / 2], [b + t / 2, 0]]), 1.0)
+    exact = exact_quantiles([([0, 1], list(record))], rating, [t], [0.01, 0.05, 0.95, 0.99])
+    for m, model in enumerate(PAIR):
+        assert rows[model]["rating"] == pytest.approx(rating[m], abs=1e-6)
+        assert exact[m, 0] - 1e-6 <= rows[model]["low"] <= exact[m, 1] + 1e-6
+        high = max(exact[m, 2], rating[m])
+        assert high - 1e-6 <= rows[model]["high"] <= max(exact[m, 3], rating[m]) + 1e-6
+
+
+def test_a_unanimous_three_way_vote_is_drawn_again_by_luces_choice(tmp_path):
+    # Six votes for x among x, y, z: a winner is drawn with chance p_i / (p_x + p_y + p_z).
+    three = {
+        "round": 1,
+        "blind": True,
+        "revealed": True,
+        "votes": {"A": 6},
+        "columns": [
+            {"label": label, "model": model, "model_index": i}
+            for i, (label, model) in enumerate(zip("ABC", "xyz", strict=True))
+        ],
+    }
+    write(tmp_path, "s", index(three))
+    rows = rows_of(board_of(tmp_path / "s"))
+    wins = np.array([[0, 6, 6], [0, 0, 0], [0, 0, 0]], dtype=float)
+    rating = newton(wins, 1.0)
+    exact = exact_quantiles([([0, 1, 2], ["A"] * 6)], rating, [0], [0.01, 0.05, 0.95, 0.99])
+    for m, model in enumerate("xyz"):
+        assert exact[m, 0] - 1e-6 <= rows[model]["low"] <= exact[m, 1] + 1e-6
+        assert max(exact[m, 2], rating[m]) - 1e-6 <= rows[model]["high"]
+        assert rows[model]["high"] <= max(exact[m, 3], rating[m]) + 1e-6
+        assert rows[model]["high"] - rows[model]["low"] > 100
 
 
 # -- the merge ----------------------------------------------------------------------------------
