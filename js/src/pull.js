@@ -17,15 +17,18 @@
 
 /** How long after the `reset` a view waits for the kernel's probe before it pulls. */
 const PROBE_WAIT_MS = 1500;
-/** Between pulls while a run is queued or running: 5 a second, live to the eye. Each pull
- * costs the kernel about as much as a pushed frame (ipykernel's handling of a message,
- * its busy and idle, the answer): at this pace pulling adds about 3% to a run's kernel
- * CPU time (benchmarks/pull.py), against 5% at 7 a second. */
+/** Between pulls while a run is queued or running: 5 a second, live to the eye. A pull costs
+ * the kernel about 0.8 ms of CPU, mostly ipykernel's handling of a message (its busy and
+ * idle, the answer): beside a full-speed run's own thread, pulling added 2.3% to its kernel
+ * CPU time at this pace, 4.8% at 7 a second (benchmarks/pull.py, medians). */
 const ACTIVE_PULL_MS = 200;
-/** Between pulls while a run runs and the view has none of its text yet: its first words
- * show as soon as they would pushed (a pull costs the kernel about 1 ms of CPU,
- * benchmarks/pull.py, and this lasts until the first token). */
+/** Between pulls while a run has just started running and the view has none of its text
+ * yet: its first words show as soon as they would pushed. */
 const FIRST_TEXT_PULL_MS = 40;
+/** How long after a run starts running its view may pull at the first-text pace: a long
+ * prompt's prefill (seconds on a CPU) would otherwise share its core with 25 pulls a
+ * second. */
+const FIRST_TEXT_WINDOW_MS = 1000;
 /** Between pulls while idle and visible: a run started from another cell shows within ~1 s. */
 const IDLE_PULL_MS = 1000;
 /** A pull with no answer for this long is sent again (the kernel was busy, or it was lost). */
@@ -71,15 +74,16 @@ function isActive(model) {
 }
 
 /**
- * How long to wait before the next pull: the live rate while a run is queued or shows text,
- * faster while it runs and none of its text has come, slow while idle. Not the fast rate
- * while queued: a run may wait minutes behind another on the same model (a compare's
- * columns), and its view's pulls would take that run's kernel time all along.
+ * How long to wait before the next pull: the live rate while a run is queued or running,
+ * faster in the first second of its running while none of its text has come, slow while
+ * idle. Not the fast rate while queued: a run may wait minutes behind another on the same
+ * model (a compare's columns), and its view's pulls would take that run's kernel time.
  * @param {any} model @param {{text: number, thinking: number}} held
+ * @param {number} running how long the run has been running (ms; Infinity if not known)
  */
-function pullPause(model, held) {
-  const status = String(model.get("status"));
-  if (status === "running" && !held.text && !held.thinking) return FIRST_TEXT_PULL_MS;
+function pullPause(model, held, running) {
+  const first = !held.text && !held.thinking && running < FIRST_TEXT_WINDOW_MS;
+  if (model.get("status") === "running" && first) return FIRST_TEXT_PULL_MS;
   return isActive(model) ? ACTIVE_PULL_MS : IDLE_PULL_MS;
 }
 
@@ -101,6 +105,7 @@ function pullWhenUnpushed(scope, model, view) {
   let pulling = false;
   let version = 0;
   let sentAt = 0; // performance.now() of the pull awaiting its answer, or 0
+  let runningAt = 0; // performance.now() when the view saw its run start running, or 0
   /** @type {ReturnType<typeof setTimeout> | null} */
   let timer = null;
 
@@ -129,7 +134,9 @@ function pullWhenUnpushed(scope, model, view) {
     if (msg.state) applyState(model, msg.state);
     if (Number.isInteger(msg.version)) version = msg.version;
     for (const m of Array.isArray(msg.messages) ? msg.messages : []) view.deliver(m);
-    if (pulling && !probed) wait(Math.max(0, pullPause(model, view.held()) - since));
+    const running = runningAt ? performance.now() - runningAt : Number.POSITIVE_INFINITY;
+    const pause = pullPause(model, view.held(), running);
+    if (pulling && !probed) wait(Math.max(0, pause - since));
   };
 
   scope.onModel("msg:custom", (/** @type {any} */ msg) => {
@@ -150,9 +157,21 @@ function pullWhenUnpushed(scope, model, view) {
   });
   // A run that starts (a pulled status, a click answered): pull at the live rate at once.
   scope.onModel("change:status", () => {
+    const running = model.get("status") === "running";
+    if (running && !runningAt) runningAt = performance.now() || 1;
+    else if (!running) runningAt = 0;
     if (pulling && !probed && !sentAt && isActive(model)) wait(0);
   });
   return { pulling: () => pulling };
 }
 
-export { ACTIVE_PULL_MS, IDLE_PULL_MS, PROBE_WAIT_MS, applyState, pullWhenUnpushed };
+export {
+  ACTIVE_PULL_MS,
+  FIRST_TEXT_PULL_MS,
+  FIRST_TEXT_WINDOW_MS,
+  IDLE_PULL_MS,
+  PROBE_WAIT_MS,
+  RETRY_MS,
+  applyState,
+  pullWhenUnpushed,
+};

@@ -8,11 +8,17 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, mock, test } from "node:test";
 
 import { LiveText, onRunMessages } from "../src/live_text.js";
-import { ACTIVE_PULL_MS, IDLE_PULL_MS, PROBE_WAIT_MS, pullWhenUnpushed } from "../src/pull.js";
+import {
+  ACTIVE_PULL_MS,
+  FIRST_TEXT_PULL_MS,
+  FIRST_TEXT_WINDOW_MS,
+  IDLE_PULL_MS,
+  PROBE_WAIT_MS,
+  RETRY_MS,
+  pullWhenUnpushed,
+} from "../src/pull.js";
 
 const VIEW = "view-1";
-const FIRST_TEXT_PULL_MS = 40; // pull.js: while a run is active and none of its text is held
-const RETRY_MS = 3000; // pull.js: a pull unanswered this long is sent again
 
 /** A virtual clock: timers of the fake scope, and what performance.now() says. */
 const clock = {
@@ -258,6 +264,16 @@ test("queued: the live pace; running: faster until the run's first text, then th
   });
   for (const gap of gaps(live)) assert.equal(gap, ACTIVE_PULL_MS);
   assert.ok(live.length >= 1000 / ACTIVE_PULL_MS - 1, `${live}`);
+});
+
+test("a run with no text after its first second of running: the live pace (a long prefill)", () => {
+  const view = pullingView();
+  view.answer({ state: { run_id: 1, status: "running" } });
+  const times = pullTimes(view, FIRST_TEXT_WINDOW_MS + 1000);
+  const late = times.filter((t) => t > FIRST_TEXT_WINDOW_MS + ACTIVE_PULL_MS);
+  assert.ok(late.length >= 3, `${times}`);
+  for (const gap of gaps(late)) assert.equal(gap, ACTIVE_PULL_MS);
+  assert.ok(times.length < FIRST_TEXT_WINDOW_MS / FIRST_TEXT_PULL_MS + 1000 / ACTIVE_PULL_MS + 2);
 });
 
 test("the pace counts from the pull, not from its answer", () => {
