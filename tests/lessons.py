@@ -25,9 +25,10 @@ def widget_state(output: dict[str, Any]) -> str | None:
     parts = plain.splitlines()[0].split(" · ")
     if parts[1:2] == [REPLAY_NOTE]:  # "nbstream · replay of a ... · complete · ..."
         parts = [parts[0], *parts[2:]]
-    if parts[0] == "nbstream compare":
-        # "nbstream compare · 4 columns · 4 complete" or "... · 3 complete, 1 cancelled"
-        counts = parts[-1].split(", ")
+    if parts[0] == "nbstream compare" or parts[0].startswith("<nbstream.Grid "):
+        # "nbstream compare · 4 columns · 4 complete" or "... · 3 complete, 1 cancelled";
+        # a grid's: "<nbstream.Grid 10 × 2 cells · 20 complete>"
+        counts = parts[-1].rstrip(">").split(", ")
         return counts[0].split(" ", 1)[1] if len(counts) == 1 else parts[-1]
     if parts[0] not in ("nbstream", "nbstream chat") or len(parts) < 2:
         return None
@@ -183,3 +184,16 @@ def check_claims(name: str, outputs: str) -> None:
         assert "names hidden before Reveal: True" in outputs
         assert "votes: {'A': 2, 'B': 1, 'tie': 0}" in outputs
         assert "refused: this round is revealed" in outputs
+    if name == "prompt-grid.ipynb":
+        # One template over ten rows, two phrasings scored, settings as columns, a row
+        # stopped, the grid kept and reloaded, and three students' blind votes added up.
+        assert "10 prompts; the first: 'What is the capital of France?'" in outputs
+        assert "its fields: {'country': 'France', 'capital': 'Paris'}" in outputs
+        assert "plain phrasing: " in outputs and "terse phrasing: " in outputs
+        assert "columns: ['temperature=0.0', 'do_sample=True, temperature=1.0, seed=7']" in outputs
+        assert "states: [['complete'], ['cancelled'], ['complete']]" in outputs
+        assert "row 1's result: None" in outputs
+        assert "reloaded the same answers: True" in outputs
+        assert "its cells are replays: True" in outputs
+        assert "in two blind rounds" in outputs
+        assert "files counted: 3 | refused: []" in outputs

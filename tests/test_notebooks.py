@@ -32,6 +32,7 @@ NAMES = [
     "recorded-lesson.ipynb",
     "compare-models.ipynb",
     "inside-the-model.ipynb",
+    "prompt-grid.ipynb",
 ]
 #: The lessons that replay a recording and load no model (they run where no model is).
 WITHOUT_A_MODEL = ["recorded-lesson.ipynb"]
