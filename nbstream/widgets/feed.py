@@ -241,9 +241,15 @@ class RunFeed:
                         thinking, cursor.thought, cursor.thought_done, bool(text) or finished
                     )
                 ):
-                    finished = self._send_frame(run, run_id, cursor, text, thinking, finished)
+                    self._send_frame(run, run_id, cursor, text, thinking, finished)
                 if finished:
                     break
+                # One wake per frame: what the model makes in the rest of this frame piles up
+                # unseen (no wake per token, no second read of the text), but the run's end
+                # is sent at once rather than held back.
+                pause = _FRAME_S - (time.perf_counter() - cursor.last_frame)
+                if pause > 0 and run.wait_done(pause):
+                    continue
                 run.wait_for_progress(progress, _POLL_S)
         except Exception:
             logger.exception("nbstream: streaming to the view failed")
@@ -276,15 +282,8 @@ class RunFeed:
         text: str,
         thinking: str | None,
         finished: bool,
-    ) -> bool:
-        """Send what the views have not had as one frame; returns whether the run finished."""
-        pause = _FRAME_S - (time.perf_counter() - cursor.last_frame)
-        if pause > 0 and not finished:
-            # Let more text pile up (one frame, not many), but send at once when the run
-            # ends rather than holding its last text back.
-            finished = run.wait_done(pause)
-            text = run.partial_text
-            thinking = run.thinking
+    ) -> None:
+        """Send what the views have not had as one frame, now (the caller paces the frames)."""
         with self._lock:
             if run_id == self._run_id:  # a newer run owns the views now
                 if thinking is not None:
@@ -299,7 +298,6 @@ class RunFeed:
                 self._tokens.send_new(run, run_id)
         cursor.sent = len(text)
         cursor.last_frame = time.perf_counter()
-        return finished
 
     def _publish_end(self, run: Generation, run_id: int) -> None:
         """Mark the stop string's tokens, then publish the run's end (each failure logged)."""
