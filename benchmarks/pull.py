@@ -25,8 +25,8 @@ Targets (issue 38): first text within 2x of the push path's; pulling costs <= 5%
 
 Usage (from the repository root)::
 
-    python -m benchmarks.pull              # 7 rounds of each (about 3 minutes)
-    python -m benchmarks.pull --rounds 5   # a quicker look
+    python -m benchmarks.pull              # 7 rounds of each (about 6 minutes here)
+    python -m benchmarks.pull --rounds 3   # a quicker look (the spread says how much)
 """
 
 from __future__ import annotations
