@@ -162,15 +162,18 @@ def test_strength_zero_is_the_unsteered_run_exactly(pair, sea):
     assert run.record["settings"]["steer"]["strength"] == 0.0  # asked, so recorded
 
 
-def test_a_steered_runs_lens_and_attention_show_what_it_computed(pair, sea):
+def test_a_steered_runs_lens_attribution_and_attention_show_what_it_computed(pair, sea):
     model, tokenizer = pair
     run = plain(model, tokenizer, steer=(sea, STRENGTH))
     with own_hook(model, 0, STRENGTH * sea.vector):
         reference = plain(model, tokenizer)
         expected_lens = reference.lens(4)
         expected_attention = reference.attention(4)
+        expected_scores = reference.attribution(4).scores
     assert run.lens(4) == expected_lens
     assert torch.equal(run.attention(4).weights, expected_attention.weights)
+    assert run.attribution(4).scores == expected_scores
+    assert reference.attribution(4).scores != expected_scores
     # Read without the hook, the same ids give other numbers: the steering made the difference.
     assert reference.lens(4) != expected_lens
     assert hooks(model) == [0, 0]
