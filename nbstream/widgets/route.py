@@ -205,18 +205,20 @@ def send_unasked(comm: Any, send: Callable[[], None]) -> threading.Thread | None
     parent is neither; JupyterLab, Notebook 7 and Voila deliver a comm's messages whatever
     their parent. A message under a fresh parent therefore reaches a view exactly where a
     push from a later cell or a thread would. Where the kernel has no such parent to set
-    (before ipykernel 7) the thread's fallback parent is used; outside a kernel nothing is
-    sent (no page to probe). Returns the thread, or None.
+    (before ipykernel 7) the thread's fallback parent is used; a comm of a kernel that is
+    not ipykernel (marimo's, whose ``kernel`` is a name and which keeps no parents: what a
+    thread sends arrives) is sent the probe plain; outside a kernel (a comm with no kernel)
+    nothing is sent (no page to probe). Returns the thread, or None.
     """
     kernel = getattr(comm, "kernel", None)
-    session = getattr(kernel, "session", None)
-    if session is None:
+    if kernel is None:
         return None
+    session = getattr(kernel, "session", None)
     var = getattr(kernel, "_shell_parent", None)
 
     def probe() -> None:
         try:
-            if isinstance(var, ContextVar):
+            if session is not None and isinstance(var, ContextVar):
                 var.set(session.msg("nbstream_probe", {}))
             send()
         except Exception:  # a probe never raises anywhere
