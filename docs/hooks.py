@@ -39,6 +39,8 @@ PUBLIC_MODULES = (
     "nbstream.run_steps",
     "nbstream.distribution",
     "nbstream.lens",
+    "nbstream.attention",
+    "nbstream.steering",
     "nbstream.trace",
     "nbstream.record",
     "nbstream.settings",

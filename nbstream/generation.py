@@ -636,6 +636,9 @@ def stream(model: Any, tokenizer: Any, prompt: Any, **settings: Any) -> Generati
         # Refused here, before prepare, by a backend that cannot capture them (a server of
         # a family that sends no logprobs too): nothing is sent.
         backend.check_alternatives(clean["alternatives"])
+    # Likewise steering: a backend that cannot reach its model's layers (a user's own
+    # Backend too) refuses it here rather than run unsteered.
+    backend.check_steer(clean.get("steer"))
     job = backend.prepare(prompt, clean)
     return Generation(backend, job, clean)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import nbstream
 from nbstream.backends import Backend, Job, RunControl
@@ -115,6 +116,14 @@ def test_alternatives_are_refused_before_anything_runs():
     backend = ListBackend(PIECES)
     with pytest.raises(ValueError, match=r"alternatives=2: ListBackend cannot capture token"):
         nbstream.stream(backend, None, "Hi", alternatives=2)
+    assert backend.prepared == 0
+
+
+def test_steering_is_refused_before_anything_runs(tiny):
+    sea = nbstream.Direction(vector=torch.ones(tiny[0].config.hidden_size), layer=0)
+    backend = ListBackend(PIECES)
+    with pytest.raises(ValueError, match=r"steer: ListBackend cannot steer its model"):
+        nbstream.stream(backend, None, "Hi", steer=(sea, 4.0))
     assert backend.prepared == 0
 
 

@@ -440,6 +440,7 @@ def test_compare_columns_that_differ_only_in_strength_pull_one_prompt_three_ways
         ]
         for text in shown:
             assert '"strength"' not in text and sea.digest[:12] not in text, text[:300]
+            assert "steer +" not in text and "steer -" not in text, text[:300]
         assert all(s["steer_strength"] is None and s["steer_direction"] is None for s in states)
         assert all(record["settings"] == {} for record in cw.records)
         cw.reveal()
@@ -447,5 +448,10 @@ def test_compare_columns_that_differ_only_in_strength_pull_one_prompt_three_ways
             strength = record["settings"]["steer"]["strength"]
             assert column.run.result == expected[strength]
         assert sorted(r["settings"]["steer"]["strength"] for r in cw.records) == sorted(strengths)
+        # Revealed, each column's heading says its strength: three columns of one model
+        # that differ only in it are told apart.
+        for column, record in zip(cw.columns, cw.records, strict=True):
+            strength = record["settings"]["steer"]["strength"]
+            assert f"steer {strength:+g} at layer {sea.layer}" in column.label, column.label
     finally:
         cw.close()

@@ -84,6 +84,11 @@ def describe_settings(settings: Mapping[str, Any], seed: int | None = None) -> s
             parts.append(f"budget {_number(value)} s")
         else:
             parts.append(f"{word} {_number(value)}")
+    steer = settings.get("steer")
+    if isinstance(steer, Mapping):
+        # A checked steer names its direction by digest: the strength and layer are what a
+        # reader compares between columns.
+        parts.append(f"steer {steer['strength']:+g} at layer {steer['layer']}")
     if seed is not None:
         parts.append(f"seed {seed}")
     return " · ".join(parts) or "model defaults"
