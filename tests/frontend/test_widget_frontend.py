@@ -1093,15 +1093,18 @@ def test_committed_bundle_matches_sources(tmp_path: Path) -> None:
     if not (js / "node_modules" / "esbuild").exists():
         subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=js, check=True)
     subprocess.run([node, "build.mjs", "--outdir", str(tmp_path)], cwd=js, check=True)
-    # One bundle and one stylesheet per widget: StreamWidget (widget.*), ChatWidget (chat.*),
-    # CompareWidget's header (compare.*).
-    names = ("stream.js", "stream.css", "chat.js", "chat.css", "compare.js", "compare.css")
+    # One bundle and one stylesheet per widget: StreamWidget (stream.*), ChatWidget (chat.*),
+    # CompareWidget's header (compare.*), the prompt grid's table (grid.*).
+    names = (
+        *("stream.js", "stream.css", "chat.js", "chat.css"),
+        *("compare.js", "compare.css", "grid.js", "grid.css"),
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
     for name in names:
         built = (tmp_path / name).read_bytes()
         committed = (REPO / "nbstream" / "static" / name).read_bytes()
         assert built == committed, f"nbstream/static/{name} is stale: run `npm run build` in js/"
-    for name in ("stream.js", "chat.js", "compare.js"):
+    for name in ("stream.js", "chat.js", "compare.js", "grid.js"):
         bundle = (REPO / "nbstream" / "static" / name).read_text(encoding="ascii")
         assert "export{" in bundle.replace(" ", "")
         # Self-contained: no import at all (nothing fetched, no chunk shared between them).
