@@ -6,6 +6,7 @@ tests/test_binder.py (the quickstart executed in the Binder environment).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from nbstream.widgets.display import REPLAY_NOTE
@@ -197,3 +198,20 @@ def check_claims(name: str, outputs: str) -> None:
         assert "its cells are replays: True" in outputs
         assert "in two blind rounds" in outputs
         assert "files counted: 3 | refused: []" in outputs
+    if name == "attention-and-steering.ipynb":
+        # Exact attention rows, a previous-token head found, the sink, then one direction
+        # pulling a prompt: +6 brings the sea in, 0 is the unsteered text, and it is tidy.
+        assert "each row sums to 1: True" in outputs
+        assert "looks hardest at the previous token at" in outputs
+        assert "a sink: True" in outputs
+        assert "layer: 15 | size: (576,)" in outputs
+        towards, plain = (
+            int(re.search(rf"\n{re.escape(s)}: (\d+) sea words", outputs).group(1))  # type: ignore[union-attr]
+            for s in ("+6", "+0")
+        )
+        assert towards > plain, (towards, plain)
+        assert "strength 0 is the unsteered text: True" in outputs
+        assert "steered as the column was: True" in outputs
+        assert "a run afterwards is unsteered: True" in outputs
+        assert "the record keeps: ['digest', 'file', 'layer', 'size', 'strength']" in outputs
+        assert "rerun reproduces it: True" in outputs

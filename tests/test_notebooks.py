@@ -33,6 +33,7 @@ NAMES = [
     "compare-models.ipynb",
     "inside-the-model.ipynb",
     "prompt-grid.ipynb",
+    "attention-and-steering.ipynb",
 ]
 #: The lessons that replay a recording and load no model (they run where no model is).
 WITHOUT_A_MODEL = ["recorded-lesson.ipynb"]
