@@ -245,15 +245,11 @@ class LocalBackend(Backend):
         prefix = self._check_prefix(prefix_ids)
         text, encoded, prompt_tokens = self._encode(prompt, settings.get("enable_thinking"))
         config = self.model.generation_config
-        steering = self._steering(settings.get("steer"))
         effective = self._effective_settings(settings, config, prompt_tokens, len(prefix))
-        if steering is not None:
-            # The direction's file, if it has one now: the record names where to find it.
-            effective["steer"] = {**effective["steer"], "file": steering[0].file}
+        steering = self._steering_named(effective)
         kwargs, seed = self._generate_kwargs(effective, config, len(prefix))
         in_effect = self._in_effect(effective, kwargs, seed, config)
-        pad = self._pad_token_id(config)
-        if pad is not None:
+        if (pad := self._pad_token_id(config)) is not None:
             kwargs["pad_token_id"] = pad
         job = LocalJob(self, encoded, kwargs, effective, text, prompt_tokens)
         # Built now: a processor nbstream cannot apply and show is refused before the run.
@@ -267,10 +263,18 @@ class LocalBackend(Backend):
         job.prompt = prompt
         job.in_effect = in_effect
         job.seed = seed
-        alternatives = effective.get("alternatives", 0)
-        if alternatives:
+        if alternatives := effective.get("alternatives", 0):
             job.trace_capture = TraceCapture(alternatives, self.tokenizer)
         return job
+
+    def _steering_named(self, effective: dict[str, Any]) -> tuple[Direction, float] | None:
+        """The run's direction and strength (None: unsteered), checked against the model;
+        ``effective``'s steer then names the direction's file, if it has one now, so that
+        the record says where to find it."""
+        steering = self._steering(effective.get("steer"))
+        if steering is not None:
+            effective["steer"] = {**effective["steer"], "file": steering[0].file}
+        return steering
 
     def _steering(self, steer: Mapping[str, Any] | None) -> tuple[Direction, float] | None:
         """The direction and strength a ``steer`` setting names, checked against this model.
