@@ -268,9 +268,11 @@ class LocalBackend(Backend):
         return job
 
     def _steering_named(self, effective: dict[str, Any]) -> tuple[Direction, float] | None:
-        """The run's direction and strength (None: unsteered), checked against the model;
-        ``effective``'s steer then names the direction's file, if it has one now, so that
-        the record says where to find it."""
+        """The run's direction and strength (None: unsteered), checked against the model.
+
+        ``effective``'s steer then names the direction's file, if it has one now, so that the
+        record says where to find it.
+        """
         steering = self._steering(effective.get("steer"))
         if steering is not None:
             effective["steer"] = {**effective["steer"], "file": steering[0].file}
