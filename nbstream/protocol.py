@@ -66,6 +66,8 @@ __all__ = [
     "GridDeltaMessage",
     "GridMark",
     "GridOpenRequest",
+    "GridPullRequest",
+    "GridPulledMessage",
     "GridResetMessage",
     "GridRunRequest",
     "GridStopRequest",
@@ -1180,8 +1182,26 @@ class GridResetMessage(TypedDict):
     cells: list[GridText]
 
 
+class _GridPulledState(TypedDict, total=False):
+    #: The table's synced traits that the kernel changed since the view's ``version``.
+    state: dict[str, Any]
+
+
+class GridPulledMessage(_GridPulledState):
+    """The answer to a grid view's ``pull``, sent inside its handler: what the view lacks."""
+
+    type: Literal["pulled"]
+    view: str
+    #: The version of the traits the view now holds (send it with the next pull).
+    version: int
+    #: To apply in order, as if pushed: a ``grid_reset`` (to ``view``) of the cells whose run
+    #: the view does not hold or holds more of than was sent, then a ``grid_delta`` with each
+    #: other cell's text after its offset.
+    messages: list[GridDeltaMessage | GridResetMessage]
+
+
 #: Every custom message a grid table's views get.
-GridTableMessage = GridDeltaMessage | GridResetMessage
+GridTableMessage = GridDeltaMessage | GridResetMessage | ProbeMessage | GridPulledMessage
 
 
 class GridStopRequest(TypedDict):
@@ -1208,8 +1228,22 @@ class GridRunRequest(TypedDict):
     col: int | None
 
 
+class GridPullRequest(TypedDict):
+    """A grid view whose host drops what the kernel sends unasked asks for what it lacks."""
+
+    type: Literal["pull"]
+    view: str
+    #: Per row, per column: ``[run_id, text]``, the cell's run and the length of its text
+    #: the view holds (code points; ``[0, 0]``: none).
+    cells: list[list[list[int]]]
+    #: The version of the traits it holds (0: none pulled yet).
+    version: int
+
+
 #: What a grid table's view sends.
-GridTableRequest = SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest
+GridTableRequest = (
+    SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest | GridPullRequest
+)
 
 # -- the same types in TypeScript ---------------------------------------------------------------
 

@@ -93,14 +93,18 @@ def test_the_kernel_handles_exactly_the_page_s_messages() -> None:
         and getattr(node.left, "id", None) == "kind"
         and isinstance(node.comparators[0], ast.Constant)
     }
-    assert handled == _type_literals(protocol.GridTableRequest) == {"sync", "stop", "run", "open"}
+    assert handled == _type_literals(protocol.GridTableRequest)
+    assert handled == {"sync", "stop", "run", "open", "pull"}
 
 
 def test_the_page_handles_every_message_the_kernel_sends_and_sends_the_requests() -> None:
     page = (JS / "grid.js").read_text("utf-8") + (JS / "grid_cell.js").read_text("utf-8")
+    # The probe and the pull's answer are handled by pull.js, which sends the pull.
+    pulls = "pullWhenUnpushed(" in page
+    page += (JS / "pull.js").read_text("utf-8") if pulls else ""
     handled = set(re.findall(r"\bmsg\.type\s*===\s*\"(\w+)\"", page))
     assert _type_literals(protocol.GridTableMessage) <= handled
-    sent = set(re.findall(r"send\(\{\s*type:\s*\"(\w+)\"", page))
+    sent = set(re.findall(r"send\(\{\s*type:\s*\"(\w+)\"", page)) | ({"pull"} if pulls else set())
     assert sent == _type_literals(protocol.GridTableRequest)
 
 

@@ -25,6 +25,7 @@ import { announcer } from "./announce.js";
 import { h } from "./dom.js";
 import { GridCell, cellButton } from "./grid_cell.js";
 import { PAGE_ID, VERSION } from "./page.js";
+import { ACTIVE_PULL_MS, IDLE_PULL_MS, pullWhenUnpushed } from "./pull.js";
 import { ACTIVE } from "./status.js";
 import { newViewId, viewScope } from "./view_scope.js";
 
@@ -67,7 +68,27 @@ class GridView {
     this.wasActive = false;
     this.build();
     this.listen();
+    // Where the kernel's pushes never arrive (Colab), the same messages, pulled: each
+    // cell's run and text length held, answered with each cell's rest (PROTOCOL.md, Pulling).
+    pullWhenUnpushed(this.scope, model, {
+      viewId: this.viewId,
+      root: this.root,
+      held: () => ({ cells: this.cells.map((row) => row.map((c) => [c.live.runId, c.live.cpLen])) }),
+      deliver: (msg) => this.receive(msg),
+      resetType: "grid_reset",
+      activity: {
+        event: "change:cells",
+        active: () => this.active(),
+        pause: () => (this.active() ? ACTIVE_PULL_MS : IDLE_PULL_MS),
+      },
+    });
     this.sync();
+  }
+
+  /** Whether a cell is queued or running (the `cells` trait). */
+  active() {
+    const entries = this.model.get("cells") ?? [];
+    return entries.some((row) => row.some((c) => ACTIVE.has(c.status)));
   }
 
   /** The table from `rows` and `columns` (each cell then from `cells`, `marks`, `texts`). */
@@ -218,7 +239,7 @@ class GridView {
     this.rowStops.forEach((stop, i) => {
       stop.disabled = !(entries[i] ?? []).some((c) => ACTIVE.has(c.status));
     });
-    const active = entries.some((row) => row.some((c) => ACTIVE.has(c.status)));
+    const active = this.active();
     this.header.stopAll.disabled = !active;
     const summary = String(this.model.get("summary") ?? "");
     if (this.header.summary.textContent !== summary) this.header.summary.textContent = summary;

@@ -386,6 +386,28 @@ export interface GridOpenRequest {
   col: number | null;
 }
 
+/** A grid view whose host drops what the kernel sends unasked asks for what it lacks. */
+export interface GridPullRequest {
+  type: "pull";
+  view: string;
+  /** Per row, per column: `[run_id, text]`, the cell's run and the length of its text the view holds (code points; `[0, 0]`: none). */
+  cells: number[][][];
+  /** The version of the traits it holds (0: none pulled yet). */
+  version: number;
+}
+
+/** The answer to a grid view's `pull`, sent inside its handler: what the view lacks. */
+export interface GridPulledMessage {
+  type: "pulled";
+  view: string;
+  /** The version of the traits the view now holds (send it with the next pull). */
+  version: number;
+  /** To apply in order, as if pushed: a `grid_reset` (to `view`) of the cells whose run the view does not hold or holds more of than was sent, then a `grid_delta` with each other cell's text after its offset. */
+  messages: (GridDeltaMessage | GridResetMessage)[];
+  /** The table's synced traits that the kernel changed since the view's `version`. */
+  state?: Record<string, any>;
+}
+
 /** The answer to a grid view's `sync`: every cell's text sent so far. */
 export interface GridResetMessage {
   type: "grid_reset";
@@ -409,10 +431,10 @@ export interface GridStopRequest {
 }
 
 /** Every custom message a grid table's views get. */
-export type GridTableMessage = GridDeltaMessage | GridResetMessage;
+export type GridTableMessage = GridDeltaMessage | GridResetMessage | ProbeMessage | GridPulledMessage;
 
 /** What a grid table's view sends. */
-export type GridTableRequest = SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest;
+export type GridTableRequest = SyncRequest | GridStopRequest | GridOpenRequest | GridRunRequest | GridPullRequest;
 
 /** The synced traits of a grid's table (`GridTable`, nbstream/widgets/grid_view.py). */
 export interface GridTableTraits {

@@ -14,6 +14,14 @@
 
 /** @typedef {import("./protocol.js").PullRequest} PullRequest */
 /** @typedef {import("./protocol.js").PulledMessage} PulledMessage */
+/** @typedef {import("./protocol.js").GridPullRequest} GridPullRequest */
+
+/**
+ * When a view other than a run widget's (a grid's table) has runs going, and its pace.
+ * @typedef {{event: string, active: () => boolean, pause: () => number}} PullActivity
+ *   event: the model event after which `active` may have changed (a pull then goes at
+ *   once); pause: ms to wait after an answer before the next pull
+ */
 
 /** How long after the `reset` a view waits for the kernel's probe before it pulls. */
 const PROBE_WAIT_MS = 1500;
@@ -92,14 +100,21 @@ function pullPause(model, held, running) {
  * @param {import("./view_scope.js").ViewScope} scope
  * @param {any} model
  * @param {{viewId: string, root: HTMLElement,
- *          held: () => {run_id: number, text: number, tokens: number, thinking: number},
- *          deliver: (msg: any) => void}} view
- *   held: what the view holds of the feed (offsets in code points); deliver: handle a feed
- *   message as if it was pushed
+ *          held: () => Record<string, unknown>,
+ *          deliver: (msg: any) => void,
+ *          resetType?: string, activity?: PullActivity}} view
+ *   held: what the view holds of the feed (a run widget's `{run_id, text, tokens, thinking}`,
+ *   offsets in code points; sent in the pull as they are); deliver: handle a feed message as
+ *   if it was pushed; resetType: the type of the kernel's answer to the view's sync (after
+ *   which the probe is awaited; default `reset`); activity: when the view's runs are going
+ *   and how fast to pull (default: the model's `status`, see pullPause)
  * @returns {{pulling: () => boolean}}
  */
 function pullWhenUnpushed(scope, model, view) {
   const { viewId, root } = view;
+  const resetType = view.resetType ?? "reset";
+  const activity = view.activity;
+  const active = activity ? activity.active : () => isActive(model);
   const seen = visibility(scope, root);
   let probed = false; // the kernel's probe came: pushes arrive, never pull
   let pulling = false;
@@ -115,8 +130,8 @@ function pullWhenUnpushed(scope, model, view) {
   };
   const pull = () => {
     sentAt = performance.now() || 1;
-    /** @type {PullRequest} */
-    const request = { type: "pull", view: viewId, ...view.held(), version };
+    const held = view.held();
+    const request = /** @type {PullRequest | GridPullRequest} */ ({ type: "pull", view: viewId, ...held, version });
     model.send(request);
   };
   function tick() {
@@ -135,7 +150,9 @@ function pullWhenUnpushed(scope, model, view) {
     if (Number.isInteger(msg.version)) version = msg.version;
     for (const m of Array.isArray(msg.messages) ? msg.messages : []) view.deliver(m);
     const running = runningAt ? performance.now() - runningAt : Number.POSITIVE_INFINITY;
-    const pause = pullPause(model, view.held(), running);
+    const pause = activity
+      ? activity.pause()
+      : pullPause(model, /** @type {any} */ (view.held()), running);
     if (pulling && !probed) wait(Math.max(0, pause - since));
   };
 
@@ -145,7 +162,7 @@ function pullWhenUnpushed(scope, model, view) {
       probed = true;
       pulling = false;
       scope.cancel(timer);
-    } else if (msg.type === "reset" && !probed && !pulling && timer === null) {
+    } else if (msg.type === resetType && !probed && !pulling && timer === null) {
       timer = scope.later(() => {
         if (probed) return;
         pulling = true;
@@ -156,11 +173,11 @@ function pullWhenUnpushed(scope, model, view) {
     }
   });
   // A run that starts (a pulled status, a click answered): pull at the live rate at once.
-  scope.onModel("change:status", () => {
+  scope.onModel(activity ? activity.event : "change:status", () => {
     const running = model.get("status") === "running";
     if (running && !runningAt) runningAt = performance.now() || 1;
     else if (!running) runningAt = 0;
-    if (pulling && !probed && !sentAt && isActive(model)) wait(0);
+    if (pulling && !probed && !sentAt && active()) wait(0);
   });
   return { pulling: () => pulling };
 }
@@ -173,5 +190,7 @@ export {
   PROBE_WAIT_MS,
   RETRY_MS,
   applyState,
+  isActive,
+  pullPause,
   pullWhenUnpushed,
 };

@@ -182,6 +182,53 @@ class GridFeed:
             ]
         return {"type": "grid_reset", "view": view, "cells": cells}
 
+    def pull(
+        self, view: str, held: Sequence[Sequence[Sequence[int]]]
+    ) -> list[GridDeltaMessage | GridResetMessage]:
+        """What a pulling view lacks of every cell, cut at what the feed has sent (lock taken).
+
+        ``held[i][j]`` is ``[run_id, text]``: the run of cell ``(i, j)`` the view holds and the
+        length of its text. A cell whose run it holds, with no more text than was sent, gets
+        the rest as a delta would (from its offset); one whose run it does not hold, or holds
+        more of than was sent, gets its text so far in a ``grid_reset`` to ``view``, as a
+        ``sync`` would (PROTOCOL.md, Pulling: the same rules as a run widget's pull, per cell).
+        """
+        deltas: list[GridDelta] = []
+        texts: list[GridText] = []
+        with self._lock:
+            for i, row in enumerate(self._cells):
+                for j, cell in enumerate(row):
+                    run = cell.run
+                    if run is None:
+                        continue
+                    have = held[i][j] if i < len(held) and j < len(held[i]) else (0, 0)
+                    run_id, chars = have[0], have[1]
+                    if run_id == cell.run_id and chars == cell.sent:
+                        continue
+                    text = run.partial_text[: cell.sent]
+                    if run_id != cell.run_id or chars > cell.sent:
+                        texts.append({"row": i, "col": j, "run_id": cell.run_id, "text": text})
+                        continue
+                    metrics = run.metrics
+                    elapsed = metrics["elapsed_s"]
+                    deltas.append(
+                        {
+                            "row": i,
+                            "col": j,
+                            "run_id": cell.run_id,
+                            "offset": chars,
+                            "text": text[chars:],
+                            "tokens": metrics["tokens"],
+                            "elapsed_s": None if elapsed is None else round(elapsed, 2),
+                        }
+                    )
+        messages: list[GridDeltaMessage | GridResetMessage] = []
+        if texts:
+            messages.append({"type": "grid_reset", "view": view, "cells": texts})
+        if deltas:
+            messages.append({"type": "grid_delta", "cells": deltas})
+        return messages
+
     # -- the thread --------------------------------------------------------------------------
     def _follow(self) -> None:
         while not self._closed:

@@ -24,10 +24,17 @@ from typing import Any, Protocol
 import anywidget
 import traitlets
 
-from ..protocol import GridDeltaMessage, GridResetMessage
-from .route import PageRoute, answer_on_sending_subshell
+from ..protocol import (
+    GridDeltaMessage,
+    GridPulledMessage,
+    GridResetMessage,
+    GridTableMessage,
+    ProbeMessage,
+)
+from .page_views import PageViews
+from .route import PageRoute, answer_on_sending_subshell, send_unasked
 
-__all__ = ["INVALID", "GridTable", "TableOwner", "cell_index"]
+__all__ = ["INVALID", "GridTable", "TableOwner", "cell_index", "pull_held"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +60,42 @@ class TableOwner(Protocol):
     def reset(self, view: str | None) -> GridResetMessage:
         """Every cell's text sent so far (the answer to a ``sync``)."""
 
+    def pull(
+        self, view: str, held: list[list[list[int]]]
+    ) -> list[GridDeltaMessage | GridResetMessage]:
+        """What a pulling view lacks of every cell's text (``held``: its ``[run_id, text]``s)."""
+
 
 #: A row or column number the page sent that is not one (out of range, not an int).
 INVALID = -1
+
+
+#: A run widget's offsets, all 0: a grid's pull carries its own per cell (``pull_held``), and
+#: :meth:`PageViews.answer` then adds only the traits changed since the view's version.
+_NO_RUN = {"run_id": 0, "text": 0, "tokens": 0, "thinking": 0}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def pull_held(cells: Any, shape: tuple[int, int]) -> list[list[list[int]]] | None:
+    """A grid ``pull``'s ``cells`` (per row, per column ``[run_id, text]``), or None if malformed.
+
+    Example:
+        >>> pull_held([[[1, 5], [0, 0]]], (1, 2)), pull_held([[[1, -5]]], (1, 1))
+        ([[[1, 5], [0, 0]]], None)
+    """
+    rows, cols = shape
+    if not isinstance(cells, list) or len(cells) != rows:
+        return None
+    for row in cells:
+        if not isinstance(row, list) or len(row) != cols:
+            return None
+        for cell in row:
+            if not isinstance(cell, list) or len(cell) != 2 or not all(map(_count, cell)):
+                return None
+    return cells
 
 
 def cell_index(value: Any, size: int) -> int | None:
@@ -109,8 +149,22 @@ class GridTable(anywidget.AnyWidget):
         # (``g.wait()``; see nbstream.widgets.route).
         self.route = PageRoute()
         self._owner: TableOwner | None = None
+        # The kernel's changes of synced traits, numbered for views that pull (PROTOCOL.md,
+        # Pulling); the page writes none of the table's traits.
+        self._pages = PageViews()
         super().__init__(**traits)
         answer_on_sending_subshell(self.comm)
+        self._pages.numbering = True
+
+    def notify_change(self, change: Any) -> None:
+        """Number each change of a synced trait (under the lock) for views that pull."""
+        lock = self.__dict__.get("lock")
+        if lock is None or "_pages" not in self.__dict__:  # being built: one thread only
+            super().notify_change(change)
+            return
+        with lock:
+            super().notify_change(change)
+            self._pages.number(change.get("name"), lambda n: self.trait_metadata(n, "sync"))
 
     def answer(self, owner: TableOwner) -> None:
         """Answer the page's messages (sync, Stop, Run, Open) by calling ``owner``."""
@@ -132,7 +186,7 @@ class GridTable(anywidget.AnyWidget):
         with self.route.publishing(self.comm):
             super().send(content, buffers)
 
-    def send_feed(self, content: GridDeltaMessage | GridResetMessage) -> None:
+    def send_feed(self, content: GridTableMessage) -> None:
         """One of the feed's messages to every view (while the table has a comm)."""
         if self.comm is not None:
             self.send(content)
@@ -158,6 +212,31 @@ class GridTable(anywidget.AnyWidget):
         finally:
             self.route.handled(self.comm)
 
+    def pull_answer(self, owner: TableOwner, content: dict[str, Any]) -> GridPulledMessage | None:
+        """The answer to a ``pull``, or None for a malformed one.
+
+        The traits changed since its version, and every cell's text after its offsets.
+        """
+        view, version = content.get("view"), content.get("version")
+        held = pull_held(content.get("cells"), owner.shape)
+        if not isinstance(view, str) or not _count(version) or held is None:
+            return None
+        with self.lock:
+            traits = self._pages.answer(
+                {**_NO_RUN, "view": view, "version": version}, lambda *_: [], self.get_state
+            )
+            if traits is None:
+                return None
+            answer: GridPulledMessage = {
+                "type": "pulled",
+                "view": view,
+                "version": traits["version"],
+                "messages": owner.pull(view, held),
+            }
+        if "state" in traits:
+            answer["state"] = traits["state"]
+        return answer
+
     def handle_page_message(self, owner: TableOwner, content: Any) -> None:
         """Answer one message of the page (a click, a view's sync) by calling ``owner``."""
         if not isinstance(content, dict):
@@ -173,6 +252,17 @@ class GridTable(anywidget.AnyWidget):
         if kind == "sync":
             view = content.get("view")
             self.send_feed(owner.reset(view if isinstance(view, str) else None))
+            if isinstance(view, str):
+                # Whether what the kernel sends unasked reaches this view: one that never
+                # gets the probe pulls instead (PROTOCOL.md, Pulling; js/src/pull.js).
+                probe: ProbeMessage = {"type": "probe", "view": view}
+                send_unasked(self.comm, lambda: self.send_feed(probe))
+        elif kind == "pull":
+            # Answered inside this handler: a host that shows a view only the answers to its
+            # own messages (Colab) never shows a push.
+            answer = self.pull_answer(owner, content)
+            if answer is not None:  # a malformed pull is ignored
+                self.send_feed(answer)
         elif kind == "stop":
             owner.stop(row, col)
         elif kind == "run":

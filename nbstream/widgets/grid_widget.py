@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import ipywidgets
 
 from ..generation import TERMINAL, Generation
-from ..protocol import GridMark, GridResetMessage
+from ..protocol import GridDeltaMessage, GridMark, GridResetMessage
 from .display import Bundle, FallbackDisplay, in_kernel, show
 from .divergence import TextDivergence, text_divergence_words
 from .grid_cell import GridCellView
@@ -144,6 +144,12 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
     def reset(self, view: str | None) -> GridResetMessage:
         """Every cell's text sent so far: the answer to a view's ``sync``."""
         return self._feed.reset(view)
+
+    def pull(
+        self, view: str, held: list[list[list[int]]]
+    ) -> list[GridDeltaMessage | GridResetMessage]:
+        """What a pulling view lacks of every cell's text (see :meth:`GridFeed.pull`)."""
+        return self._feed.pull(view, held)
 
     def open_cell(self, row: int | None, col: int | None) -> None:
         """Show cell ``(row, col)`` in full below the table; ``None`` closes it.

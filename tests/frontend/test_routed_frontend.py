@@ -165,3 +165,53 @@ def test_a_chat_sends_generates_and_stops(host: tuple[ColabRouter, Page]) -> Non
     if router.mode == "all":  # the push path: the probe came, so the view never pulled
         assert router.counts.delivered.get("probe", 0) >= 1
         assert [m for m in router.page_sent if m.get("type") == "pull"] == []
+
+
+def _cell(root: Any, row: int, col: int) -> Any:
+    """Cell ``(row, col)`` of a grid's table."""
+    return root.locator("tbody tr").nth(row).locator("td.nbstream-grid-cell").nth(col)
+
+
+def _cell_ends_as_kernel_says(
+    router: ColabRouter, root: Any, row: int, col: int, status: str
+) -> None:
+    """The table shows the cell's end state and exactly the kernel's text of its run."""
+    cell = _cell(root, row, col)
+    expect(cell).to_have_attribute("data-status", status, timeout=_WAIT_S * 1000)
+    assert router.eval(f"g.cell({row}, {col}).status") == status
+    text = router.eval(f"g.cell({row}, {col}).partial_text")
+    if status == "complete":
+        assert text
+    expect(cell.locator(".nbstream-grid-text")).to_have_text(text.strip(), timeout=_WAIT_S * 1000)
+
+
+@pytest.mark.parametrize("host", ["strict", "all"], indirect=True)
+def test_a_grid_streams_every_cell_and_stops_one(host: tuple[ColabRouter, Page]) -> None:
+    """A 2×2 grid's ``g.generate()`` from a later cell streams every cell to its end in the
+    table; a cell's Stop cancels it. Strict pulls (push-only fails); ``all`` never pulls."""
+    router, page = host
+    code = (
+        "from nbstream import Grid\n"
+        'g = Grid(["Name two colors.", "Name a fruit."], model=slow, tokenizer=_tok,\n'
+        '         settings=[{"max_new_tokens": 12}, {"max_new_tokens": 4000}])\n'
+        "display(g.widget.table)"
+    )
+    root = _shown(router, page, code)
+    router.execute("_ = g.generate()")
+    try:
+        for row in (0, 1):  # the long column: each cell stopped by its own Stop while it streams
+            cell = _cell(root, row, 1)
+            expect(cell).to_have_attribute("data-status", "running", timeout=_WAIT_S * 1000)
+            cell.locator(".nbstream-grid-stop").click()
+            _cell_ends_as_kernel_says(router, root, row, 1, "cancelled")
+        for row in (0, 1):
+            _cell_ends_as_kernel_says(router, root, row, 0, "complete")
+    finally:  # a failed test leaves no run holding the shared model for the next
+        router.execute("g.stop()\ng.wait()")
+    pulls = [m for m in router.page_sent if m.get("type") == "pull"]
+    if router.mode == "all":  # the push path: the probe came, so the view never pulled
+        assert router.counts.delivered.get("probe", 0) >= 1
+        page.wait_for_timeout(2500)  # past the probe's deadline
+        assert [m for m in router.page_sent if m.get("type") == "pull"] == []
+    else:
+        assert pulls
