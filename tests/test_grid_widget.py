@@ -377,3 +377,50 @@ def test_the_widgets_text_copy_is_a_markdown_table_with_escaped_text(tiny_line):
 def test_cell_index_takes_only_a_row_or_column_in_range():
     assert [cell_index(v, 3) for v in (0, 2, None)] == [0, 2, None]
     assert {cell_index(v, 3) for v in (3, -1, True, 1.0, "1")} == {-1}
+
+
+def _pulled(page: Page, held: list[list[list[int]]], version: int = 0) -> dict[str, Any]:
+    """The answer to a pull from view ``v1`` holding ``held``, sent inside the handler."""
+    before = len(page.log)
+    page.click(type="pull", view="v1", cells=held, version=version)
+    answers = [m for kind, m in page.log[before:] if kind == "msg" and m["type"] == "pulled"]
+    assert len(answers) == 1, page.log[before:]
+    return answers[0]
+
+
+def test_a_pull_gives_each_cell_what_the_view_lacks_by_the_feeds_offset_rules(tiny_line):
+    model, tokenizer = tiny_line
+    g = nbstream.Grid(["Hi", "Bye"], model=model, tokenizer=tokenizer, max_new_tokens=10)
+    page = Page(g)
+    g.generate()
+    settled(page)
+    texts = g.texts
+    ids = [[page.table.cells[i][j]["run_id"] for j in range(1)] for i in range(2)]
+    # Row 0 held up to 3 characters of its run, row 1 nothing: a delta from 3, a reset.
+    held = [[[ids[0][0], 3]], [[0, 0]]]
+    answer = _pulled(page, held)
+    assert answer["view"] == "v1" and answer["version"] >= 1
+    messages = answer["messages"]
+    resets = [c for m in messages if m["type"] == "grid_reset" for c in m["cells"]]
+    deltas = [c for m in messages if m["type"] == "grid_delta" for c in m["cells"]]
+    assert [(c["row"], c["col"], c["text"]) for c in resets] == [(1, 0, texts[1][0])]
+    assert [(c["row"], c["offset"], c["text"]) for c in deltas] == [(0, 3, texts[0][0][3:])]
+    # Holding everything: nothing of either cell again (a push that also arrived is harmless).
+    full = [[[ids[i][0], len(texts[i][0])]] for i in range(2)]
+    again = _pulled(page, full, version=answer["version"])
+    assert not [c for m in again["messages"] for c in m.get("cells", [])]
+    # Holding more than was sent, or another run: the cell's text again, as a reset.
+    ahead = [[[ids[0][0], len(texts[0][0]) + 5]], [[ids[1][0] + 7, 1]]]
+    reset = _pulled(page, ahead, version=answer["version"])
+    cells = [c for m in reset["messages"] if m["type"] == "grid_reset" for c in m["cells"]]
+    assert sorted((c["row"], c["text"]) for c in cells) == [(0, texts[0][0]), (1, texts[1][0])]
+
+
+def test_a_malformed_pull_gets_no_answer(tiny_line):
+    model, tokenizer = tiny_line
+    g = nbstream.Grid(["Hi"], model=model, tokenizer=tokenizer, max_new_tokens=4)
+    page = Page(g)
+    for cells in ([[[1, -1]]], [[[1]]], [[1, 2]], "x", [[[1, 2]], [[1, 2]]]):
+        before = len(page.log)
+        page.click(type="pull", view="v1", cells=cells, version=0)
+        assert not [m for kind, m in page.log[before:] if kind == "msg"], cells
