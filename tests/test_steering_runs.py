@@ -59,14 +59,19 @@ def random_direction(seed: int, size: int = 64, layer: int = 0) -> Direction:
 
 @contextlib.contextmanager
 def own_hook(model: Any, layer: int, added: Any) -> Iterator[None]:
-    """Add ``added`` to decoder layer ``layer``'s output, on every thread, while open."""
+    """Add ``added`` to decoder layer ``layer``'s output, on every thread, while open.
+
+    First among the layer's hooks, as the steering's is: transformers' own hooks that read
+    hidden states (added for good the first time a model is asked for them, and copied with
+    the model) must read the output with the direction added, whichever came first.
+    """
 
     def add(module: Any, args: Any, output: Any) -> Any:
         if isinstance(output, tuple):
             return (output[0] + added, *output[1:])
         return output + added
 
-    handle = decoder_layers(model)[layer].register_forward_hook(add)
+    handle = decoder_layers(model)[layer].register_forward_hook(add, prepend=True)
     try:
         yield
     finally:
