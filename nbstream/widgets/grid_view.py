@@ -251,7 +251,10 @@ class GridTable(anywidget.AnyWidget):
             return
         if kind == "sync":
             view = content.get("view")
-            self.send_feed(owner.reset(view if isinstance(view, str) else None))
+            # Sent under the feed's lock, as it sends its deltas: no delta goes out between
+            # the reset's text and the reset, so the two never disagree.
+            with self.lock:
+                self.send_feed(owner.reset(view if isinstance(view, str) else None))
             if isinstance(view, str):
                 # Whether what the kernel sends unasked reaches this view: one that never
                 # gets the probe pulls instead (PROTOCOL.md, Pulling; js/src/pull.js).
@@ -260,9 +263,10 @@ class GridTable(anywidget.AnyWidget):
         elif kind == "pull":
             # Answered inside this handler: a host that shows a view only the answers to its
             # own messages (Colab) never shows a push.
-            answer = self.pull_answer(owner, content)
-            if answer is not None:  # a malformed pull is ignored
-                self.send_feed(answer)
+            with self.lock:  # likewise: the answer's texts and what the feed sends agree
+                answer = self.pull_answer(owner, content)
+                if answer is not None:  # a malformed pull is ignored
+                    self.send_feed(answer)
         elif kind == "stop":
             owner.stop(row, col)
         elif kind == "run":
