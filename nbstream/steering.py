@@ -579,7 +579,10 @@ def steered(model: Any, direction: Direction, strength: float) -> Iterator[Direc
         if not getattr(here, "on", False):  # another thread's forward pass: not ours
             return None
         hidden = output[0] if isinstance(output, tuple) else output
-        step = delta if delta.dtype == hidden.dtype else delta.to(hidden.dtype)
+        # The layer's own device and dtype: a model split across devices (device_map)
+        # may hold this layer apart from the embeddings.
+        same = delta.dtype == hidden.dtype and delta.device == hidden.device
+        step = delta if same else delta.to(device=hidden.device, dtype=hidden.dtype)
         hidden = hidden + step
         return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
 
