@@ -193,7 +193,9 @@ docs-build: install
 RACE_TESTS := tests/test_generation.py tests/test_streaming.py tests/test_stop_strings.py \
 	tests/test_records.py tests/test_races.py tests/test_widget.py tests/test_chat.py \
 	tests/test_widget_races.py tests/test_compare.py tests/test_token_views.py tests/test_end_order.py \
-	tests/test_recording.py tests/test_recording_widget.py tests/test_recording_chat.py
+	tests/test_recording.py tests/test_recording_widget.py tests/test_recording_chat.py \
+	tests/test_grid_widget.py tests/test_feed_pace.py tests/test_steering_runs.py \
+	tests/test_attention_view.py tests/test_page_views.py
 races: install
 	NBSTREAM_SWITCH_INTERVAL=1e-6 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  -m "not browser and not frontend and not model and not slow" $(RACE_TESTS)
