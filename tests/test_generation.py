@@ -826,6 +826,8 @@ def test_runs_on_one_model_queue_in_fifo_order_never_interleaved(tiny_line, prob
     p.release()
     texts = [r.wait(60) for r in runs]
     assert texts == [*solo, solo[0]]
+    # A run's done-callbacks run on its worker after its end is set (wait() may return first).
+    wait_until(lambda: len(ended) == 4)
     assert sorted(ended) == [0, 1, 2, 3]
     # The model's forward calls came in one unbroken block per run, in the order started.
     assert _blocks(p.threads) == [r._thread.ident for r in runs]

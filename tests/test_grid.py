@@ -51,6 +51,10 @@ def test_one_models_cells_queue_in_row_order_never_interleaved(tiny_line, probe)
             g.cell(i, j).add_done_callback(lambda run, at=(i, j): ends.append(at))
     p.release()
     g.wait(timeout=60)
+    # A run's done-callbacks run on its worker after its end is set: join the workers.
+    for i in range(2):
+        for j in range(2):
+            g.cell(i, j).join(60)
     assert ends == [(0, 0), (0, 1), (1, 0), (1, 1)]
     # Each cell's decode steps ran on its own worker, one cell after another.
     assert len({t for t in p.threads}) == 4

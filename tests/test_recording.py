@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from typing import Any
 
@@ -160,11 +161,17 @@ def test_every_observer_of_a_replayed_cancel_sees_its_reason(tiny, probe, tmp_pa
     path = stopped_run(tiny, probe).save(tmp_path / "stopped.json")
     for _ in range(20):
         seen: list[Any] = []
+        called = threading.Event()
+
+        def observe(run: Any, seen: list[Any] = seen, called: threading.Event = called) -> None:
+            seen.append((run.status, run.cancel_reason))
+            called.set()
+
         replayed = nbstream.replay(path, speed=None)
-        replayed.add_done_callback(
-            lambda run, seen=seen: seen.append((run.status, run.cancel_reason))
-        )
+        replayed.add_done_callback(observe)
         assert replayed.wait_done(30)
+        # Done-callbacks run on the worker after the end is set: wait_done may return first.
+        assert called.wait(30)
         assert seen == [("cancelled", "enough for the demo")]
 
 
