@@ -491,6 +491,10 @@ def test_cancelled_await_stops_the_run(tiny_line):
 
     async def main():
         task = asyncio.create_task(run.wait_async())
+        # Let the await begin: a task cancelled before its first step never runs its
+        # coroutine, so nothing would be awaiting the run to stop it (a fast model can have
+        # its two tokens before the loop below first yields).
+        await asyncio.sleep(0)
         while run.metrics["tokens"] < 2:
             await asyncio.sleep(0.005)
         task.cancel()
