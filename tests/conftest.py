@@ -415,3 +415,36 @@ def loopback() -> Iterator[Loopback]:
     yield server
     server.shutdown()
     server.server_close()
+
+
+# -- how the two workers' time was spent -----------------------------------------------------
+# `make test` prints, after --durations, each worker's busy seconds and when its last test
+# ended: the suite's wall time is the later of the two, so this shows which tier is the pole
+# and how much the other worker idled at the end.
+_WORKER_TIME: dict[str, list[float]] = {}
+_SESSION_START: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import time
+
+    _SESSION_START.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    import time
+
+    node = getattr(report, "node", None)  # set by xdist on the controller
+    gateway = getattr(node, "gateway", None)
+    if gateway is None or not _SESSION_START:
+        return
+    busy_and_end = _WORKER_TIME.setdefault(gateway.id, [0.0, 0.0])
+    busy_and_end[0] += report.duration
+    busy_and_end[1] = time.monotonic() - _SESSION_START[0]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for worker, (busy, end) in sorted(_WORKER_TIME.items()):
+        terminalreporter.write_line(
+            f"[worker] {worker}: {busy:.0f} s of tests, its last test ended at {end:.0f} s"
+        )
