@@ -424,3 +424,45 @@ def test_a_malformed_pull_gets_no_answer(tiny_line):
         before = len(page.log)
         page.click(type="pull", view="v1", cells=cells, version=0)
         assert not [m for kind, m in page.log[before:] if kind == "msg"], cells
+
+
+def test_wait_shows_every_end_and_rewrites_the_text_copy_for_the_cell_that_waits(
+    tiny_line, monkeypatch
+):
+    # A headless runner (nbclient) keeps only what answers the cell it runs: the table shown
+    # in one cell, the grid run and waited for in the next. When wait() returns, the table
+    # has every end, and the text copy says so under the waiting cell's request, whether or
+    # not the feed's thread got there first.
+    import IPython.display
+
+    import nbstream.widgets.display as display
+    import nbstream.widgets.grid_widget as grid_widget
+
+    updates: list[tuple[str, str]] = []
+    parent = {"msg_id": "cell-5"}
+
+    def update(data, *, display_id=None, **kwargs):
+        updates.append((parent["msg_id"], data["text/plain"]))
+
+    monkeypatch.setattr(display, "in_kernel", lambda: True)
+    monkeypatch.setattr(grid_widget, "in_kernel", lambda: True)
+    monkeypatch.setattr(display, "publishing_parent", lambda: parent["msg_id"])
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
+    monkeypatch.setattr(IPython.display, "update_display", update)
+    model, tokenizer = tiny_line
+    for _ in range(5):
+        updates.clear()
+        g = nbstream.Grid(["a", "b"], model=model, tokenizer=tokenizer, max_new_tokens=4)
+        g._ipython_display_()
+        parent["msg_id"] = "cell-6"
+        g.generate()
+        shown = g.widget
+        g.wait(timeout=60)
+        assert g.widget is shown
+        table = shown.table
+        # Every end is in the table as wait() returns: no waiting for the feed's next frame.
+        assert [[c["status"] for c in row] for row in table.cells] == g.statuses
+        assert g.statuses == [["complete"], ["complete"]]
+        assert ("cell-6", "<nbstream.Grid 2 × 1 cells · 2 complete>") in updates
+        g.widget.close()
+        parent["msg_id"] = "cell-5"

@@ -231,6 +231,7 @@ class Grid:
         except KeyboardInterrupt:
             self.stop(reason="the kernel was interrupted")
             raise
+        self._display.settle()
         return self.results
 
     def stop(

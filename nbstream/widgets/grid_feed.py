@@ -248,7 +248,7 @@ class GridFeed:
             self._thread = None
 
     def frame(self) -> bool:
-        """Send one frame: starts, then every cell's new text, then state changes and ends.
+        """Send one frame (from any thread): starts, then every cell's new text, then ends.
 
         Returns whether a cell is still queued or running.
         """
@@ -302,6 +302,10 @@ class GridFeed:
             cell = self._cells[i][j]
             if run is not cell.run:
                 continue  # a newer run took the cell meanwhile: the next frame has it
+            if cell.status in TERMINAL:
+                # Another thread's frame (a wait() settling the table) read it later and has
+                # shown its end: this older read must not take the cell back to running.
+                continue
             if len(text) > cell.sent:
                 metrics = run.metrics
                 elapsed = metrics["elapsed_s"]

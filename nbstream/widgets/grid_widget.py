@@ -189,6 +189,19 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
             return None
         return {**super()._repr_mimebundle_(), **self._fallback()}
 
+    def settle(self) -> None:
+        """Show every cell's end now and rewrite the text copy from the calling thread.
+
+        For a cell that waits for the grid: the feed's thread shows the ends at its next
+        frame, and its rewrite of the text copy carries the parent of the cell that started
+        the runs, which a headless runner (nbclient, nbconvert) that has moved on drops. Sent
+        from the waiting thread, it belongs to the cell that waits, and is kept.
+        """
+        if self.comm is None:
+            return  # closed: nothing shows it
+        self._feed.frame()
+        self._output.republish(self._shown)
+
     def show(self) -> None:
         """Display the widget with its text copy (IPython's display, in a kernel)."""
         self._output.display(lambda: self.model_id, self._shown, self._fallback)
@@ -323,6 +336,16 @@ class GridDisplay:
         if in_kernel():
             return self.widget().bundle()
         return {"text/plain": text, "text/html": html()}
+
+    def settle(self) -> None:
+        """After a ``wait()``: the shown table has every end, its text copy rewritten here.
+
+        Nothing when the grid was never shown as a widget.
+        """
+        with self._lock:
+            widget = self._widget
+        if widget is not None:
+            widget.settle()
 
     def show(self, text: str, html: Callable[[], str]) -> None:
         """IPython's display of the grid (its ``_ipython_display_``)."""
