@@ -38,8 +38,10 @@ the generating thread, all on the model's device:
    token's log-probability and rank, and which of the k alternatives survived the run's
    processing (O(k)). On a device these are packed into two small tensors (2k + 1 ints,
    k + 1 floats) appended to a list: no copy off the device, no synchronisation. On the CPU
-   they are a row of Python values, and the rank needs no pass over the vocabulary when the
-   chosen token is among the top k. No decode, no Python loop over the vocabulary.
+   they are a row of Python values, the top k is searched for in the few chunks of the
+   vocabulary that hold it (the same answer as ``topk``, ties included: see ``_host_top``),
+   and the rank needs no pass over the vocabulary when the chosen token is among the top k.
+   No decode, no Python loop over the vocabulary.
 
 Readers (``run.trace``, on any thread) move a device's new rows off it in one transfer
 and build the records; texts are decoded on access, once per distinct id.
@@ -265,9 +267,7 @@ class TraceCapture:
             logits = output[0]
         self._raw = logits[:, -1]  # a view: no copy, no kernel
 
-    def _raw_top(self) -> tuple[Any, Any, Any]:
-        import torch
-
+    def _take_raw(self) -> Any:
         raw, self._raw = self._raw, None  # never hold the (prefill's) logits a step longer
         if raw is None:
             raise RuntimeError(
@@ -275,6 +275,11 @@ class TraceCapture:
                 "its hooks: compiled, or inside a wrapper nbstream does not know); run without "
                 "alternatives"
             )
+        return raw
+
+    def _device_top(self, raw: Any) -> tuple[Any, Any, Any]:
+        import torch
+
         logprobs = torch.log_softmax(raw.float(), dim=-1)
         top_logprobs, top_ids = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)
         return logprobs, top_logprobs, top_ids
@@ -295,32 +300,42 @@ class TraceCapture:
         )
 
     def _append_host(
-        self, logprobs: Any, top_logprobs: Any, top_ids: Any, token: int, kept: list[bool] | None
+        self, logprobs: Any, ids: list[int], logprobs_k: list[float], token: int, kept: list[bool]
     ) -> None:
         # On the CPU the numbers are already where a reader wants them: a row of Python values
         # costs less than the ops that would pack it, and the chosen token's rank needs no
         # pass over the vocabulary when it is among the top k (every value above it is too).
-        # ``kept`` None: a greedy step, where only the chosen token survived.
-        ids = top_ids[0].tolist()
-        logprobs_k = top_logprobs[0].tolist()
-        if token in ids:
+        if token == ids[0]:  # the model's favourite (as nearly always in a greedy run)
+            chosen_logprob = logprobs_k[0]
+            above = 0
+        elif token in ids:
             chosen_logprob = logprobs_k[ids.index(token)]
             above = sum(1 for value in logprobs_k if value > chosen_logprob)
         else:
-            chosen_logprob = float(logprobs[0, token])
-            above = int((logprobs > chosen_logprob).sum())
-        if kept is None:
-            kept = [alternative == token for alternative in ids]
+            # numpy counts a comparison over the vocabulary several times faster than torch
+            # does on one thread; the threshold is a float32 value, so both count the same.
+            import numpy as np
+
+            row = logprobs.detach().numpy()[0]
+            chosen_logprob = float(row[token])
+            above = int(np.count_nonzero(row > chosen_logprob))
         self._rows.append(_HostRow(ids, above, kept, logprobs_k, chosen_logprob))
 
     def record_sampled(self, warped: Any, chosen: Any) -> None:
         """A sampled step: ``warped`` are the scores sampled from, ``chosen`` the draw."""
-        logprobs, top_logprobs, top_ids = self._raw_top()
-        kept = warped.gather(1, top_ids) > float("-inf")
-        if logprobs.device.type == "cpu":
-            self._append_host(logprobs, top_logprobs, top_ids, int(chosen), kept[0].tolist())
-        else:
-            self._append(logprobs, top_logprobs, top_ids, chosen, kept)
+        raw = self._take_raw()
+        if raw.device.type == "cpu":
+            logprobs, ids, logprobs_k = _host_top(raw, self.k)
+            # A gather from a small index tensor costs less than indexing with the list.
+            import torch
+
+            at = torch.tensor([ids], device=warped.device)
+            kept = (warped.gather(1, at) > float("-inf"))[0].tolist()
+            self._append_host(logprobs, ids, logprobs_k, int(chosen), kept)
+            return
+        logprobs, top_logprobs, top_ids = self._device_top(raw)
+        kept_t = warped.gather(1, top_ids) > float("-inf")
+        self._append(logprobs, top_logprobs, top_ids, chosen, kept_t)
 
     def record_greedy(self, input_ids: Any) -> None:
         """A greedy step, after it: the chosen token is ``input_ids``' last column.
@@ -329,10 +344,14 @@ class TraceCapture:
         :func:`~nbstream.backends.stopping.stop_criteria`), which ``generate`` calls after every
         step anyway: the token generate picked is there, so no processor has to pick it again.
         """
-        logprobs, top_logprobs, top_ids = self._raw_top()
-        if logprobs.device.type == "cpu":
-            self._append_host(logprobs, top_logprobs, top_ids, int(input_ids[0, -1]), None)
+        raw = self._take_raw()
+        if raw.device.type == "cpu":
+            logprobs, ids, logprobs_k = _host_top(raw, self.k)
+            token = input_ids[0, -1].item()
+            # Only the chosen token survived a greedy step.
+            self._append_host(logprobs, ids, logprobs_k, token, [i == token for i in ids])
             return
+        logprobs, top_logprobs, top_ids = self._device_top(raw)
         chosen = input_ids[:, -1:]
         self._append(logprobs, top_logprobs, top_ids, chosen, top_ids == chosen)
 
@@ -365,6 +384,55 @@ class TraceCapture:
                     _pieces=self._pieces,
                 )
             )
+
+
+#: Values per chunk in :func:`_host_top`'s first pass (its chunk maxima).
+_CHUNK = 128
+
+
+def _host_top(raw: Any, k: int) -> tuple[Any, list[int], list[float]]:
+    """``log_softmax`` of a CPU row of raw logits, and its top ``k`` ids and values, best first.
+
+    Exactly what ``logprobs.topk(k)`` gives, for less: torch's CPU ``topk`` over a whole
+    vocabulary costs about twice the ``log_softmax``. The row is read as chunks of ``_CHUNK``
+    values (and a tail that fits no chunk, searched whole). The k + 1 chunks with the highest
+    maxima hold the top k: the first k maxima are k values at least as high as anything
+    outside them. The answer is taken only where it is unambiguous: the k + 1 highest
+    candidates strictly decreasing, and the k-th above the (k+1)-th chunk's maximum, so
+    above everything outside. A tie there (or a NaN, which compares false) makes the order
+    torch's ``topk`` gives equal values matter, so such a step runs the full ``topk``
+    instead, as do rows too short to be worth splitting and a batch of rows. The values are
+    the ``log_softmax``'s own: the numbers are the same.
+    """
+    import torch
+
+    logprobs = torch.log_softmax(raw if raw.dtype == torch.float32 else raw.float(), dim=-1)
+    size = logprobs.shape[-1]
+    k = min(k, size)
+    whole = size - size % _CHUNK
+    if logprobs.shape[0] == 1 and whole >= 8 * _CHUNK * (k + 1):
+        # Each op costs a few microseconds, mostly its dispatch (caches are cold after the
+        # forward pass): as few of them as the search needs, and no numpy (more, slower calls).
+        row = logprobs if whole == size else logprobs[:, :whole]
+        chunks = row.view(-1, _CHUNK)
+        maxima, picked = chunks.amax(dim=1).topk(k + 1)
+        candidates = chunks.index_select(0, picked).view(-1)
+        if whole != size:  # the tail that fits no chunk: searched whole
+            candidates = torch.cat((candidates, logprobs[0, whole:]))
+        found, where = candidates.topk(k + 1)
+        top = found.tolist()
+        if top[k - 1] > maxima.tolist()[k] and all(top[i] > top[i + 1] for i in range(k)):
+            starts = picked.tolist()
+            searched = len(starts) * _CHUNK
+            ids = [
+                starts[at // _CHUNK] * _CHUNK + at % _CHUNK
+                if at < searched
+                else whole + at - searched
+                for at in where.tolist()[:k]
+            ]
+            return logprobs, ids, top[:k]
+    top_logprobs, top_ids = logprobs.topk(k, dim=-1)
+    return logprobs, top_ids[0].tolist(), top_logprobs[0].tolist()
 
 
 class _HostRow(NamedTuple):

@@ -423,3 +423,187 @@ def test_the_distribution_gives_no_chance_to_what_the_trace_marks_cut(tiny_line)
             assert cut == (d.prob(alt, "top_p") == 0.0)
             seen_cut += alt in banned
     assert seen_cut  # a banned token was among the alternatives: the check saw one
+
+
+# -- one CPU step, against log_softmax + topk written here --------------------------------------
+# The capture finds the top k of a CPU row without a full topk where the answer is unambiguous;
+# these rows are built to reach every case where that could differ from the full computation.
+
+
+def expected_step(logits, token, k, warped=None):
+    """What one step must record, computed the straightforward way."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)[0]
+    values, ids = logprobs.topk(min(k, logprobs.shape[0]))
+    chosen = logprobs[token]
+    if warped is None:
+        cut = tuple(int(i) != token for i in ids)
+    else:
+        cut = tuple(bool(warped[0, int(i)] == float("-inf")) for i in ids)
+    return {
+        "alternative_ids": tuple(ids.tolist()),
+        "alternative_logprobs": tuple(values.tolist()),
+        "logprob": float(chosen),
+        "rank": int((logprobs > chosen).sum()) + 1,
+        "cut": cut,
+    }
+
+
+def captured_step(logits, token, k, warped=None):
+    """The record nbstream's capture makes of one CPU step with raw ``logits`` ([1, vocab])."""
+    from nbstream.trace import TraceCapture
+
+    capture = TraceCapture(k, object())
+    capture._raw = logits
+    if warped is None:
+        ids = torch.tensor([[3, 1, token]])
+        capture.record_greedy(ids)
+    else:
+        capture.record_sampled(warped, torch.tensor([[token]]))
+    (record,) = capture.records([token])
+    return {
+        "alternative_ids": record.alternative_ids,
+        "alternative_logprobs": record.alternative_logprobs,
+        "logprob": record.logprob,
+        "rank": record.rank,
+        "cut": record.cut,
+    }
+
+
+def same_step(logits, token, k, warped=None):
+    assert captured_step(logits, token, k, warped) == expected_step(logits, token, k, warped)
+
+
+def row(size, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(1, size, generator=generator) * 4
+
+
+VOCAB = 49152  # the tiny model's
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_step_matches_log_softmax_and_topk(seed):
+    logits = row(VOCAB, seed)
+    best = int(logits.argmax())
+    same_step(logits, best, K)  # the chosen token first
+    same_step(logits, int(logits[0].topk(4).indices[3]), K)  # inside the top k
+    same_step(logits, int(logits[0].topk(40).indices[39]), K)  # outside: counted over all
+    same_step(logits, int(logits.argmin()), K)
+
+
+def test_the_split_search_runs_without_the_full_topk_and_falls_back_on_a_tie(monkeypatch):
+    """The cases below reach both ways: a plain row without the full topk, a tie with it."""
+    full = []  # the size of each tensor topk runs on
+    topk = torch.Tensor.topk
+
+    def counted(self, *args, **kwargs):
+        full.append(self.numel())
+        return topk(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "topk", counted)
+    from nbstream.trace import _host_top
+
+    logits = row(VOCAB)
+    _host_top(logits, K)
+    assert full and VOCAB not in full  # only a few chunks searched
+    full.clear()
+    logits[0, 10] = logits[0, 20_000] = logits.max() + 1
+    _host_top(logits, K)
+    assert full[-1] == VOCAB
+
+
+@pytest.mark.parametrize("places", [(0, 1), (5, 300), (7, 40_000, 49_151), (100, 101, 102, 103)])
+def test_ties_at_the_top_keep_topks_order(places):
+    logits = row(VOCAB, 1)
+    logits[0, list(places)] = logits.max() + 0.5
+    for token in places:
+        same_step(logits, token, K)
+        same_step(logits, token, len(places))  # the tied group fills the top k exactly
+        same_step(logits, token, 2)  # the top k cuts the tied group
+
+
+def test_a_tie_at_the_k_th_place_and_below():
+    logits = row(VOCAB, 2)
+    order = logits[0].topk(K + 3).indices.tolist()
+    # The k-th and (k+1)-th equal, in different chunks and in the same one.
+    logits[0, order[K]] = logits[0, order[K - 1]]
+    logits[0, order[K - 1] ^ 1] = logits[0, order[K - 1]]
+    for token in order:
+        same_step(logits, token, K)
+    # A tie only below the top k: the chosen token far down, tied with others.
+    logits = row(VOCAB, 3)
+    low = logits[0].topk(500).values[-1]
+    tied = [17, 18, 30_000, 49_000]
+    logits[0, tied] = low
+    for token in tied:
+        same_step(logits, token, K)
+
+
+@pytest.mark.parametrize("tie", [4, 127, 128 * 5 + 9, 128 * 9 + 1, 30_000])
+def test_a_tie_at_the_k_th_place_inside_the_best_chunks(tie):
+    """The top k in a few chunks, the (k+1)-th equal to the k-th: the boundary is a tie."""
+    logits = row(VOCAB, 7)
+    top = {0: 100.0, 1: 99.0, 2: 98.0, 128 * 5 + 3: 97.0, 128 * 9: 96.0}
+    for place, value in top.items():
+        logits[0, place] = value
+    logits[0, tie] = 96.0
+    for token in (*top, tie):
+        same_step(logits, token, K)
+        same_step(logits, token, K - 1)  # the tie below the top k
+
+
+@pytest.mark.parametrize(
+    ("size", "k"),
+    [
+        (1, 1),
+        (3, 5),  # k above the vocabulary
+        (50, 5),  # shorter than one chunk
+        (700, 20),  # fewer chunks than the split needs
+        (128 * 30 + 5, 6),  # a tail that fits no chunk
+        (VOCAB + 37, K),
+        (VOCAB, 100),  # the most alternatives
+    ],
+)
+def test_small_and_uneven_vocabularies(size, k):
+    logits = row(size, 4)
+    tokens = {0, size - 1, int(logits.argmax()), int(logits.argmin())}
+    for token in tokens:
+        same_step(logits, token, k)
+    if size % 128:
+        # The best values in the tail, past every whole chunk.
+        logits[0, -min(3, size) :] = logits.max() + torch.tensor([1.0, 2.0, 3.0])[-min(3, size) :]
+        for token in tokens:
+            same_step(logits, token, k)
+
+
+def test_suppressed_tokens():
+    logits = row(VOCAB, 5)
+    logits[0, 1000:30_000] = float("-inf")
+    same_step(logits, int(logits.argmax()), K)
+    same_step(logits, 2000, K)  # a suppressed token chosen (a sampled pick cannot be, a forced one)
+    # Fewer finite values than k: the rest of the top k are tied at -inf.
+    logits = torch.full((1, VOCAB), float("-inf"))
+    logits[0, [5, 20_000, 40_000]] = torch.tensor([1.0, 3.0, 2.0])
+    for token in (5, 20_000, 40_000, 7):
+        same_step(logits, token, K)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_logits(dtype):
+    # Coarse values: ties among the top are common, as in a bfloat16 model's logits.
+    for seed in range(4):
+        logits = row(VOCAB, seed).to(dtype)
+        order = logits.float()[0].topk(30).indices.tolist()
+        for token in (order[0], order[3], order[29]):
+            same_step(logits, token, K)
+
+
+def test_sampled_steps_mark_what_the_processors_cut():
+    logits = row(VOCAB, 6)
+    order = logits[0].topk(K).indices.tolist()
+    warped = logits.clone()
+    warped[0, [order[1], order[3]]] = float("-inf")
+    far = int(logits[0].topk(1000).indices[-1])
+    for token in (order[0], order[2], far):
+        same_step(logits, token, K, warped)
+        same_step(logits, token, K, warped.to(torch.bfloat16))
