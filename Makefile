@@ -153,12 +153,9 @@ lint: install
 mypy: install
 	$(VENV)/bin/mypy
 
-# pytest-xdist workers for `make races` and `make check`; TEST_WORKERS=0 runs in one process.
+# pytest-xdist workers for `make test` and `make races`: the whole browser tier on one, every
+# other module whole on either (tests/conftest.py); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-# `make test`'s tests on three: each half of the browser tier whole on one, every other module
-# whole on any (tests/conftest.py). Its tests wait on pages, kernels and fresh interpreters:
-# on two workers the two cores were busy 1.35 of 2 on average, and a third worker fills that.
-SUITE_WORKERS ?= 3
 
 test-only: install llama-cpp
 	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS))
@@ -173,7 +170,7 @@ test: install chromium
 	@$(call timed,front-end unit tests,$(MAKE) --no-print-directory js-test)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,docs strict build,$(MAKE) --no-print-directory docs-build)
-	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(SUITE_WORKERS) \
+	@$(call timed,tests,$(PY) -m pytest -q -p no:cacheprovider --durations=40 -n $(TEST_WORKERS) \
 	  -m "not llamacpp" $(PYTEST_ARGS))
 	@$(call timed,race tier,$(MAKE) --no-print-directory races)
 	@$(call timed,wait for the llama-cpp-python build,$(MAKE) --no-print-directory llama-cpp-wait)

@@ -276,38 +276,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 #: Tests outside tests/browser that start a JupyterLab and a Chromium of their own (the page
-#: benchmark; the installed wheel's browser check): they run with a half of the browser tier.
+#: benchmark; the installed wheel's browser check): they run on the browser tier's worker.
 JUPYTERLAB_TESTS = {
-    "tests/test_benchmarks.py::test_widget_benchmark_quick": "tests/browser (1)",
-    "tests/test_packaging.py::test_installed_wheel_works_in_a_fresh_environment": (
-        "tests/browser (2)"
-    ),
-}
-#: The browser tier runs as two halves, each whole on one worker with its own JupyterLab
-#: server (a session fixture): at most two servers at once, each half's modules after one
-#: another. A module not named here goes in the first half. The halves are about equal in
-#: time (`[worker]` lines of `make test`).
-BROWSER_SECOND_HALF = {
-    "test_widget_browser.py",
-    "test_chat_browser.py",
-    "test_marimo_browser.py",
-    "test_controls_browser.py",
-    "test_subshell_browser.py",
-    "test_keyboard_browser.py",
-    "test_a11y_browser.py",
-    "test_themes_browser.py",
-    "test_voila.py",
+    "tests/test_benchmarks.py::test_widget_benchmark_quick",
+    "tests/test_packaging.py::test_installed_wheel_works_in_a_fresh_environment",
 }
 #: Modules scheduled test by test rather than whole: each test is a minute or so of its own
 #: (a lesson executed top to bottom) and shares no module-scoped fixture with the others.
 PER_TEST_MODULES = {"tests/test_notebooks.py"}
-#: About what a scope costs, in seconds on the 2-core machine with the other workers busy
+#: About what a scope costs, in seconds on the 2-core machine with the other worker busy
 #: (`--durations=0`; only their order matters): the scheduler hands out the dearest first, so
-#: the cheap modules fill in at the end and the workers end near together. A scope not named
+#: the cheap modules fill in at the end and both workers end near together. A scope not named
 #: here (each under 30 s) goes after these, by its number of tests (xdist's own order).
 SCOPE_SECONDS = {
-    "tests/browser (1)": 800,
-    "tests/browser (2)": 800,
+    "tests/browser": 1600,
     "tests/test_scripts.py": 500,
     "tests/test_benchmarks.py": 350,
     "tests/test_binder.py": 200,
@@ -331,15 +313,11 @@ SCOPE_SECONDS = {
 
 
 def _scope(nodeid: str) -> str:
-    """The unit one worker runs whole: a half of tests/browser (with JUPYTERLAB_TESTS), a
-    test of PER_TEST_MODULES, or else the test's module."""
+    """The unit one worker runs whole: tests/browser (and JUPYTERLAB_TESTS), a test of
+    PER_TEST_MODULES, or else the test's module."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith("tests/browser/"):
-        second = path.rsplit("/", 1)[-1] in BROWSER_SECOND_HALF
-        return "tests/browser (2)" if second else "tests/browser (1)"
-    half = JUPYTERLAB_TESTS.get(nodeid.split("[", 1)[0])
-    if half is not None:
-        return half
+    if path.startswith("tests/browser/") or nodeid.split("[", 1)[0] in JUPYTERLAB_TESTS:
+        return "tests/browser"
     if path in PER_TEST_MODULES:
         return nodeid
     return path
@@ -350,14 +328,15 @@ def _cost(scope: str) -> float:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """How ``make test``'s pytest-xdist workers share the tests.
+    """How ``make test``'s two pytest-xdist workers share the tests.
 
     A module runs whole on one worker (its module-scoped fixtures, a server or a Chromium,
-    start once), and each half of tests/browser whole on one worker, in order, with its own
-    JupyterLab server. (xdist's own ``--dist loadgroup`` marks cannot do this under pytest 9:
-    it renames node ids.) Scopes are handed out dearest first (SCOPE_SECONDS): the browser
-    halves start at once, the other workers take the slow modules, and whichever is free
-    takes the next.
+    start once), and all of tests/browser on one worker, in order: two JupyterLab servers
+    with their kernels and Chromiums at once would starve each other on a 2-core machine,
+    while the other worker runs what needs no JupyterLab beside them. (xdist's own
+    ``--dist loadgroup`` marks cannot do this under pytest 9: it renames node ids.)
+    Scopes are handed out dearest first (SCOPE_SECONDS): the browser tier starts at once on
+    one worker, the other takes the slow modules, and whichever is free takes the next.
     """
     from xdist.scheduler import LoadScopeScheduling
 
