@@ -1092,7 +1092,6 @@ CompareHeaderRequest = (
 CompareHeaderMessage = CompareSyncedMessage
 
 
-
 # -- the prompt grid (``GridTable``, nbstream/widgets/grid_view.py; js/src/grid.js) ---------------
 
 
