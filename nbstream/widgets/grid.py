@@ -31,7 +31,7 @@ from .divergence import TextDivergence, text_divergence
 from .grid_columns import GridColumn, check_prompts, grid_columns, refused_backend
 from .grid_save import is_grid_folder, read_index, write_grid
 from .grid_table import cell_row, check_pandas, html_table
-from .grid_widget import GridDisplay, GridWidget
+from .grid_widget import GridDisplay, GridWidget, cells_summary
 
 __all__ = ["Grid", "read_grid_folder"]
 
@@ -435,13 +435,8 @@ class Grid:
         return html_table(self._prompts, self.columns, self._table())
 
     def __repr__(self) -> str:
-        rows, cols = self.shape
-        counts: dict[str, int] = {}
-        for cells in self.statuses:
-            for status in cells:
-                counts[status] = counts.get(status, 0) + 1
-        states = ", ".join(f"{n} {status}" for status, n in counts.items())
-        return f"<nbstream.Grid {rows}x{cols}: {states}>"
+        # The same words as the widget's text copy.
+        return f"<nbstream.Grid {cells_summary(self.statuses, self.shape[1])}>"
 
 
 def _replayed(recording: Any, speed: float | None) -> Generation | None:

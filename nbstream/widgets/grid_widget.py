@@ -30,7 +30,7 @@ from .grid_feed import CellChanges, GridFeed
 from .grid_table import markdown_table
 from .grid_view import GridTable
 
-__all__ = ["CellModel", "GridDisplay", "GridSource", "GridWidget", "prompt_words"]
+__all__ = ["CellModel", "GridDisplay", "GridSource", "GridWidget", "cells_summary", "prompt_words"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
             self.table.set_traits(
                 cells=self._feed.entries(),
                 marks=list(self._marks),
-                summary=_summary(self._feed.statuses(), cols),
+                summary=cells_summary(self._feed.statuses(), cols),
             )
         self.table.answer(self)
         # Shown in a kernel: the live view, and a text copy rewritten once every cell ended.
@@ -255,7 +255,7 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
         statuses = self._feed.statuses()
         traits: dict[str, Any] = {
             "cells": self._feed.entries(),
-            "summary": _summary(statuses, cols),
+            "summary": cells_summary(statuses, cols),
         }
         touched = {i for i, _ in changes.started + changes.ended}
         if touched:
@@ -289,8 +289,11 @@ def _first(runs: list[Generation]) -> Generation | None:
     return runs[0] if runs else None
 
 
-def _summary(statuses: list[list[str]], cols: int) -> str:
-    """e.g. ``"10 × 3 cells · 2 running, 4 queued, 24 complete"``."""
+def cells_summary(statuses: list[list[str]], cols: int) -> str:
+    """How many cells are in which state: the table's line and a grid's repr.
+
+    e.g. ``"10 × 3 cells · 2 running, 4 queued, 24 complete"``.
+    """
     flat = [s for row in statuses for s in row]
     head = f"{len(statuses)} \u00d7 {cols} cells"
     if all(status == "idle" for status in flat):
