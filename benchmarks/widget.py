@@ -1002,6 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results: dict[str, dict[str, Any]] = {}
     server = jh.JupyterServer("lab")
+    # Kernels started the ordinary way, as a user's are, not forked (kernel_fork.py).
+    server.fork_kernels = False
     invalid: list[str] = []
     try:
         log("starting JupyterLab")

@@ -9,10 +9,12 @@
 `lab` and `notebook7` are per test (each notebook opened gets a fresh browser context, and
 its kernel is shut down when the test ends) on top of a session-wide server (`lab_server`,
 `notebook7_server`, started on first use) and the module's Chromium (`browser`).
-Each notebook still gets a kernel process of its own, but not a cold one: the server keeps a
-spare kernel that has imported torch and transformers while the previous test ran
-(jupyter_harness.WARM_UP; NBSTREAM_SPARE_KERNEL=0 turns it off), and a closed notebook's
-kernel is shut down in the background (its session first moved off the notebook's path).
+Each notebook still gets a kernel process of its own, but not a cold one: kernels are forked
+from a process that has imported IPython, torch and transformers once per server
+(kernel_fork.py; NBSTREAM_KERNEL_FORK=0 turns it off), the server keeps a spare kernel started
+while the previous test ran (jupyter_harness.WARM_UP; NBSTREAM_SPARE_KERNEL=0 turns it off),
+and a closed notebook's kernel is shut down in the background (its session first moved off
+the notebook's path).
 When a test fails, screenshots, console logs and the server log go to test-artifacts/<test>/
 and the tail of the server log is added to the report; each server's whole log is copied to
 test-artifacts/jupyter-<app>-server.log when the session ends.

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import kernel_fork
 import psutil
 from jupyter_client import BlockingKernelClient
 
@@ -69,7 +70,8 @@ KERNEL_IDLE_TIMEOUT = 60.0
 CELL_TIMEOUT = 120.0
 
 # What every test kernel imports first (SETUP's torch, nbstream.testing.tiny_model's
-# transformers classes): about 5 s of a small test's 9 s on this machine. A spare kernel is
+# transformers classes): about 5 s of a small test's 9 s on this machine when a kernel starts
+# cold; a kernel forked from kernel_fork.py's server has them already. A spare kernel is
 # started, and made to import these, while the previous test runs; open_notebook hands it to
 # the next notebook (a session on its path). Each test still gets a fresh kernel process, and
 # nothing of nbstream is imported ahead of the test. Expression statements run silently: no
@@ -84,6 +86,9 @@ WARM_UP = "\n".join(
     ]
 )
 WARM_UP_TIMEOUT = 180.0
+# How long start() waits for the kernel fork server's imports (kernel_fork.IMPORTS); a kernel
+# asked for sooner starts the ordinary way.
+FORK_SERVER_TIMEOUT = 90.0
 
 
 def free_port() -> int:
@@ -145,6 +150,11 @@ class JupyterServer:
         # NBSTREAM_SPARE_KERNEL=0 in the environment) turns it off.
         self.spare_kernels = os.environ.get("NBSTREAM_SPARE_KERNEL", "1") != "0"
         self._spare: str | None = None
+        # Kernels forked from a process that has imported torch and transformers
+        # (kernel_fork.py); False (or NBSTREAM_KERNEL_FORK=0) starts each the ordinary way.
+        self.fork_kernels = os.environ.get(kernel_fork.SOCKET_ENV, "1") != "0"
+        self.fork_socket = self.base_dir / "kernel-fork.sock"
+        self._fork_server: subprocess.Popen[bytes] | None = None
         self._spare_thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._retiring: list[threading.Thread] = []  # background session deletions
@@ -164,10 +174,13 @@ class JupyterServer:
             d.mkdir(parents=True, exist_ok=True)
         kdir = dirs["data"] / "kernels" / "python3"
         kdir.mkdir(parents=True, exist_ok=True)
+        launcher = (
+            [str(Path(kernel_fork.__file__))] if self.fork_kernels else ["-m", "ipykernel_launcher"]
+        )
         (kdir / "kernel.json").write_text(
             json.dumps(
                 {
-                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "argv": [sys.executable, *launcher, "-f", "{connection_file}"],
                     "display_name": "Python 3 (nbstream test venv)",
                     "language": "python",
                     "env": KERNEL_ENV,
@@ -218,6 +231,9 @@ class JupyterServer:
         )
         env.pop("JUPYTER_PATH", None)
         env.pop("JUPYTER_TOKEN", None)
+        env.pop(kernel_fork.SOCKET_ENV, None)
+        if self.fork_kernels:
+            env[kernel_fork.SOCKET_ENV] = str(self.fork_socket)
         return env
 
     def start(self, timeout: float = SERVER_START_TIMEOUT, attempts: int = 3) -> JupyterServer:
@@ -228,9 +244,11 @@ class JupyterServer:
         """
         env = self._prepare()
         for attempt in range(attempts):
+            self._start_fork_server(env)  # it imports while the server starts
             self.port = free_port()
             if self._launch(env, timeout):
                 self._closing.clear()
+                self._wait_fork_server()
                 self.warm_spare()
                 return self
             log = self.log_tail()
@@ -287,9 +305,59 @@ class JupyterServer:
         self._log_file.write(f"### harness: no /api/status within {timeout:.0f} s\n".encode())
         return False
 
+    def _start_fork_server(self, env: dict[str, str]) -> None:
+        if not self.fork_kernels or self._fork_server is not None:
+            return
+        if self._log_file is None:
+            self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - see stop()
+        with contextlib.suppress(FileNotFoundError):
+            self.fork_socket.unlink()
+        self._fork_server = subprocess.Popen(
+            [sys.executable, kernel_fork.__file__, "serve", str(self.fork_socket)],
+            cwd=self.root_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _wait_fork_server(self) -> None:
+        proc = self._fork_server
+        if proc is None:
+            return
+        deadline = time.monotonic() + FORK_SERVER_TIMEOUT
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(str(self.fork_socket))
+                return
+            time.sleep(0.1)
+        self._note("kernel fork server not ready: kernels start the ordinary way")
+
+    def _stop_fork_server(self) -> None:
+        """The fork server kills the kernels it forked as it exits (SIGTERM)."""
+        proc, self._fork_server = self._fork_server, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            kernels = psutil.Process(proc.pid).children()
+        except psutil.Error:
+            kernels = []
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        _gone, alive = psutil.wait_procs(kernels, timeout=5)
+        for kernel in alive:
+            with contextlib.suppress(psutil.Error):
+                kernel.kill()
+
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the server, its process group and any kernel it started (kernels run in
-        sessions of their own, so the group alone would miss them)."""
+        sessions of their own, so the group alone would miss them), then the kernel fork
+        server and the kernels it forked."""
         # no spare kernel may be started after the kernels to stop are listed
         self._closing.set()
         thread, self._spare_thread, self._spare = self._spare_thread, None, None
@@ -316,6 +384,7 @@ class JupyterServer:
             for child in alive:
                 with contextlib.suppress(psutil.Error):
                     child.kill()
+        self._stop_fork_server()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

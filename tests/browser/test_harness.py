@@ -158,3 +158,54 @@ def test_a_second_notebook_opens_in_view(lab):
     second.run_cell(0)
     second.run_cell(1)
     assert "second" in second.output(1)
+
+
+def test_a_forked_kernel_is_the_kernel_its_kernelspec_names(lab):
+    """Kernels come from the fork server (kernel_fork.py): each is still a process of its own,
+    in its notebook's folder, with the launcher's environment and a random state of its own;
+    an interrupt reaches it, and killing its launcher (as the Jupyter server kills a kernel
+    that will not stop) kills it."""
+    import psutil
+
+    nb = lab.open_notebook(
+        ["import os, sys, random, time, psutil, ipywidgets", "time.sleep(60)"],
+        name="sub/forked.ipynb",
+    )
+    other = lab.open_notebook(["import random"], name="other.ipynb")
+    nb.run_cell(0)
+    other.run_cell(0)
+    parent = nb.kernel_eval("' '.join(psutil.Process(os.getppid()).cmdline())")
+    assert "kernel_fork.py serve" in parent, parent
+    folder = str(lab.root_dir / "sub")
+    assert nb.kernel_eval("os.getcwd()") == repr(folder)
+    assert nb.kernel_eval("sys.path[0]") == repr(folder)
+    assert nb.kernel_eval("os.path.basename(sys.argv[0])") == "'ipykernel_launcher.py'"
+    assert nb.kernel_eval("os.environ['JPY_SESSION_NAME']").endswith("forked.ipynb'")
+    assert nb.kernel_eval("os.getsid(0) == os.getpid()") == "True"
+    assert nb.kernel_eval("'torch' in sys.modules, 'nbstream' in sys.modules") == "(True, False)"
+    assert nb.kernel_eval("random.random()") != other.kernel_eval("random.random()")
+    # What looks for a kernel as it is imported finds one (not the fork server's absence).
+    targets = nb.kernel_eval("sorted(get_ipython().kernel.comm_manager.targets)")
+    assert targets == "['jupyter.widget', 'jupyter.widget.control']", targets
+    notebook_tqdm = (
+        "issubclass(__import__('tqdm.auto').auto.tqdm, __import__('tqdm.notebook').notebook.tqdm)"
+    )
+    assert nb.kernel_eval(notebook_tqdm) == "True"
+
+    nb.run_cell(1, wait=False)
+    wait_until(lambda: nb.kernel_state().get("status") == "busy", timeout=30)
+    nb.interrupt_kernel()
+    nb.wait_cell(1, timeout=30)
+    assert "KeyboardInterrupt" in nb.output(1)
+
+    kernel = psutil.Process(int(nb.kernel_eval("os.getpid()")))
+    connection_file = f"kernel-{nb.kernel_id()}.json"
+    launchers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if any(connection_file in arg for arg in p.info["cmdline"] or [])
+    ]
+    assert len(launchers) == 1, launchers
+    assert "kernel_fork.py" in " ".join(launchers[0].cmdline())
+    launchers[0].kill()
+    kernel.wait(timeout=10)  # psutil.TimeoutExpired: the kernel outlived its launcher

@@ -1,0 +1,275 @@
+"""Test kernels forked from a process that has already imported what every one imports.
+
+A kernel of the browser tier spends most of its start importing IPython, torch and
+transformers: about 3.5 s of CPU on this machine, paid again by each of the tier's hundred-odd
+kernels on a 2-core machine the whole suite keeps busy. The harness starts one *fork server*
+per Jupyter server, which imports once the part of those that does not depend on being in a
+kernel (IMPORTS); the kernelspec runs this file as the kernel's *launcher*, which asks the
+fork server for a kernel. The fork server forks, and the child becomes the kernel
+`python -m ipykernel_launcher -f CONNECTION_FILE` would have been, with the launcher's
+environment, working directory and standard streams, in a session of its own.
+
+Each kernel is still a fresh process of its own, started for its notebook; nothing of nbstream
+is imported before the test imports it (IMPORTS names what is). The Jupyter server only knows
+the launcher's process, so the launcher stands in for the kernel: it passes on the signals the
+server sends (an interrupt, a terminate) and exits with the kernel's exit status; if the
+launcher is killed, the fork server kills its kernel. Without a fork server (no
+NBSTREAM_KERNEL_FORK in the environment, or nothing listening on it) the launcher becomes the
+ordinary kernel.
+
+    python kernel_fork.py serve SOCKET        # the fork server (JupyterServer starts it)
+    python kernel_fork.py -f CONNECTION_FILE  # the launcher (the kernelspec's argv)
+
+Only the standard library is imported at the top: the launcher starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+SOCKET_ENV = "NBSTREAM_KERNEL_FORK"
+
+# What the fork server imports before it forks: what `python -m ipykernel_launcher` imports,
+# and the parts of what every test kernel imports first (jupyter_harness.WARM_UP) whose import
+# does not depend on where it happens: torch and the torch, numpy and tokenizer modules
+# transformers pulls in (about 2 of WARM_UP's 3 s). Not transformers itself: it imports
+# `tqdm.auto`, which picks its notebook flavour, and so imports ipywidgets, only inside a
+# kernel, and ipywidgets registers its comm targets only if imported inside one (NOT_BEFORE).
+# No torch operation runs here: libgomp's thread pool, once started, does not survive a fork.
+IMPORTS = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "IPython",
+    "torch",
+    "torch._dynamo",
+    "torch.distributed.tensor",
+    "torch.distributed.checkpoint",
+    "torch.fx.experimental.symbolic_shapes",
+    "sympy",
+    "numpy",
+    "safetensors",
+    "tokenizers",
+    "regex",
+    "jinja2",
+    "yaml",
+)
+# Imported by IMPORTS, none of these may be: each behaves differently when imported outside a
+# kernel, or is what a test imports.
+NOT_BEFORE = (
+    "ipywidgets",
+    "tqdm.auto",
+    "tqdm.autonotebook",
+    "tqdm.notebook",
+    "transformers",
+    "huggingface_hub",
+    "accelerate",
+    "matplotlib",
+    "anywidget",
+    "nbstream",
+)
+
+# Signals the Jupyter server sends a kernel's process group, passed on to the kernel.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+# ----- the launcher
+
+
+def launch(argv: list[str]) -> int:
+    """Ask the fork server for a kernel run with `argv`; return its exit status."""
+    path = os.environ.get(SOCKET_ENV)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if not path:
+            raise OSError("no fork server")
+        conn.connect(path)
+        socket.send_fds(conn, [b"F"], [0, 1, 2])
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        kernel = int(_read_line(conn))
+    except (OSError, ValueError):
+        conn.close()
+        # The ordinary kernel, in this process: as if the kernelspec had named it.
+        os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kernel, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    reply = _read_line(conn).split()
+    if len(reply) != 2:  # the fork server is gone: so is the kernel
+        return 1
+    kind, value = reply[0], int(reply[1])
+    if kind == b"signal":  # die of the same signal, as the kernel did
+        signal.signal(value, signal.SIG_DFL)
+        os.kill(os.getpid(), value)
+    return value
+
+
+# ----- the fork server
+
+
+def _warm() -> None:
+    import importlib
+
+    for name in IMPORTS:
+        importlib.import_module(name)
+    early = [name for name in NOT_BEFORE if name in sys.modules]
+    if early:
+        raise SystemExit(f"kernel_fork: {early} imported before a kernel starts; not serving")
+
+
+def _become_kernel(conn: socket.socket, fds: list[int], request: dict[str, object]) -> None:
+    """In the forked child: become `python -m ipykernel_launcher ARGV`; never returns."""
+    code: object = 1
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        conn.close()
+        # the signal handlers a fresh interpreter has
+        for signum in (*FORWARDED, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        cwd = str(request["cwd"])
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(request["env"])  # type: ignore[arg-type]
+        argv = list(request["argv"])  # type: ignore[call-overload]
+        import ipykernel_launcher
+
+        sys.argv = [ipykernel_launcher.__file__, *argv]
+        sys.path[0] = cwd  # `python -m` puts the working directory first
+        import random
+
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        from ipykernel import kernelapp
+
+        try:
+            kernelapp.launch_new_instance(argv=argv)
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        # What an interpreter does on its way out, then out: never back into the server's loop.
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(path: str) -> None:
+    """Listen on the unix socket `path` and fork a kernel for each launcher that asks."""
+    _warm()
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while os.getppid() == parent:  # the harness is gone: so are its kernels
+            for key, _events in selector.select(timeout=0.2):
+                if key.fileobj is listener:
+                    _accept(listener, selector, kernels)
+                elif not key.fileobj.recv(1):  # type: ignore[union-attr]
+                    # the launcher is gone (killed): its kernel goes too
+                    selector.unregister(key.fileobj)
+                    pid = key.data
+                    if pid in kernels:
+                        os.kill(pid, signal.SIGKILL)
+            while kernels:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                conn = kernels.pop(pid, None)
+                if conn is None:
+                    continue
+                if os.WIFSIGNALED(status):
+                    reply = f"signal {os.WTERMSIG(status)}\n"
+                else:
+                    reply = f"exit {os.waitstatus_to_exitcode(status)}\n"
+                with contextlib.suppress(OSError):
+                    conn.sendall(reply.encode())
+                with contextlib.suppress(KeyError, ValueError):
+                    selector.unregister(conn)
+                conn.close()
+    finally:
+        for pid in kernels:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _accept(listener: socket.socket, selector: Any, kernels: dict[int, socket.socket]) -> None:
+    conn, _ = listener.accept()
+    try:
+        conn.settimeout(10)
+        _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 3)
+        request = json.loads(_read_line(conn))
+        conn.settimeout(None)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        selector.close()
+        listener.close()
+        for other in kernels.values():
+            other.close()
+        _become_kernel(conn, fds, request)
+    for fd in fds:
+        os.close(fd)
+    kernels[pid] = conn
+    conn.sendall(f"{pid}\n".encode())
+    selector.register(conn, selectors.EVENT_READ, pid)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        serve(sys.argv[2])
+    else:
+        sys.exit(launch(sys.argv[1:]))
