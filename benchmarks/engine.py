@@ -8,12 +8,14 @@ Compares, in one run with the variants interleaved round by round, the throughpu
 3. nbstream (``nbstream.stream``; the caller iterating the ``Generation``'s chunks);
 
 plus a control, (1b): (1) on a worker thread that the caller joins. (2) and (3) generate on
-a worker thread, and torch's OpenMP threads behave differently there: the calling thread's
-team spin-waits at full strength, a worker thread's team (more threads than CPUs) sleeps in
-futexes instead (on 2 cores: under 1 voluntary context switch per token against ~100). That
-can make (1) a little faster than any worker-thread variant on a quiet machine, and several
-times slower under CPU contention. (1b) isolates what streaming itself costs.
-``--no-control`` drops it.
+a worker thread, and torch's OpenMP threads behave differently there: libgomp gives the
+worker a team of its own beside the calling thread's idle one, and with more OpenMP threads
+than CPUs each waiting thread sleeps in futexes instead of spinning (on 2 cores: ~70
+voluntary context switches per token against under 1). Each variant starts as a notebook's
+main thread is once it has loaded a model by hand: with an idle team (a parallel region run
+on it, :func:`main_thread_team`). nbstream ends that team as it starts a run
+(``nbstream.cpus.release_idle_openmp_threads``); (1b) and (2), as users write them, do not.
+(1b) isolates what streaming itself costs. ``--no-control`` drops it.
 
 Models: the embedded default model (300 new tokens, torch's default threads) and a tiny fast
 model (1,500 new tokens on one line with newline and end tokens suppressed, one torch
@@ -542,6 +544,18 @@ def _median_dicts(rows: list[dict[str, float] | None]) -> dict[str, float] | Non
 
 
 # -- throughput ------------------------------------------------------------------------------
+def main_thread_team() -> None:
+    """Leave the calling thread an idle OpenMP team, as loading a model by hand does.
+
+    One parallel region (an elementwise op over more elements than torch's grain size) when
+    torch runs more than one thread; with one thread there is no team to leave.
+    """
+    import torch
+
+    if torch.get_num_threads() > 1:
+        torch.ones(1 << 20).add_(1.0)
+
+
 def throughput(case: Case, warmup_tokens: int, variants: tuple[str, ...]) -> dict[str, Any]:
     """Interleaved rounds of the variants; per-round ratios against (1) (and the control)."""
     warm = copy.copy(case)
@@ -559,6 +573,7 @@ def throughput(case: Case, warmup_tokens: int, variants: tuple[str, ...]) -> dic
         threads: dict[str, dict[str, float] | None] = {}
         for variant in order:
             gc.collect()
+            main_thread_team()
             with probe_generate(case.model) as record:
                 samples[variant] = RUNNERS[variant](case)
             threads[variant] = _per_token(record.get("last"), samples[variant].tokens)

@@ -21,12 +21,14 @@ import dataclasses
 import logging
 import math
 import os
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CpuBudget", "fit_torch_threads", "usable_cpus"]
+__all__ = ["CpuBudget", "fit_torch_threads", "release_idle_openmp_threads", "usable_cpus"]
 
 #: Where Linux mounts the cgroup file system (inside a container: the container's own).
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -35,6 +37,13 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 _fitted_lock = threading.Lock()
 _fitted = False
+
+#: Where Linux lists the files mapped into this process (the OpenMP runtime torch loaded).
+PROC_MAPS = Path("/proc/self/maps")
+_openmp_lock = threading.Lock()
+# libgomp's omp_pause_resource_all once found; None: not looked up yet (or torch not loaded
+# then); False: this process has none.
+_pause_all: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,3 +178,56 @@ def fit_torch_threads(root: Path = CGROUP_ROOT, *, force: bool = False) -> int |
             budget.usable,
         )
         return budget.usable
+
+
+def _find_pause_all() -> Any:
+    global _pause_all
+    with _openmp_lock:
+        if _pause_all is not None:
+            return _pause_all
+        found: Any = False
+        try:
+            paths = [line.split()[-1] for line in PROC_MAPS.read_text().splitlines()]
+        except OSError:  # not Linux
+            paths = []
+        libgomp = next((p for p in paths if os.path.basename(p).startswith("libgomp")), None)
+        if libgomp is not None:
+            import ctypes
+
+            try:
+                found = ctypes.CDLL(libgomp).omp_pause_resource_all  # OpenMP 5.0
+                found.argtypes, found.restype = [ctypes.c_int], ctypes.c_int
+            except (OSError, AttributeError):
+                found = False
+        if found is not False or "torch" in sys.modules:
+            _pause_all = found  # torch loads its OpenMP as it is imported: final
+        return found
+
+
+def release_idle_openmp_threads() -> bool:
+    """End the calling thread's idle OpenMP thread team, so that other threads' teams spin.
+
+    libgomp, the OpenMP runtime of torch's Linux wheels, gives each thread that runs a
+    parallel region a team of threads of its own and keeps it, idle, for the next region.
+    Once the teams hold more threads than there are CPUs, every waiting thread spins about
+    300 times less before it sleeps in the kernel, and each step of a model on the CPU waits
+    on those sleeps. A notebook's main thread has a team once it has loaded or run a model;
+    nbstream generates on a thread of its own, which then gets a second team: on 2 cores the
+    default model generated 0.875× the tokens a second of ``generate`` on the main thread,
+    and 1.00× with the main thread's team ended first (``benchmarks/engine.py``). nbstream
+    calls this as it starts a run and after it loads a model; the next parallel region on
+    this thread starts a new team, at the cost of starting its threads.
+
+    Returns:
+        ``True`` where libgomp ended this thread's team (or it had none); ``False`` where this
+        process has no libgomp with OpenMP 5.0's ``omp_pause_resource_all`` (macOS, Windows,
+        another OpenMP) or libgomp refused (called inside a parallel region).
+
+    Example:
+        >>> from nbstream.cpus import release_idle_openmp_threads
+        >>> released = release_idle_openmp_threads()  # True with torch's Linux wheels
+    """
+    pause_all = _find_pause_all()
+    if pause_all is False or pause_all is None:
+        return False
+    return bool(pause_all(1) == 0)  # omp_pause_soft

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .cpus import fit_torch_threads
+from .cpus import fit_torch_threads, release_idle_openmp_threads
 
 __all__ = [
     "DEFAULT_GGUF",
@@ -537,8 +537,7 @@ def load_model(
     source = str(Path(name_or_path).resolve()) if os.path.isdir(name_or_path) else name_or_path
     key = _cache_key(source, device_map, dtype, adapter, trust_remote_code, kwargs)
     with _lock:
-        if key in _loaded:
-            entry = _loaded[key]
+        if (entry := _loaded.get(key)) is not None:
             return entry.model, entry.tokenizer
         plain = device_map is None and dtype is None and not trust_remote_code and not kwargs
         if plain and _is_default_folder(source):
@@ -547,6 +546,7 @@ def load_model(
             model, tokenizer = _load(source, device_map, dtype, adapter, trust_remote_code, kwargs)
         _warm_chat_template(tokenizer)
         _loaded[key] = _describe(source, adapter, kwargs, model, tokenizer)
+        release_idle_openmp_threads()  # loading ran parallel regions; runs use other threads
         return model, tokenizer
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from .backends.base import Job, RunControl
+from .cpus import release_idle_openmp_threads
 from .model_queue import ModelQueue
 from .protocol import FinishReason, Metrics, Status
 from .run_text import RunText
@@ -263,6 +264,8 @@ class RunLifecycle:
             self.status = RUNNING
             self.started = self.created
             self.turn.set()
+        # The worker's OpenMP team would otherwise share the CPUs with this thread's idle one.
+        release_idle_openmp_threads()
         thread = threading.Thread(
             target=self._work, args=(owner,), name=f"{RUN_THREAD_PREFIX}{id(owner):x}", daemon=True
         )

@@ -104,3 +104,79 @@ def test_doctor_reports_the_host_the_budget_and_torch_s_threads(monkeypatch, tor
     assert "torch.set_num_threads(1)" in device.advice
     torch.set_num_threads(1)
     assert nbstream.doctor().finding("device").status == OK
+
+
+# In a process of its own: no other test's thread may start an OpenMP team meanwhile.
+TEAM_SCRIPT = """
+import json, os, threading, time
+import torch
+torch.set_num_threads(2)
+import nbstream
+from nbstream import cpus
+from nbstream.testing import tiny_model
+
+def native_threads():
+    python = {t.native_id for t in threading.enumerate()}
+    return set(os.listdir("/proc/self/task")) - {str(n) for n in python}
+
+def team_gone(team, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while team & native_threads():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+def main_thread_team():
+    before = native_threads()
+    torch.ones(1 << 20).add_(1.0)  # a parallel region: this thread's team starts
+    return native_threads() - before
+
+out = {}
+out["no_team_yet"] = cpus.release_idle_openmp_threads()
+team = main_thread_team()
+out["team"] = len(team)
+out["released"] = cpus.release_idle_openmp_threads()
+out["gone"] = team_gone(team)
+model, tokenizer = tiny_model()
+team = main_thread_team()
+out["team_before_run"] = len(team)
+run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=8)
+out["gone_once_a_run_started"] = team_gone(team)
+out["text"] = "".join(run)
+out["status"] = run.status
+print(json.dumps(out))
+"""
+
+
+def test_a_run_ends_the_calling_thread_s_idle_openmp_team():
+    """libgomp keeps an idle team of threads for each thread that ran a parallel region, and
+    with more of them than CPUs every team sleeps where it would spin: a run's own thread
+    generated 0.875× as fast beside the main thread's idle team on 2 cores. Ending the
+    calling thread's team is what a run does as it starts (and load_model after it loads)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", TEAM_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["no_team_yet"] is True  # torch's Linux wheels load a libgomp with OpenMP 5.0
+    assert out["team"] == 1  # two threads: this one and one of libgomp's
+    assert out["released"] is True and out["gone"] is True
+    assert out["team_before_run"] == 1
+    assert out["gone_once_a_run_started"] is True
+    assert out["status"] == "complete" and out["text"]
+
+
+def test_without_libgomp_releasing_says_so(monkeypatch, tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 00:00 0 /usr/lib/libc.so.6\n")
+    monkeypatch.setattr(cpus, "PROC_MAPS", maps)
+    monkeypatch.setattr(cpus, "_pause_all", None)
+    assert cpus.release_idle_openmp_threads() is False
+    monkeypatch.setattr(cpus, "PROC_MAPS", tmp_path / "missing")  # not Linux
+    monkeypatch.setattr(cpus, "_pause_all", None)
+    assert cpus.release_idle_openmp_threads() is False
