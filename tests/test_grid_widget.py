@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import ipywidgets
 import pytest
 
 import nbstream
@@ -328,7 +329,12 @@ def test_closing_the_widget_leaves_the_grid_running(tiny_line, probe):
     g.generate()
     assert p.held.wait(30)
     w.open_cell(0, 0)
+    parts = [w, w.table, w.detail, *w.detail.children]
     w.close()
+    # Nothing of it stays open, the opened cell's box included: an open widget that held a
+    # closed one would break saving every open widget's state (ipywidgets.embed).
+    assert all(part.comm is None for part in parts)
+    assert not any(part in ipywidgets.Widget.widgets.values() for part in parts)
     assert g.statuses == [["running"]]
     p.release()
     assert g.wait(timeout=60) == [[g.cell(0, 0).result]] and g.statuses == [["complete"]]

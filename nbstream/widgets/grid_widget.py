@@ -223,11 +223,14 @@ class GridWidget(ipywidgets.VBox):  # type: ignore[misc]
     def close(self) -> None:
         """Close the table and the cells' views; the grid's runs go on (``g.stop()`` stops)."""
         self._feed.close()
+        # Containers first: no open widget may hold a closed one (saving the widget state,
+        # ``ipywidgets.embed``, would fail on it).
+        super().close()
+        self.detail.close()
         for view in self._views.values():
             view.close()
         self._views.clear()
         self.table.close()
-        super().close()
 
     def __repr__(self) -> str:
         # The default repr serializes every trait (children included); this one stays cheap.

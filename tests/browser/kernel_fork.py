@@ -94,6 +94,18 @@ def _read_line(conn: socket.socket) -> bytes:
 
 def launch(argv: list[str]) -> int:
     """Ask the fork server for a kernel run with `argv`; return its exit status."""
+    kernel: list[int] = []
+    early: list[int] = []  # signals that came before the kernel's pid
+
+    def forward(signum: int, _frame: object) -> None:
+        if not kernel:
+            early.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kernel[0], signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
     path = os.environ.get(SOCKET_ENV)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -103,18 +115,13 @@ def launch(argv: list[str]) -> int:
         socket.send_fds(conn, [b"F"], [0, 1, 2])
         request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
         conn.sendall(json.dumps(request).encode() + b"\n")
-        kernel = int(_read_line(conn))
+        kernel.append(int(_read_line(conn)))
     except (OSError, ValueError):
         conn.close()
         # The ordinary kernel, in this process: as if the kernelspec had named it.
         os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *argv])
-
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(kernel, signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
+    for signum in early:
+        forward(signum, None)
     reply = _read_line(conn).split()
     if len(reply) != 2:  # the fork server is gone: so is the kernel
         return 1
@@ -144,8 +151,9 @@ def _become_kernel(conn: socket.socket, fds: list[int], request: dict[str, objec
     try:
         os.setsid()
         for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
         conn.close()
         # the signal handlers a fresh interpreter has
         for signum in (*FORWARDED, signal.SIGCHLD):

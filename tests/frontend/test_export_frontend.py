@@ -17,6 +17,7 @@ import ipywidgets
 import nbformat
 import pytest
 from cdn_pages import cdn_copies, serve_cdn_copies
+from ipywidgets.embed import dependency_state
 from nbconvert import HTMLExporter
 from playwright.sync_api import Browser, Page, Route, expect
 
@@ -59,8 +60,12 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An exported notebook of one widget cell (the widget closed once it is saved)."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         outputs, w = _saved_outputs(monkeypatch)
-    # Every live widget: the view's model refers to others (its layout, its style).
-    state = ipywidgets.Widget.get_manager_state()
+    # The widget and those its state refers to (its layout, its style), as JupyterLab saves a
+    # notebook of this one cell; not every widget other tests left open in this process.
+    state = {
+        **ipywidgets.Widget.get_manager_state(widgets=[]),
+        "state": dependency_state([w], drop_defaults=False),
+    }
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("w")
     cell.outputs = [nbformat.from_dict(output) for output in outputs]
