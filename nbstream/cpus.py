@@ -41,8 +41,8 @@ _fitted = False
 #: Where Linux lists the files mapped into this process (the OpenMP runtime torch loaded).
 PROC_MAPS = Path("/proc/self/maps")
 _openmp_lock = threading.Lock()
-# libgomp's omp_pause_resource_all once found; None: not looked up yet (or torch not loaded
-# then); False: this process has none.
+# The omp_pause_resource_all of each libgomp in this process once found; None: not looked up
+# yet (or torch not loaded then); False: this process has none.
 _pause_all: Any = None
 
 
@@ -180,6 +180,19 @@ def fit_torch_threads(root: Path = CGROUP_ROOT, *, force: bool = False) -> int |
         return budget.usable
 
 
+def _libgomp_paths(maps: bytes) -> list[str]:
+    """Every libgomp mapped into this process (torch's own copy, others'), once each."""
+    paths: list[str] = []
+    for line in maps.decode(errors="replace").splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6:
+            continue
+        path = fields[5].removesuffix(" (deleted)")
+        if os.path.basename(path).startswith("libgomp") and path not in paths:
+            paths.append(path)
+    return paths
+
+
 def _find_pause_all() -> Any:
     global _pause_all
     with _openmp_lock:
@@ -187,18 +200,16 @@ def _find_pause_all() -> Any:
             return _pause_all
         found: Any = False
         try:
-            paths = [line.split()[-1] for line in PROC_MAPS.read_text().splitlines()]
-        except OSError:  # not Linux
-            paths = []
-        libgomp = next((p for p in paths if os.path.basename(p).startswith("libgomp")), None)
-        if libgomp is not None:
             import ctypes
 
-            try:
-                found = ctypes.CDLL(libgomp).omp_pause_resource_all  # OpenMP 5.0
-                found.argtypes, found.restype = [ctypes.c_int], ctypes.c_int
-            except (OSError, AttributeError):
-                found = False
+            functions = []
+            for path in _libgomp_paths(PROC_MAPS.read_bytes()):
+                function = ctypes.CDLL(path).omp_pause_resource_all  # OpenMP 5.0
+                function.argtypes, function.restype = [ctypes.c_int], ctypes.c_int
+                functions.append(function)
+            found = functions or False
+        except Exception:  # not Linux, no such symbol: nothing to release
+            found = False
         if found is not False or "torch" in sys.modules:
             _pause_all = found  # torch loads its OpenMP as it is imported: final
         return found
@@ -213,21 +224,22 @@ def release_idle_openmp_threads() -> bool:
     300 times less before it sleeps in the kernel, and each step of a model on the CPU waits
     on those sleeps. A notebook's main thread has a team once it has loaded or run a model;
     nbstream generates on a thread of its own, which then gets a second team: on 2 cores the
-    default model generated 0.875× the tokens a second of ``generate`` on the main thread,
-    and 1.00× with the main thread's team ended first (``benchmarks/engine.py``). nbstream
+    default model generated 0.92× the tokens a second of ``generate`` on the main thread,
+    and 0.99× with the main thread's team ended first (``benchmarks/engine.py``). nbstream
     calls this as it starts a run and after it loads a model; the next parallel region on
     this thread starts a new team, at the cost of starting its threads.
 
     Returns:
-        ``True`` where libgomp ended this thread's team (or it had none); ``False`` where this
-        process has no libgomp with OpenMP 5.0's ``omp_pause_resource_all`` (macOS, Windows,
-        another OpenMP) or libgomp refused (called inside a parallel region).
+        ``True`` where libgomp ended this thread's team (or it had none), in each libgomp
+        loaded; ``False`` where this process has no libgomp with OpenMP 5.0's
+        ``omp_pause_resource_all`` (macOS, Windows, another OpenMP) or libgomp refused
+        (called inside a parallel region).
 
     Example:
         >>> from nbstream.cpus import release_idle_openmp_threads
         >>> released = release_idle_openmp_threads()  # True with torch's Linux wheels
     """
-    pause_all = _find_pause_all()
-    if pause_all is False or pause_all is None:
+    functions = _find_pause_all()
+    if not functions:
         return False
-    return bool(pause_all(1) == 0)  # omp_pause_soft
+    return all([pause_all(1) == 0 for pause_all in functions])  # omp_pause_soft, each

@@ -259,13 +259,13 @@ class RunLifecycle:
         Returns:
             The worker thread, started.
         """
+        # The worker's OpenMP team would otherwise share the CPUs with this thread's idle one.
+        release_idle_openmp_threads()
         queue = self.queue
         if queue.try_acquire(self):
             self.status = RUNNING
             self.started = self.created
             self.turn.set()
-        # The worker's OpenMP team would otherwise share the CPUs with this thread's idle one.
-        release_idle_openmp_threads()
         thread = threading.Thread(
             target=self._work, args=(owner,), name=f"{RUN_THREAD_PREFIX}{id(owner):x}", daemon=True
         )

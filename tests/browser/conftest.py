@@ -10,7 +10,7 @@
 its kernel is shut down when the test ends) on top of a session-wide server (`lab_server`,
 `notebook7_server`, started on first use) and the module's Chromium (`browser`).
 Each notebook still gets a kernel process of its own, but not a cold one: kernels are forked
-from a process that has imported IPython, torch and transformers once per server
+from a process that has imported IPython and torch once per server
 (kernel_fork.py; NBSTREAM_KERNEL_FORK=0 turns it off), the server keeps a spare kernel started
 while the previous test ran (jupyter_harness.WARM_UP; NBSTREAM_SPARE_KERNEL=0 turns it off),
 and a closed notebook's kernel is shut down in the background (its session first moved off

@@ -71,11 +71,12 @@ CELL_TIMEOUT = 120.0
 
 # What every test kernel imports first (SETUP's torch, nbstream.testing.tiny_model's
 # transformers classes): about 5 s of a small test's 9 s on this machine when a kernel starts
-# cold; a kernel forked from kernel_fork.py's server has them already. A spare kernel is
-# started, and made to import these, while the previous test runs; open_notebook hands it to
-# the next notebook (a session on its path). Each test still gets a fresh kernel process, and
-# nothing of nbstream is imported ahead of the test. Expression statements run silently: no
-# name in the user's namespace, no execution count, no history, nothing shown.
+# cold; a kernel forked from kernel_fork.py's server has torch and most of what transformers
+# imports already. A spare kernel is started, and made to import these, while the previous
+# test runs; open_notebook hands it to the next notebook (a session on its path). Each test
+# still gets a fresh kernel process, and nothing of nbstream is imported ahead of the test.
+# Expression statements run silently: no name in the user's namespace, no execution count,
+# no history, nothing shown.
 WARM_UP = "\n".join(
     [
         "__import__('torch')",
@@ -150,7 +151,7 @@ class JupyterServer:
         # NBSTREAM_SPARE_KERNEL=0 in the environment) turns it off.
         self.spare_kernels = os.environ.get("NBSTREAM_SPARE_KERNEL", "1") != "0"
         self._spare: str | None = None
-        # Kernels forked from a process that has imported torch and transformers
+        # Kernels forked from a process that has imported torch (kernel_fork.IMPORTS)
         # (kernel_fork.py); False (or NBSTREAM_KERNEL_FORK=0) starts each the ordinary way.
         self.fork_kernels = os.environ.get(kernel_fork.SOCKET_ENV, "1") != "0"
         self.fork_socket = self.base_dir / "kernel-fork.sock"
@@ -332,7 +333,7 @@ class JupyterServer:
                 probe.connect(str(self.fork_socket))
                 return
             time.sleep(0.1)
-        self._note("kernel fork server not ready: kernels start the ordinary way")
+        self._note("kernel fork server not ready: kernels start the ordinary way until it is")
 
     def _stop_fork_server(self) -> None:
         """The fork server kills the kernels it forked as it exits (SIGTERM)."""

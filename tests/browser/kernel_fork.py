@@ -101,8 +101,9 @@ def launch(argv: list[str]) -> int:
         if not kernel:
             early.append(signum)
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(kernel[0], signum)
+        # its process group, as the Jupyter server signals a kernel's (the kernel leads one)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(kernel[0], signum)
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
@@ -123,7 +124,9 @@ def launch(argv: list[str]) -> int:
     for signum in early:
         forward(signum, None)
     reply = _read_line(conn).split()
-    if len(reply) != 2:  # the fork server is gone: so is the kernel
+    if len(reply) != 2:  # the fork server is gone (its kernels die with it: _die_with)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kernel[0], signal.SIGKILL)
         return 1
     kind, value = reply[0], int(reply[1])
     if kind == b"signal":  # die of the same signal, as the kernel did
@@ -145,20 +148,35 @@ def _warm() -> None:
         raise SystemExit(f"kernel_fork: {early} imported before a kernel starts; not serving")
 
 
-def _become_kernel(conn: socket.socket, fds: list[int], request: dict[str, object]) -> None:
+def _die_with(server: int) -> None:
+    """Be killed when the fork server exits, however it does (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:  # it exited before the call
+        os._exit(1)
+
+
+def _become_kernel(
+    conn: socket.socket, fds: list[int], request: dict[str, object], server: int
+) -> None:
     """In the forked child: become `python -m ipykernel_launcher ARGV`; never returns."""
     code: object = 1
     try:
+        # the signal handlers a fresh interpreter has, then the signals the fork held back
+        for signum in (*FORWARDED, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        _die_with(server)
         os.setsid()
         for target, fd in enumerate(fds):
             if fd != target:
                 os.dup2(fd, target)
                 os.close(fd)
         conn.close()
-        # the signal handlers a fresh interpreter has
-        for signum in (*FORWARDED, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         cwd = str(request["cwd"])
         os.chdir(cwd)
         os.environ.clear()
@@ -188,12 +206,22 @@ def _become_kernel(conn: socket.socket, fds: list[int], request: dict[str, objec
         # What an interpreter does on its way out, then out: never back into the server's loop.
         try:
             import atexit
+            import threading
 
+            threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
             atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code if isinstance(code, int) else 1)
+
+
+def _alive(conn: Any) -> bool:
+    """A launcher sends nothing after its request: its connection is readable once it is gone."""
+    try:
+        return bool(conn.recv(1))
+    except OSError:  # reset: it died with the kernel's pid unread
+        return False
 
 
 def serve(path: str) -> None:
@@ -216,12 +244,12 @@ def serve(path: str) -> None:
             for key, _events in selector.select(timeout=0.2):
                 if key.fileobj is listener:
                     _accept(listener, selector, kernels)
-                elif not key.fileobj.recv(1):  # type: ignore[union-attr]
+                elif not _alive(key.fileobj):
                     # the launcher is gone (killed): its kernel goes too
                     selector.unregister(key.fileobj)
-                    pid = key.data
-                    if pid in kernels:
-                        os.kill(pid, signal.SIGKILL)
+                    if key.data in kernels:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(key.data, signal.SIGKILL)
             while kernels:
                 try:
                     pid, status = os.waitpid(-1, os.WNOHANG)
@@ -252,27 +280,51 @@ def serve(path: str) -> None:
 
 def _accept(listener: socket.socket, selector: Any, kernels: dict[int, socket.socket]) -> None:
     conn, _ = listener.accept()
+    fds: list[int] = []
     try:
         conn.settimeout(10)
         _msg, fds, _flags, _addr = socket.recv_fds(conn, 1, 3)
         request = json.loads(_read_line(conn))
         conn.settimeout(None)
+        if len(fds) != 3:
+            raise ValueError(f"{len(fds)} descriptors, not 3")
     except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
         conn.close()
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    # The child must not run this server's handlers (SIGTERM's would run serve()'s `finally`
+    # in it, killing the other kernels): signals wait until it has reset them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    server = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:  # out of processes: this launcher starts the ordinary kernel
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
     if pid == 0:
-        selector.close()
-        listener.close()
-        for other in kernels.values():
-            other.close()
-        _become_kernel(conn, fds, request)
+        try:
+            selector.close()
+            listener.close()
+            for other in kernels.values():
+                other.close()
+            _become_kernel(conn, fds, request, server)
+        finally:
+            os._exit(1)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     for fd in fds:
         os.close(fd)
     kernels[pid] = conn
-    conn.sendall(f"{pid}\n".encode())
+    try:
+        conn.sendall(f"{pid}\n".encode())
+    except OSError:  # the launcher is gone already: so goes its kernel
+        os.kill(pid, signal.SIGKILL)
+        return
     selector.register(conn, selectors.EVENT_READ, pid)
 
 

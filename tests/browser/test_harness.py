@@ -168,7 +168,7 @@ def test_a_forked_kernel_is_the_kernel_its_kernelspec_names(lab):
     import psutil
 
     nb = lab.open_notebook(
-        ["import os, sys, random, time, psutil, ipywidgets", "time.sleep(60)"],
+        ["import os, sys, random, time, psutil, ipywidgets", "print('asleep')\ntime.sleep(60)"],
         name="sub/forked.ipynb",
     )
     other = lab.open_notebook(["import random"], name="other.ipynb")
@@ -193,7 +193,8 @@ def test_a_forked_kernel_is_the_kernel_its_kernelspec_names(lab):
     assert nb.kernel_eval(notebook_tqdm) == "True"
 
     nb.run_cell(1, wait=False)
-    wait_until(lambda: nb.kernel_state().get("status") == "busy", timeout=30)
+    # the cell is in its sleep (not merely queued) when the interrupt comes
+    wait_until(lambda: "asleep" in nb.output(1), timeout=30)
     nb.interrupt_kernel()
     nb.wait_cell(1, timeout=30)
     assert "KeyboardInterrupt" in nb.output(1)
