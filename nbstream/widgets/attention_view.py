@@ -10,23 +10,23 @@ so the page can say what it does not show and stays quick on a long run.
 
 It costs one forward pass with eager attention, so it is computed on a worker thread of its own
 (``nbstream-attention``, started on demand and ended once no request waits), never on the comm
-handler's (a Stop is handled there): the same rules as the lens's (``widgets/lens_view.py``):
-requests answered in order, one overtaken by a newer request of its view skipped, the last few
-(run, step) answers kept, nothing raised into the comm handler (a bad request, a run that cannot
-show its attention, a server's or a replay's, or a failure is an ``error`` in words), and
-``close`` waits at most :data:`CLOSE_WAIT_S` seconds for a pass under way.
+handler's (a Stop is handled there), by the rules the lens's requests follow too
+(``widgets/step_requests.py``): requests answered in order, one overtaken by a newer request of
+its view skipped, the last few (run, step) answers kept, nothing raised into the comm handler (a
+bad request, a run that cannot show its attention, a server's or a replay's, or a failure is an
+``error`` in words), and ``close`` waits at most :data:`CLOSE_WAIT_S` seconds for a pass under
+way.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..protocol import AttentionData, AttentionReply
+from .step_requests import StepRequests, reply_head, shown_step
 
 __all__ = ["CAP", "SCALE", "THREAD_NAME", "AttentionViewer", "attention_data", "attention_fields"]
 
@@ -40,8 +40,6 @@ SCALE = 10_000
 STRONGEST = 5
 #: How many (run, step) answers are kept per widget.
 CACHE_STEPS = 16
-#: How many views' newest request ids are kept.
-MAX_VIEWS = 64
 #: The longest ``close`` waits for a pass under way (seconds).
 CLOSE_WAIT_S = 5.0
 #: The worker thread's name (tests look for leftovers by it).
@@ -76,47 +74,22 @@ class AttentionViewer:
         self._runs = runs
         self._send = send
         self._refusal = refusal
-        self._lock = threading.Lock()
-        # (id(run), step) -> (run, fields); the entry holds the run, so its id is not reused.
-        self._cache: OrderedDict[tuple[int, int], tuple[Any, dict[str, Any]]] = OrderedDict()
-        self._latest: OrderedDict[str, int] = OrderedDict()
-        self._pending: deque[dict[str, Any]] = deque()
-        self._worker: threading.Thread | None = None
-        self._closed = False
-        #: How many steps were computed (not answered from the cache); tests read it.
-        self.computed = 0
+        self._requests = StepRequests(
+            self._answer, kind="attention", thread_name=THREAD_NAME, cache_steps=CACHE_STEPS
+        )
 
-    # -- from the comm handler ------------------------------------------------------------
+    @property
+    def computed(self) -> int:
+        """How many steps were computed (not answered from the kept ones); tests read it."""
+        return self._requests.computed
+
     def request(self, content: dict[str, Any]) -> None:
         """Queue a request (called on the comm handler's thread; never raises).
 
         Args:
             content: The ``attention`` message (PROTOCOL.md).
         """
-        try:
-            view, request = content.get("view"), content.get("request")
-            if (
-                not isinstance(view, str)
-                or isinstance(request, bool)
-                or not isinstance(request, int)
-            ):
-                logger.debug("attention request without a view or request id: ignored")
-                return
-            with self._lock:
-                if self._closed or request < self._latest.get(view, -1):
-                    return
-                self._latest[view] = request
-                self._latest.move_to_end(view)
-                while len(self._latest) > MAX_VIEWS:
-                    self._latest.popitem(last=False)
-                self._pending.append(dict(content))
-                if self._worker is None:
-                    self._worker = threading.Thread(
-                        target=self._drain, name=THREAD_NAME, daemon=True
-                    )
-                    self._worker.start()
-        except Exception:  # the comm handler must never see an exception
-            logger.exception("nbstream: queuing an attention request failed")
+        self._requests.request(content)
 
     def close(self, timeout: float = CLOSE_WAIT_S) -> bool:
         """Stop taking requests (the widget closed) and wait, at most ``timeout``, for the worker.
@@ -127,41 +100,11 @@ class AttentionViewer:
         Returns:
             True when no worker is left running.
         """
-        with self._lock:
-            self._closed = True
-            self._pending.clear()
-            self._cache.clear()
-            self._latest.clear()
-            worker = self._worker
-        if worker is None or worker is threading.current_thread():
-            return worker is None
-        worker.join(timeout)
-        return not worker.is_alive()
+        return self._requests.close(timeout)
 
     # -- on the worker thread -------------------------------------------------------------
-    def _drain(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed or not self._pending:
-                    self._worker = None
-                    return
-                content = self._pending.popleft()
-            self._answer(content)
-
     def _answer(self, content: dict[str, Any]) -> None:
-        view, request = content["view"], content["request"]
-        with self._lock:
-            if self._closed or request < self._latest.get(view, -1):
-                return  # overtaken while it waited
-        run_id, step = content.get("run_id"), content.get("step")
-        reply: AttentionReply = {
-            "type": "attention",
-            "view": view,
-            "request": request,
-            "run_id": run_id if isinstance(run_id, int) else None,
-            "step": step if isinstance(step, int) else None,
-            "error": None,
-        }
+        reply = cast(AttentionReply, reply_head("attention", content))
         try:
             reply.update(self.answer(content))  # type: ignore[typeddict-item]
         except (TypeError, ValueError, LookupError) as exc:  # AttentionUnavailable: ValueError
@@ -169,7 +112,7 @@ class AttentionViewer:
         except Exception as exc:
             logger.exception("nbstream: the attention of a step failed")
             reply["error"] = f"the attention could not be computed: {type(exc).__name__}: {exc}"
-        if self._closed:
+        if self._requests.closed:
             return  # the widget is gone
         try:
             self._send(reply)
@@ -191,32 +134,13 @@ class AttentionViewer:
             ValueError: The widget shows no attention now, or the run cannot show its own
                 (a server's, a replay's, a step out of range: the run's words).
         """
-        run_id, step = content.get("run_id"), content.get("step")
-        if isinstance(run_id, bool) or not isinstance(run_id, int):
-            raise TypeError(f"run_id must be a run's id, got {run_id!r:.40}")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"step must be a whole number, got {step!r:.40}")
-        refused = self._refusal()
-        if refused:
-            raise ValueError(refused)
-        run = self._runs().get(run_id)
-        if run is None:
-            raise LookupError(
-                "this answer is no longer shown by the widget (a newer run replaced it)"
-            )
-        key = (id(run), step)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] is run:
-                self._cache.move_to_end(key)
-                return hit[1]
+        run, step = shown_step(content, self._runs, self._refusal)
+        kept = self._requests.kept(run, step)
+        if kept is not None:
+            return kept
         fields = attention_fields(run, step)
-        with self._lock:
-            self.computed += 1
-            if not self._closed:
-                self._cache[key] = (run, fields)
-                while len(self._cache) > CACHE_STEPS:
-                    self._cache.popitem(last=False)
+        self._requests.count_computed()
+        self._requests.keep(run, step, fields)
         return fields
 
 
