@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from axe_audit import audit, describe
+from jupyter_harness import free_port
 from playwright.sync_api import expect
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,16 +154,14 @@ VOILA_START_TIMEOUT = 60.0
 RENDER_TIMEOUT_MS = 240_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Voila, told a port, moves to another one when it is taken (its `port_retries`) and the
+# harness would then talk to whoever holds the first: it is told not to, and a port taken
+# between choosing it and Voila binding it is tried again with another.
+_PORT_TAKEN = "could not be started because no available port"
+_LISTENING = "is running at:"  # Voila's line once it listens on the port
 
 
-@contextlib.contextmanager
-def voila_serving(notebook: Path, log: Path) -> Iterator[str]:
-    """`voila NOTEBOOK` on a free local port; yields its URL (its output goes to `log`)."""
-    port = _free_port()
+def _start_voila(notebook: Path, log: Path, port: int) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -172,40 +170,65 @@ def voila_serving(notebook: Path, log: Path) -> Iterator[str]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(REPO),
     }
+    command = [
+        sys.executable,
+        "-m",
+        "voila",
+        str(notebook),
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.port_retries=0",
+        "--Voila.ip=127.0.0.1",
+        "--show_tracebacks=True",
+    ]
     with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "voila",
-                str(notebook),
-                "--no-browser",
-                f"--port={port}",
-                "--Voila.ip=127.0.0.1",
-                "--show_tracebacks=True",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/"
+        return subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """True once Voila says it listens on its port; False if it exited first.
+
+    Its log, not a connection: whoever took the port would accept that one too.
+    """
+    deadline = time.monotonic() + VOILA_START_TIMEOUT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if _LISTENING in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
     try:
-        deadline = time.monotonic() + VOILA_START_TIMEOUT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log.read_text()[-4000:]
-                    raise RuntimeError(f"voila did not start:\n{tail}") from exc
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+@contextlib.contextmanager
+def voila_serving(notebook: Path, log: Path, attempts: int = 3) -> Iterator[str]:
+    """`voila NOTEBOOK` on a free local port; yields its URL (its output goes to `log`).
+
+    Raises RuntimeError with the tail of Voila's log when it exits or does not listen
+    within VOILA_START_TIMEOUT seconds.
+    """
+    for attempt in range(attempts):
+        port = free_port()
+        proc = _start_voila(notebook, log, port)
         try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+            listening = _wait_listening(proc, log)
+        except BaseException:
+            _end(proc)
+            raise
+        if listening:
+            break
+        _end(proc)
+        tail = log.read_text()[-4000:]
+        if _PORT_TAKEN not in tail or attempt == attempts - 1:
+            raise RuntimeError(f"voila did not start:\n{tail}")
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        _end(proc)

@@ -278,18 +278,7 @@ class JupyterServer:
             f"--{app_class}.expose_app_in_browser=True",
             "--LanguageServerManager.autodetect=False",
         ]
-        if self._log_file is None:
-            self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - see stop()
-        self._log_file.write(f"\n### harness: {' '.join(cmd)}\n".encode())
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=self.root_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = self._spawn(cmd, env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -309,12 +298,19 @@ class JupyterServer:
     def _start_fork_server(self, env: dict[str, str]) -> None:
         if not self.fork_kernels or self._fork_server is not None:
             return
-        if self._log_file is None:
-            self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - see stop()
         with contextlib.suppress(FileNotFoundError):
             self.fork_socket.unlink()
-        self._fork_server = subprocess.Popen(
-            [sys.executable, kernel_fork.__file__, "serve", str(self.fork_socket)],
+        self._fork_server = self._spawn(
+            [sys.executable, kernel_fork.__file__, "serve", str(self.fork_socket)], env
+        )
+
+    def _spawn(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start `cmd` in the notebook folder, in a session of its own, writing to the log."""
+        if self._log_file is None:
+            self._log_file = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - see stop()
+        self._log_file.write(f"\n### harness: {' '.join(cmd)}\n".encode())
+        return subprocess.Popen(
+            cmd,
             cwd=self.root_dir,
             env=env,
             stdin=subprocess.DEVNULL,

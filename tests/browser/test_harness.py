@@ -210,3 +210,32 @@ def test_a_forked_kernel_is_the_kernel_its_kernelspec_names(lab):
     assert "kernel_fork.py" in " ".join(launchers[0].cmdline())
     launchers[0].kill()
     kernel.wait(timeout=10)  # psutil.TimeoutExpired: the kernel outlived its launcher
+
+
+def test_voila_on_a_port_taken_before_it_binds_serves_on_another(tmp_path, monkeypatch):
+    """The harness talks to Voila, not to whoever took the port it chose.
+
+    Voila moves to a nearby port when told a taken one; the harness would then wait on, and
+    open, the first port. It is told not to move, and the harness chooses again.
+    """
+    import socket
+    import urllib.request
+
+    import browser_helpers
+    import nbformat
+
+    notebook = tmp_path / "hello.ipynb"
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hello from voila')")]),
+        notebook,
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        chosen = browser_helpers.free_port
+        monkeypatch.setattr(browser_helpers, "free_port", lambda: next(ports, None) or chosen())
+        with browser_helpers.voila_serving(notebook, tmp_path / "voila.log") as url:
+            assert not url.endswith(f":{taken.getsockname()[1]}/"), url
+            with urllib.request.urlopen(url, timeout=120) as response:
+                assert "hello from voila" in response.read().decode()

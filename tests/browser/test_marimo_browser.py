@@ -219,19 +219,30 @@ def marimo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (folder / "nb.py").write_text(NOTEBOOK)
     (folder / "config" / "marimo").mkdir(parents=True)
     (folder / "config" / "marimo" / "marimo.toml").write_text(CONFIG)
-    port = free_port()
     log = folder / "server.log"
     env = {**os.environ, "XDG_CONFIG_HOME": str(folder / "config"), "HF_HUB_OFFLINE": "1"}
-    command = [
-        str(Path(sys.executable).with_name("marimo")),
-        "edit", "--headless", "--no-token", "--skip-update-check",
-        "--port", str(port), "nb.py",
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    for attempt in range(3):  # a port taken between choosing it and marimo binding it: again
+        port = free_port()
+        command = [
+            str(Path(sys.executable).with_name("marimo")),
+            "edit", "--headless", "--no-token", "--skip-update-check",
+            "--port", str(port), "nb.py",
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         url = f"http://127.0.0.1:{port}/"
-        _wait_serving(url, proc, log)
+        try:
+            _wait_serving(url, proc, log)
+            break
+        except RuntimeError:
+            taken = proc.poll() is not None and "address already in use" in log.read_text()
+            if not taken or attempt == 2:
+                proc.kill()
+                proc.wait(30)
+                raise
+    try:
         yield url
     finally:
         proc.terminate()
