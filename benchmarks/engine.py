@@ -287,23 +287,7 @@ def run_generate(case: Case) -> Sample:
 
 def run_generate_on_thread(case: Case) -> Sample:
     """(1) with generate on a fresh thread that the caller joins: no streamer, no reader."""
-    kwargs = case.generate_kwargs()
-    holder: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            holder["out"] = case.model.generate(**case.inputs, **kwargs)
-        except BaseException as exc:
-            holder["error"] = exc
-
-    clock = _Clock()
-    thread = threading.Thread(target=target, name="benchmark-generate", daemon=True)
-    thread.start()
-    thread.join()
-    seconds = clock.wall_s()
-    if "error" in holder:
-        raise RuntimeError("generate failed on its thread") from holder["error"]
-    return clock.sample(holder["out"][0, case.prompt_len :].tolist(), seconds, chunks=1)
+    return _generate_on_thread_with(case, {})
 
 
 def _generate_on_thread_with(case: Case, extra: dict[str, Any]) -> Sample:
