@@ -450,10 +450,11 @@ class Generation(StepsView, BranchesView, RecordView):
                 index += len(chunks)
                 if ended:
                     break
+                # The pause lets tokens pile up, but the run's end is read at once rather
+                # than held back to the end of the pause (as the widget's feed does).
                 pause = _MIN_WAKE_INTERVAL_S - (time.perf_counter() - last_wake)
-                if pause > 0:
-                    time.sleep(pause)
-                self._buffer.wait_for_more(seen)
+                if pause <= 0 or not self.wait_done(pause):
+                    self._buffer.wait_for_more(seen)
                 last_wake = time.perf_counter()
         except KeyboardInterrupt:
             # Ctrl-C (the kernel's interrupt) while following the run: stop it too, as

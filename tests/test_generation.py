@@ -104,6 +104,48 @@ def test_each_iterator_replays_from_the_first_chunk(tiny_line):
     assert list(run) == late  # and once more after the end
 
 
+def test_iteration_ends_with_the_run_not_at_the_end_of_the_reader_s_pause(probe, monkeypatch):
+    """A reader pauses between wakes so tokens pile up; the run's end cuts the pause short.
+
+    The pause is made ten minutes long. The model waits at its prefill until the reader is
+    asleep, and at its third pass until the reader has read the first token (it is then in
+    its pause, the run not over); then it runs to its end.
+    """
+    from nbstream import generation
+    from nbstream.testing import forced_model
+
+    monkeypatch.setattr(generation, "_MIN_WAKE_INTERVAL_S", 600.0)
+    model, tokenizer = forced_model(" one two three four five six")
+    p = probe(model)
+    prefill, third = threading.Event(), threading.Event()
+
+    def wait_for_the_test(calls: int) -> None:
+        gate = {1: prefill, 3: third}.get(calls)
+        if gate is not None and not gate.wait(60):
+            raise RuntimeError("the test never let the model go on")
+
+    p.on_call = wait_for_the_test
+    run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=20, temperature=0)
+    chunks: list[str] = []
+    first_read = threading.Event()
+
+    def read() -> None:
+        for chunk in run:
+            chunks.append(chunk)
+            first_read.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_until(lambda: run._buffer._sleepers == 1)  # it found nothing yet, and sleeps
+    prefill.set()
+    assert first_read.wait(60), "the reader never read the first token"
+    third.set()
+    reader.join(60)
+    assert not reader.is_alive(), "the reader slept on after the run had ended"
+    assert run.status == "complete"
+    assert "".join(chunks) == run.result == " one two three four five six"
+
+
 def test_readers_on_several_threads_see_the_same_chunks(tiny_line):
     model, tokenizer = tiny_line
     run = nbstream.stream(model, tokenizer, "Hello", max_new_tokens=120)
