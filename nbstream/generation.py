@@ -22,6 +22,7 @@ import atexit
 import concurrent.futures.thread  # noqa: F401 (its exit hook first: see below)
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -442,7 +443,7 @@ class Generation(StepsView, BranchesView, RecordView):
         ``GenerationFailed`` after any other end, once every chunk has been yielded.
         """
         index = 0
-        last_wake = 0.0
+        last_wake = -math.inf  # the first wait never pauses, whatever the clock's origin
         try:
             while True:
                 chunks, seen, ended = self._ready(index)

@@ -332,7 +332,7 @@ def test_a_local_model_offers_the_lens_and_its_widget_answers_lens_requests(tiny
         assert len(attribution["shares"]) == attribution["prompt_tokens"] + 1
     finally:
         w.close()
-    assert w._lens._closed
+    assert w._lens._requests.closed
 
 
 def test_a_run_streams_and_stops_while_its_lens_is_computed(tiny_line):

@@ -75,10 +75,6 @@ class LensViewer:
         """How many steps were computed (not answered from the kept ones); tests read it."""
         return self._requests.computed
 
-    @property
-    def _closed(self) -> bool:
-        return self._requests.closed
-
     def request(self, content: dict[str, Any]) -> None:
         """Queue a request (called on the comm handler's thread; never raises).
 

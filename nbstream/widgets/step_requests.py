@@ -117,6 +117,9 @@ class StepRequests:
 
         Waiting requests are dropped; a pass under way ends on its own.
 
+        Args:
+            timeout: The longest wait, in seconds.
+
         Returns:
             True when no worker is left running.
         """
@@ -146,6 +149,12 @@ class StepRequests:
                 self._answer(content)
             except Exception:  # the worker goes on with the next request
                 logger.exception("nbstream: answering a %s request failed", self._kind)
+            except BaseException:
+                # The thread ends here (SystemExit and the like): the next request starts
+                # another rather than queue behind a worker that is gone.
+                with self._lock:
+                    self._worker = None
+                raise
 
     def overtaken(self, view: str, request: int) -> bool:
         """Whether the widget closed or ``view`` sent a newer request than ``request``."""

@@ -225,7 +225,7 @@ def voila_serving(notebook: Path, log: Path, attempts: int = 3) -> Iterator[str]
         if listening:
             break
         _end(proc)
-        tail = log.read_text()[-4000:]
+        tail = log.read_text(errors="replace")[-4000:]
         if _PORT_TAKEN not in tail or attempt == attempts - 1:
             raise RuntimeError(f"voila did not start:\n{tail}")
     try:

@@ -19,6 +19,7 @@ kernel, torch import) took 20-35 s on this shared machine; each test 1-5 s.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
 import itertools
 import json
@@ -196,32 +197,25 @@ class Marimo:
 
 
 def _wait_serving(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until marimo, still running, serves its page at `url` (not whoever else took the port)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"marimo exited with {proc.returncode}:\n{log.read_text()}")
-        with (
-            contextlib.suppress(urllib.error.URLError, ConnectionError),
-            urllib.request.urlopen(url, timeout=5) as reply,
-        ):
-            if reply.status == 200:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                page = reply.read().decode(errors="replace")
+            if reply.status == 200 and "marimo" in page and proc.poll() is None:
                 return
         time.sleep(0.3)
     raise RuntimeError(f"marimo not serving {url} after 60 s:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="module")
-def marimo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`marimo edit --headless --no-token` on the written notebook, for the module."""
-    if importlib.util.find_spec("marimo") is None:
-        raise RuntimeError("marimo is not installed: pip install -e '.[test]' (it is in the extra)")
-    folder = tmp_path_factory.mktemp("marimo")
-    (folder / "nb.py").write_text(NOTEBOOK)
-    (folder / "config" / "marimo").mkdir(parents=True)
-    (folder / "config" / "marimo" / "marimo.toml").write_text(CONFIG)
-    log = folder / "server.log"
-    env = {**os.environ, "XDG_CONFIG_HOME": str(folder / "config"), "HF_HUB_OFFLINE": "1"}
-    for attempt in range(3):  # a port taken between choosing it and marimo binding it: again
+def _start_marimo(
+    folder: Path, log: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`marimo edit` on a free port; again on another when that one was taken meanwhile."""
+    for attempt in range(3):
         port = free_port()
         command = [
             str(Path(sys.executable).with_name("marimo")),
@@ -235,25 +229,48 @@ def marimo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}/"
         try:
             _wait_serving(url, proc, log)
-            break
-        except RuntimeError:
+            return proc, url
+        except BaseException:
             taken = proc.poll() is not None and "address already in use" in log.read_text()
+            _end(proc)
             if not taken or attempt == 2:
-                proc.kill()
-                proc.wait(30)
+                _keep_log(log)
                 raise
+    raise AssertionError("unreachable")
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+
+
+def _keep_log(log: Path) -> None:
+    with contextlib.suppress(OSError):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / "server.log").write_bytes(log.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def marimo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`marimo edit --headless --no-token` on the written notebook, for the module."""
+    if importlib.util.find_spec("marimo") is None:
+        raise RuntimeError("marimo is not installed: pip install -e '.[test]' (it is in the extra)")
+    folder = tmp_path_factory.mktemp("marimo")
+    (folder / "nb.py").write_text(NOTEBOOK)
+    (folder / "config" / "marimo").mkdir(parents=True)
+    (folder / "config" / "marimo" / "marimo.toml").write_text(CONFIG)
+    log = folder / "server.log"
+    env = {**os.environ, "XDG_CONFIG_HOME": str(folder / "config"), "HF_HUB_OFFLINE": "1"}
+    proc, url = _start_marimo(folder, log, env)
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-        with contextlib.suppress(OSError):
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            (SHOTS / "server.log").write_bytes(log.read_bytes())
+        _end(proc)
+        _keep_log(log)
 
 
 @pytest.fixture(scope="module")
