@@ -15,6 +15,7 @@ import random
 import threading
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -292,10 +293,19 @@ def test_two_runs_on_one_model_never_see_each_others_steering(pair, fresh, sea):
 
 # -- refused before anything starts ----------------------------------------------------------
 def refused(model: Any, tokenizer: Any, steer: Any, error: type, words: str) -> None:
-    threads = threading.active_count()
-    with pytest.raises(error, match=words):
+    started: list[str] = []
+    start, caller = threading.Thread.start, threading.current_thread()
+
+    def record(thread: threading.Thread) -> None:
+        if threading.current_thread() is caller:
+            started.append(thread.name)
+        start(thread)
+
+    # The threads this call started, not a count of threads: a thread of an earlier test may
+    # end, or start another, meanwhile.
+    with mock.patch.object(threading.Thread, "start", record), pytest.raises(error, match=words):
         nbstream.stream(model, tokenizer, PROMPT, **GREEDY, steer=steer)
-    assert threading.active_count() == threads  # no run's thread was started
+    assert started == []  # no run's thread was started
     if getattr(getattr(model, "config", None), "model_type", None) in steering.DECODER_LAYERS:
         assert not any(hooks(model))
 
