@@ -153,7 +153,7 @@ class JupyterServer:
         self._spare: str | None = None
         # Kernels forked from a process that has imported torch (kernel_fork.IMPORTS)
         # (kernel_fork.py); False (or NBSTREAM_KERNEL_FORK=0) starts each the ordinary way.
-        self.fork_kernels = os.environ.get(kernel_fork.SOCKET_ENV, "1") != "0"
+        self.fork_kernels = os.environ.get(kernel_fork.SWITCH_ENV, "1") != "0"
         self.fork_socket = self.base_dir / "kernel-fork.sock"
         self._fork_server: subprocess.Popen[bytes] | None = None
         self._spare_thread: threading.Thread | None = None

@@ -14,8 +14,8 @@ is imported before the test imports it (IMPORTS names what is). The Jupyter serv
 the launcher's process, so the launcher stands in for the kernel: it passes on the signals the
 server sends (an interrupt, a terminate) and exits with the kernel's exit status; if the
 launcher is killed, the fork server kills its kernel. Without a fork server (no
-NBSTREAM_KERNEL_FORK in the environment, or nothing listening on it) the launcher becomes the
-ordinary kernel.
+NBSTREAM_KERNEL_FORK_SOCKET in the environment, or nothing listening on it) the launcher
+becomes the ordinary kernel.
 
     python kernel_fork.py serve SOCKET        # the fork server (JupyterServer starts it)
     python kernel_fork.py -f CONNECTION_FILE  # the launcher (the kernelspec's argv)
@@ -34,7 +34,10 @@ import socket
 import sys
 from typing import Any
 
-SOCKET_ENV = "NBSTREAM_KERNEL_FORK"
+#: Set to 0 in the tests' environment: the harness starts kernels the ordinary way.
+SWITCH_ENV = "NBSTREAM_KERNEL_FORK"
+#: The fork server's socket, in the environment the harness gives the Jupyter server.
+SOCKET_ENV = "NBSTREAM_KERNEL_FORK_SOCKET"
 
 # What the fork server imports before it forks: what `python -m ipykernel_launcher` imports,
 # and the parts of what every test kernel imports first (jupyter_harness.WARM_UP) whose import
