@@ -198,13 +198,14 @@ def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> bool:
     return False
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
+def end_process(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Terminate a server the test started; kill it if it is still there after ``timeout``."""
     proc.terminate()
     try:
-        proc.wait(15)
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait(5)
+        proc.wait(timeout)
 
 
 @contextlib.contextmanager
@@ -220,15 +221,15 @@ def voila_serving(notebook: Path, log: Path, attempts: int = 3) -> Iterator[str]
         try:
             listening = _wait_listening(proc, log)
         except BaseException:
-            _end(proc)
+            end_process(proc)
             raise
         if listening:
             break
-        _end(proc)
+        end_process(proc)
         tail = log.read_text(errors="replace")[-4000:]
         if _PORT_TAKEN not in tail or attempt == attempts - 1:
             raise RuntimeError(f"voila did not start:\n{tail}")
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
-        _end(proc)
+        end_process(proc)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_helpers import end_process
 from playwright.sync_api import Locator, Page, expect
 
 from nbstream.testing.servers import free_port
@@ -232,20 +233,11 @@ def _start_marimo(
             return proc, url
         except BaseException:
             taken = proc.poll() is not None and "address already in use" in log.read_text()
-            _end(proc)
+            end_process(proc, 30)
             if not taken or attempt == 2:
                 _keep_log(log)
                 raise
     raise AssertionError("unreachable")
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(30)
 
 
 def _keep_log(log: Path) -> None:
@@ -269,7 +261,7 @@ def marimo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        _end(proc)
+        end_process(proc, 30)
         _keep_log(log)
 
 
