@@ -225,7 +225,7 @@ def release_idle_openmp_threads() -> bool:
     on those sleeps. A notebook's main thread has a team once it has loaded or run a model;
     nbstream generates on a thread of its own, which then gets a second team: on 2 cores the
     default model generated 0.92× the tokens a second of ``generate`` on the main thread,
-    and 0.987× with the main thread's team ended first (``benchmarks/engine.py``). nbstream
+    and 1.01× with the main thread's team ended first (``benchmarks/engine.py``). nbstream
     calls this as it starts a run and after it loads a model; the next parallel region on
     this thread starts a new team, at the cost of starting its threads.
 
