@@ -515,33 +515,37 @@ class RunLifecycle:
         text = self._text
         text.pump()
         times = self._buffer.times
+        # Read by index, never sliced: a widget reads the metrics with every frame, and a
+        # copy of every token's time grows with the answer.
+        kept = len(times)
         started, ended = self.started, self.ended
         tokens = self._job.count_tokens(self._buffer)
         if self.abandoned and text.finalized:
             # Ended by the budget while a step went on: count what the run kept, not the
             # tokens the model put after its end.
-            times = times[: text.decoded]
+            kept = min(kept, text.decoded)
             if tokens is not None and tokens > text.decoded:
                 tokens = text.decoded
         forced_items, forced_tokens, counted = self._forced()
-        generated_times = times[forced_items:]
+        timed = kept - forced_items  # the generated items' times: times[forced_items:kept]
         generated = tokens - counted if tokens is not None else None
         metrics = cast(Metrics, dict.fromkeys(METRIC_KEYS))
         if started is not None:
             metrics["queued_s"] = started - self.created
             now = ended if ended is not None else time.perf_counter()
             metrics["elapsed_s"] = now - started
-            if generated_times:
-                metrics["ttft_s"] = generated_times[0] - started
+            if timed > 0:
+                metrics["ttft_s"] = times[forced_items] - started
             if text.first_chunk_at is not None:
                 metrics["first_chunk_s"] = text.first_chunk_at - started
         elif ended is not None:
             metrics["queued_s"] = ended - self.created
         metrics["tokens"] = tokens
         metrics["forced_tokens"] = forced_tokens
-        first, last = generated_times[:1], generated_times[-1:]
-        if generated and generated >= 2 and len(generated_times) >= 2 and last[0] > first[0]:
-            metrics["tokens_per_s"] = (generated - 1) / (last[0] - first[0])
+        if generated and generated >= 2 and timed >= 2:
+            first, last = times[forced_items], times[kept - 1]
+            if last > first:
+                metrics["tokens_per_s"] = (generated - 1) / (last - first)
         # Published with the end state, as the rest of the end.
         metrics["finish_reason"] = self.finish_reason if self.status in TERMINAL else None
         if text.thought:

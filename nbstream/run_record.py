@@ -23,7 +23,7 @@ from .run_lifecycle import TERMINAL, RunLifecycle
 from .run_text import RunText
 from .streaming import TokenBuffer
 
-__all__ = ["RecordView", "run_record", "run_recording"]
+__all__ = ["RecordView", "run_record", "run_recording", "run_timeline"]
 
 
 def run_record(
@@ -60,6 +60,41 @@ def run_record(
     return record
 
 
+def run_timeline(
+    job: Job, buffer: TokenBuffer, count: int, start: float
+) -> tuple[list[str], list[float]]:
+    """Each of an ended run's ``count`` kept tokens: its piece of the stream and when it came.
+
+    The pieces are each token decoded on its own turn, as the stream showed it (the decoder's
+    last words, a cut character, go with the last token); the times are seconds after the
+    run got the model (a replay's: the recorded ones, whatever speed it played at).
+
+    Args:
+        job: The run's job (a fresh decoder; a replay's recording).
+        buffer: Its items and their times.
+        count: How many items its text kept.
+        start: When it got the model (``perf_counter``).
+
+    Returns:
+        ``(pieces, times_s)``, one of each per token.
+
+    Example:
+        >>> pieces, times = run_timeline(job, buffer, len(buffer.items), started)
+        >>> "".join(pieces) == run.result
+        True
+    """
+    decoder = job.decoder()
+    pieces = decoder.pieces(buffer.items[:count])
+    rest = decoder.finish("".join(pieces))
+    if pieces and rest:
+        pieces[-1] += rest
+    if isinstance(job, ReplayJob):
+        times = [token.time_s for token in job.recording.tokens[:count]]
+    else:
+        times = [max(0.0, at - start) for at in buffer.times[:count]]
+    return pieces, times
+
+
 def run_recording(
     run: Any, job: Job, buffer: TokenBuffer, count: int, start: float
 ) -> recording.Recording:
@@ -79,21 +114,13 @@ def run_recording(
         >>> run_recording(run, job, buffer, len(buffer.items), started).text == run.result
         True
     """
-    # Each kept token decoded on its own turn, as the stream showed it; the decoder's
-    # last words (a cut character) go with the last token.
-    decoder = job.decoder()
-    pieces = [decoder.feed([item]) for item in buffer.items[:count]]
-    rest = decoder.finish("".join(pieces))
-    if pieces and rest:
-        pieces[-1] += rest
-    times = [max(0.0, at - start) for at in buffer.times[:count]]
     if isinstance(job, ReplayJob):
         # A replay keeps the recorded pace and figures, whatever speed it played at:
         # played through, it is the recording it played; stopped, that recording's start.
         source = job.recording
         if run.status == source.status and count == len(source.tokens):
             return source
-        times = [token.time_s for token in source.tokens[:count]]
+    pieces, times = run_timeline(job, buffer, count, start)
     return recording.from_run(run, pieces=pieces, times=times)
 
 
@@ -181,9 +208,33 @@ class RecordView:
         """
         if not self._lifecycle.done.is_set():
             raise RuntimeError("this run has not ended: wait() for it, or stop() it, before saving")
+        return run_recording(self, self._job, self._buffer, self._text.decoded, self._started_at())
+
+    def timeline(self) -> tuple[list[str], list[float]]:
+        """Each kept token's piece of the stream and when it came, as the recording has them.
+
+        The recording's tokens without the rest of it (its record, the trace), for what
+        needs only the pace of the text: a widget's replay in a saved notebook.
+
+        Returns:
+            ``(pieces, times_s)``: one string and one time (seconds after the run got the
+            model) per token; the pieces join to the text the stream showed.
+
+        Raises:
+            RuntimeError: The run has not ended.
+
+        Example:
+            >>> pieces, times = run.timeline()
+            >>> pieces == [token.piece for token in run.to_recording().tokens]
+            True
+        """
+        if not self._lifecycle.done.is_set():
+            raise RuntimeError("this run has not ended: wait() for it, or stop() it, first")
+        return run_timeline(self._job, self._buffer, self._text.decoded, self._started_at())
+
+    def _started_at(self) -> float:
         life = self._lifecycle
-        start = life.started if life.started is not None else life.created
-        return run_recording(self, self._job, self._buffer, self._text.decoded, start)
+        return life.started if life.started is not None else life.created
 
     @property
     def is_replay(self) -> bool:

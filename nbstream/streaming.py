@@ -44,6 +44,9 @@ class Decoder(Protocol):
     def finish(self, emitted: str) -> str:
         """All items are in: return whatever text is still held back."""
 
+    def pieces(self, items: list[Any]) -> list[str]:
+        """Decode items one at a time: the text each completes, as one ``feed`` each would."""
+
 
 class TokenBuffer:
     """The hand-off between the generation thread (writer) and any number of readers.
@@ -188,6 +191,29 @@ class TokenDecoder:
             return ""
         new, self._printed = text[self._printed :], len(text)
         return new
+
+    def pieces(self, items: list[Any]) -> list[str]:
+        """Decode ids one at a time: the text each completes, as ``feed([item])`` would give.
+
+        A run's recording is made of these. With a fast tokenizer it steps the ``DecodeStream``
+        with each id, skipping ``feed``'s per-call conversions (a third of the time).
+
+        Args:
+            items: The items, in order (each a token id or a tensor of one).
+
+        Returns:
+            One string per id, ``""`` for an id that completed no text yet.
+
+        Example:
+            >>> TokenDecoder(tokenizer).pieces(tokenizer.encode("Hi there"))
+            ['Hi', ' there']
+        """
+        ids = _to_ids(items)
+        if self._backend is None or len(ids) != len(items):
+            return [self.feed([item]) for item in items]
+        self._ids.extend(ids)
+        step, backend = self._stream.step, self._backend
+        return [step(backend, token_id) or "" for token_id in ids]
 
     def finish(self, emitted: str) -> str:
         """Return what the full decode has beyond what was emitted.
@@ -377,3 +403,7 @@ class TextDecoder:
     def finish(self, emitted: str) -> str:
         """Nothing: no text is held back."""
         return ""
+
+    def pieces(self, items: list[Any]) -> list[str]:
+        """Each piece as it came: they are text already."""
+        return list(items)

@@ -133,6 +133,48 @@ def test_saving_a_run_that_has_not_ended_is_refused(tiny, probe, tmp_path):
     assert not (tmp_path / "early.json").exists()
 
 
+def timeline_of(recording: Any) -> tuple[list[str], list[float]]:
+    return [t.piece for t in recording.tokens], [t.time_s for t in recording.tokens]
+
+
+def test_the_timeline_is_the_recordings_tokens(tiny, probe, tmp_path):
+    # What a widget's saved notebook replays from: the same pieces and times as a saved file.
+    model, tokenizer = tiny
+    done = ended(nbstream.stream(model, tokenizer, "Hi", max_new_tokens=40, temperature=1.5))
+    stopped = stopped_run(tiny, probe)
+    for run in (done, stopped):
+        pieces, times = run.timeline()
+        assert (pieces, times) == timeline_of(run.to_recording())
+        assert len(pieces) == len(run.token_ids) and "".join(pieces) == run.partial_text
+    # A replay stopped partway: the recorded pace, not the replay's.
+    loaded = nbstream.load(done.save(tmp_path / "run.json"))
+    # Three tokens at once, then one a minute: the replay is still going after the third.
+    assert len(loaded.tokens) > 4
+    paced = [0.0, 0.0, 0.0] + [60.0 * n for n in range(1, len(loaded.tokens) - 2)]
+    slow = tuple(
+        dataclasses.replace(token, time_s=at)
+        for token, at in zip(loaded.tokens, paced, strict=True)
+    )
+    replayed = nbstream.replay(dataclasses.replace(loaded, tokens=slow), speed=1.0)
+    while len(replayed.token_ids) < 3:
+        replayed.wait_for_progress(replayed.progress, 5)
+    replayed.stop()
+    pieces, times = ended(replayed).timeline()
+    assert (pieces, times) == timeline_of(replayed.to_recording())
+    assert 3 <= len(times) < len(slow) and times == paced[: len(times)]
+
+
+def test_the_timeline_of_a_run_that_has_not_ended_is_refused(tiny, probe):
+    model, tokenizer = tiny
+    gate = probe(model)
+    gate.hold()
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=5)
+    with pytest.raises(RuntimeError, match="has not ended"):
+        run.timeline()
+    gate.release()
+    run.wait()
+
+
 # -- replay -----------------------------------------------------------------------------------
 def test_replay_reaches_the_same_end_text_and_trace(tiny, tmp_path):
     model, tokenizer = tiny

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -205,6 +206,27 @@ def test_incremental_decode_equals_full_decode(tokenizer, path, data):
         assert not any("\ufffd" in c for c in chunks)
     assert emitted.count("\ufffd") <= full.count("\ufffd")
     assert decoder.ids == ids
+
+
+@pytest.mark.parametrize("path", ["tokenizers", "offset-window"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pieces_are_what_feeding_one_id_at_a_time_gives(tokenizer, path, data):
+    # A recording's pieces: each token's own text, cut characters held back to the token
+    # that completes them, the same with the tensors generate puts as with ids.
+    ids = data.draw(id_sequences(tokenizer), label="ids")
+    one_by_one = decoders(tokenizer)[path == "offset-window"]
+    expected = [one_by_one.feed([token_id]) for token_id in ids]
+    for items in (ids, [torch.tensor([token_id]) for token_id in ids]):
+        decoder = decoders(tokenizer)[path == "offset-window"]
+        pieces = decoder.pieces(items)
+        assert pieces == expected
+        assert decoder.ids == ids
+        assert decoder.finish("".join(pieces)) == one_by_one.finish("".join(expected))
+
+
+def test_text_pieces_are_the_pieces_as_they_came():
+    assert TextDecoder().pieces(["Hel", "", "lo"]) == ["Hel", "", "lo"]
 
 
 # -- end to end: the model emits exactly these ids, a reader decodes after every step ---------

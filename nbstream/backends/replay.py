@@ -100,6 +100,9 @@ class _RecordedDecoder:
     def finish(self, emitted: str) -> str:
         return ""
 
+    def pieces(self, items: list[Any]) -> list[str]:
+        return [self.feed([item]) for item in items]
+
     @property
     def ids(self) -> list[int]:
         return list(self._ids)

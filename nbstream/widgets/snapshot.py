@@ -39,12 +39,14 @@ def _steps(text: str, pieces: list[str], times_s: list[float]) -> list[int]:
     is placed in the answer and clamped to it.
     """
     stream = "".join(pieces)
-    start = _utf16_len(stream) - _utf16_len(text) if stream.endswith(text) else 0
-    total = _utf16_len(text)
+    # Most answers are ASCII: then every length is len(), without encoding each piece.
+    size = len if stream.isascii() and text.isascii() else _utf16_len
+    start = size(stream) - size(text) if stream.endswith(text) else 0
+    total = size(text)
     steps: list[int] = []
     at, shown, before_ms = 0, 0, 0
     for piece, time_s in zip(pieces, times_s, strict=True):
-        at += _utf16_len(piece)
+        at += size(piece)
         now = min(total, max(0, at - start))
         ms = max(before_ms, round(time_s * 1000))
         steps += [ms - before_ms, now - shown]
@@ -52,12 +54,6 @@ def _steps(text: str, pieces: list[str], times_s: list[float]) -> list[int]:
     if shown < total:  # text the pieces do not account for: shown with the last token
         steps += [0, total - shown]
     return steps
-
-
-def _timeline(run: Generation) -> tuple[list[str], list[float]]:
-    """Each token's piece of the stream and when it came, as the run's recording has them."""
-    recording = run.to_recording()
-    return [token.piece for token in recording.tokens], [t.time_s for t in recording.tokens]
 
 
 def run_snapshot(
@@ -81,7 +77,7 @@ def run_snapshot(
     """
     text = run.partial_text
     try:
-        pieces, times = _timeline(run)
+        pieces, times = run.timeline()
     except (OSError, ValueError, RuntimeError):
         logger.warning("nbstream: no snapshot of the run for a saved notebook", exc_info=True)
         return None
