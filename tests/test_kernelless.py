@@ -12,11 +12,13 @@ from typing import Any
 
 import ipywidgets
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nbstream
 from nbstream.protocol import RunSnapshot, keys
 from nbstream.testing import forced_model, tiny_model
-from nbstream.widgets.snapshot import SNAPSHOT_VERSION
+from nbstream.widgets.snapshot import SNAPSHOT_VERSION, _steps
 
 ANSWER = "Red and **blue** are two colours 🙂; green is a third."
 
@@ -125,3 +127,35 @@ def test_a_thinking_run_keeps_its_thinking_apart_from_the_answer() -> None:
     # The thinking's tokens add nothing to the answer: the course grows only by the answer.
     grown = s["steps"][1::2]
     assert sum(grown) == len("It is 4.") and grown[0] == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "bc", "", " ", "é", "🙂", "\n", "x🙂y", "<think>", "</think>"]),
+            st.floats(0, 5, allow_nan=False),
+        ),
+        max_size=12,
+    ),
+    cut=st.integers(0, 40),
+    kind=st.sampled_from(["whole", "tail", "head", "other"]),
+)
+def test_the_course_replays_the_answer_as_the_stream_grew(
+    tokens: list[tuple[str, float]], cut: int, kind: str
+) -> None:
+    pieces, times = [p for p, _ in tokens], [t for _, t in tokens]
+    stream = "".join(pieces)
+    cut = min(cut, len(stream))
+    text = {"whole": stream, "tail": stream[cut:], "head": stream[:cut], "other": "zz"}[kind]
+    steps = _steps(text, pieces, times)
+    assert all(isinstance(n, int) and n >= 0 for n in steps)
+    # The answer is the stream's end when it is one (a thinking run's thinking comes first).
+    skip = utf16(stream) - utf16(text) if stream.endswith(text) else 0
+    for i in range(len(pieces)):
+        # After token i the page shows the answer up to where the stream so far reaches.
+        reached = utf16("".join(pieces[: i + 1])) - skip
+        assert sum(steps[1 : 2 * i + 2 : 2]) == min(utf16(text), max(0, reached))
+        # And it plays token i when it came, never before the token ahead of it.
+        assert sum(steps[0 : 2 * i + 1 : 2]) == max([0] + [round(t * 1000) for t in times[: i + 1]])
+    assert sum(steps[1::2]) == utf16(text)  # the rest comes with the last token

@@ -12,6 +12,7 @@ answer from a kernel draws from it (js/src/replay.js). PROTOCOL.md defines the f
 from __future__ import annotations
 
 import logging
+from itertools import accumulate
 from typing import Any, cast
 
 from .._tokens import TokenPieces, token_entries
@@ -43,14 +44,17 @@ def _steps(text: str, pieces: list[str], times_s: list[float]) -> list[int]:
     size = len if stream.isascii() and text.isascii() else _utf16_len
     start = size(stream) - size(text) if stream.endswith(text) else 0
     total = size(text)
+    if len(pieces) != len(times_s):
+        raise ValueError(f"{len(pieces)} pieces but {len(times_s)} times")
+    # Where each token's end falls in the answer, and when it came in whole ms, never
+    # before the token ahead of it (the replay plays forwards).
+    ends = [min(total, max(0, at - start)) for at in accumulate(map(size, pieces))]
+    stamps = list(accumulate((round(time_s * 1000) for time_s in times_s), max, initial=0))
     steps: list[int] = []
-    at, shown, before_ms = 0, 0, 0
-    for piece, time_s in zip(pieces, times_s, strict=True):
-        at += size(piece)
-        now = min(total, max(0, at - start))
-        ms = max(before_ms, round(time_s * 1000))
-        steps += [ms - before_ms, now - shown]
-        shown, before_ms = now, ms
+    shown = 0
+    for before_ms, ms, now in zip(stamps, stamps[1:], ends, strict=False):
+        steps += (ms - before_ms, now - shown)
+        shown = now
     if shown < total:  # text the pieces do not account for: shown with the last token
         steps += [0, total - shown]
     return steps
