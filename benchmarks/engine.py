@@ -62,6 +62,7 @@ import contextlib
 import copy
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -515,6 +516,38 @@ def _outside_ms(sample: Sample, generating: dict[str, float]) -> float:
     return max(sample.cpu_ms_per_token - generating["cpu_ms"], 0.0)
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval of the median: two order statistics.
+
+    ``[x_(j), x_(n+1-j)]`` of the sorted values covers the true median with probability
+    ``1 - 2 P(B < j)``, ``B ~ Binomial(n, 1/2)``, whatever the distribution; ``j`` is the
+    largest that still covers ``level``. It says whether a median's distance from a target
+    is more than this machine's round-to-round noise.
+
+    Args:
+        values: The per-round values.
+        level: The coverage asked for.
+
+    Returns:
+        ``(low, high)``, or None for too few values to reach ``level`` (five or fewer at 95%).
+
+    Example:
+        >>> median_interval([float(i) for i in range(1, 32)])
+        (10.0, 22.0)
+    """
+    n = len(values)
+    best = None
+    for j in range(1, (n + 1) // 2 + 1):
+        outside = 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+        if 1 - outside < level:
+            break
+        best = j
+    if best is None:
+        return None
+    ordered = sorted(values)
+    return ordered[best - 1], ordered[n - best]
+
+
 def _median_or_none(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -620,6 +653,8 @@ def throughput(case: Case, warmup_tokens: int, variants: tuple[str, ...]) -> dic
         cpu_ratios = [v["cpu_ratio"] for v in values]
         summary[variant] = {
             "median_cpu_ratio": statistics.median(cpu_ratios),
+            # How far the rounds' noise leaves the median free to be (95%, distribution-free).
+            "cpu_ratio_interval": median_interval(cpu_ratios),
             "min_cpu_ratio": min(cpu_ratios),
             "max_cpu_ratio": max(cpu_ratios),
             "median_tok_per_s": statistics.median(v["tok_per_s"] for v in values),
@@ -816,10 +851,10 @@ def render_headline(report: dict[str, Any]) -> list[str]:
         "setup) per token, as a share of (1)'s CPU per token, median of the rounds: the part "
         "of the cost that the model's own noise is not in.",
         "",
-        "| model | variant | CPU ms/token | CPU ratio (1)/variant | cost × (1) | target "
-        "| wall ratio vs (1) | generating thread CPU ms/token | outside it, share of (1) "
-        "| rounds |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| model | variant | CPU ms/token | CPU ratio (1)/variant | median's 95% interval "
+        "| cost × (1) | target | wall ratio vs (1) | generating thread CPU ms/token "
+        "| outside it, share of (1) | rounds |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for case in report["cases"]:
         summary = case["throughput"]["summary"]
@@ -833,12 +868,35 @@ def render_headline(report: dict[str, Any]) -> list[str]:
                 f"| {case['key']} | {VARIANT_LABELS[variant]} "
                 f"| {s['median_cpu_ms_per_token']:.3f} "
                 f"| {s['median_cpu_ratio']:.3f} ({s['min_cpu_ratio']:.3f}–"
-                f"{s['max_cpu_ratio']:.3f}) | {1 / s['median_cpu_ratio']:.3f} "
+                f"{s['max_cpu_ratio']:.3f}) | {_interval_text(s.get('cpu_ratio_interval'))} "
+                f"| {1 / s['median_cpu_ratio']:.3f} "
                 f"| {_cpu_target(variant)} "
                 f"| {s['median_ratio']:.3f} ({s['min_ratio']:.3f}–{s['max_ratio']:.3f}) "
                 f"| {generating} | {outside_text} | {s['rounds']} |"
             )
     return [*lines, ""]
+
+
+def _interval_text(interval: Any) -> str:
+    return "–" if interval is None else f"{interval[0]:.3f}–{interval[1]:.3f}"
+
+
+def _cost_interval(interval: Any) -> tuple[float, float] | None:
+    """A CPU ratio's interval as a cost's, × (1): each end inverted."""
+    return None if interval is None else (1 / interval[1], 1 / interval[0])
+
+
+def _noise_note(interval: Any, target: float) -> str:
+    """Said after a verdict whose median's interval holds the target: noise decides it."""
+    if interval is None:
+        return " (too few rounds for an interval of the median)"
+    low, high = interval
+    if low < target < high:
+        return (
+            f" (the median's 95% interval, {low:.3f}–{high:.3f}, holds the target: this "
+            "machine's noise decides the verdict; more rounds or a quieter machine settle it)"
+        )
+    return ""
 
 
 def _cpu_verdicts(case: dict[str, Any]) -> list[str]:
@@ -851,12 +909,17 @@ def _cpu_verdicts(case: dict[str, Any]) -> list[str]:
                 f"- CPU time per token, {case['key']}, {VARIANT_LABELS[variant]}: "
                 f"{ratio:.3f} of (1)'s efficiency (target >= {CPU_TARGET}): "
                 f"{_verdict(ratio >= CPU_TARGET)}"
+                + _noise_note(summary[variant].get("cpu_ratio_interval"), CPU_TARGET)
             )
     if NBSTREAM_ALTERNATIVES in summary:
         cost = 1 / summary[NBSTREAM_ALTERNATIVES]["median_cpu_ratio"]
         lines.append(
             f"- CPU time per token with alternatives=5, {case['key']}: {cost:.3f}x of (1)'s "
             f"(target <= {ALTERNATIVES_CPU_TARGET}): {_verdict(cost <= ALTERNATIVES_CPU_TARGET)}"
+            + _noise_note(
+                _cost_interval(summary[NBSTREAM_ALTERNATIVES].get("cpu_ratio_interval")),
+                ALTERNATIVES_CPU_TARGET,
+            )
         )
     return lines
 

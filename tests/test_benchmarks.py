@@ -226,3 +226,50 @@ def test_coldstart_benchmark_quick(tmp_path):
         phases = report["breakdown"]["phase_imports"][program]
         assert phases["import"]["top_modules"] or phases["load"]["top_modules"]
     assert "nbstream / bare" in proc.stdout
+
+
+def test_the_median_interval_covers_the_median_as_often_as_it_says():
+    import random
+    import statistics
+
+    from benchmarks.engine import median_interval
+
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # 94% at best: too few
+    # Order statistics: the 10th and 22nd of 31 (97% coverage; the 11th and 21st give 93%).
+    assert median_interval([float(v) for v in range(31, 0, -1)]) == (10.0, 22.0)
+    rng = random.Random(7)
+    for n, draw in ((9, lambda: rng.expovariate(1.0)), (31, lambda: rng.lognormvariate(0, 0.3))):
+        true_median = statistics.median(draw() for _ in range(200_001))
+        covered = 0
+        for _ in range(2000):
+            low, high = median_interval([draw() for _ in range(n)])
+            covered += low <= true_median <= high
+        # At least 95% by construction (exactly 96.1% and 97.1% here), whatever the skew.
+        assert 0.945 <= covered / 2000 <= 0.985, (n, covered)
+
+
+def test_the_engine_benchmark_says_when_noise_decides_a_verdict(tmp_path):
+    """Seven seconds: two rounds of the tiny model, too few for an interval of the median."""
+    out = tmp_path / "engine.json"
+    command = ["-m", "benchmarks.engine", "--quick", "--models", "tiny", "--no-fresh-load"]
+    proc = subprocess.run(
+        [sys.executable, *command, "--json", str(out)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(out.read_text())["cases"][0]["throughput"]["summary"]
+    assert summary["nbstream"]["cpu_ratio_interval"] is None
+    assert "median's 95% interval" in proc.stdout
+    assert "too few rounds for an interval of the median" in proc.stdout
+
+
+def test_a_verdict_inside_the_noise_says_so():
+    from benchmarks.engine import _noise_note
+
+    assert "holds the target" in _noise_note((0.95, 1.01), 0.98)
+    assert _noise_note((0.981, 1.01), 0.98) == ""  # the whole interval clears it
+    assert _noise_note((0.90, 0.97), 0.98) == ""  # the whole interval misses it
