@@ -514,12 +514,13 @@ class RunLifecycle:
         """
         text = self._text
         text.pump()
-        times = self._buffer.times
-        # Read by index, never sliced: a widget reads the metrics with every frame, and a
-        # copy of every token's time grows with the answer.
-        kept = len(times)
         started, ended = self.started, self.ended
         tokens = self._job.count_tokens(self._buffer)
+        # Counted after the tokens (a time is put before its token): every token counted
+        # has its time. Read by index, never sliced: a widget reads the metrics with every
+        # frame, and a copy of every token's time grows with the answer.
+        times = self._buffer.times
+        kept = len(times)
         if self.abandoned and text.finalized:
             # Ended by the budget while a step went on: count what the run kept, not the
             # tokens the model put after its end.

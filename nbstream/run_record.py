@@ -2,7 +2,8 @@
 
 :class:`RecordView` is the part of :class:`~nbstream.Generation` that gives them:
 ``run.record`` (built by :func:`run_record`), ``run.to_recording()`` (built by
-:func:`run_recording`), ``run.save(path)``, which writes it, and ``run.is_replay`` (see
+:func:`run_recording`), ``run.timeline()`` (only its tokens' pieces and times, built by
+:func:`run_timeline`), ``run.save(path)``, which writes it, and ``run.is_replay`` (see
 :mod:`nbstream.record` and :mod:`nbstream.recording` for the two formats).
 """
 
@@ -80,11 +81,14 @@ def run_timeline(
 
     Example:
         >>> pieces, times = run_timeline(job, buffer, len(buffer.items), started)
-        >>> "".join(pieces) == run.result
+        >>> len(pieces) == len(times) == len(run.token_ids)
         True
     """
     decoder = job.decoder()
-    pieces = decoder.pieces(buffer.items[:count])
+    items = buffer.items[:count]
+    # A backend's own decoder may have only feed and finish: then one feed per item.
+    each = getattr(decoder, "pieces", None)
+    pieces: list[str] = each(items) if each is not None else [decoder.feed([i]) for i in items]
     rest = decoder.finish("".join(pieces))
     if pieces and rest:
         pieces[-1] += rest
@@ -218,7 +222,8 @@ class RecordView:
 
         Returns:
             ``(pieces, times_s)``: one string and one time (seconds after the run got the
-            model) per token; the pieces join to the text the stream showed.
+            model) per token; the pieces join to the stream as the model made it (a
+            reasoning model's thinking first, a stop string last).
 
         Raises:
             RuntimeError: The run has not ended.

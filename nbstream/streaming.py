@@ -44,8 +44,8 @@ class Decoder(Protocol):
     def finish(self, emitted: str) -> str:
         """All items are in: return whatever text is still held back."""
 
-    def pieces(self, items: list[Any]) -> list[str]:
-        """Decode items one at a time: the text each completes, as one ``feed`` each would."""
+    # A decoder may also have ``pieces(items)``: the text each item completes, as one
+    # ``feed([item])`` each would give, only faster (a recording's pieces; see run_timeline).
 
 
 class TokenBuffer:
@@ -199,17 +199,18 @@ class TokenDecoder:
         with each id, skipping ``feed``'s per-call conversions (a third of the time).
 
         Args:
-            items: The items, in order (each a token id or a tensor of one).
+            items: The items, in order (token ids, or the tensors ``generate`` puts).
 
         Returns:
-            One string per id, ``""`` for an id that completed no text yet.
+            One string per item, ``""`` for one that completed no text yet.
 
         Example:
-            >>> TokenDecoder(tokenizer).pieces(tokenizer.encode("Hi there"))
+            >>> ids = tokenizer.encode("Hi there", add_special_tokens=False)
+            >>> TokenDecoder(tokenizer).pieces(ids)
             ['Hi', ' there']
         """
-        ids = _to_ids(items)
-        if self._backend is None or len(ids) != len(items):
+        ids = _single_ids(items) if self._backend is not None else None
+        if ids is None:  # an item of more or fewer ids than one, or the offset window
             return [self.feed([item]) for item in items]
         self._ids.extend(ids)
         step, backend = self._stream.step, self._backend
@@ -231,6 +232,20 @@ class TokenDecoder:
     def ids(self) -> list[int]:
         """A copy of every token id fed so far."""
         return list(self._ids)
+
+
+def _single_ids(items: list[Any]) -> list[int] | None:
+    """The one token id of each item; None if any holds more or fewer (then feed each)."""
+    ids: list[int] = []
+    for item in items:
+        if isinstance(item, int):
+            ids.append(item)
+            continue
+        value = item.tolist() if item.ndim == 1 else item.reshape(-1).tolist()
+        if len(value) != 1:
+            return None
+        ids.append(value[0])
+    return ids
 
 
 def _to_ids(items: list[Any]) -> list[int]:

@@ -225,6 +225,44 @@ def test_pieces_are_what_feeding_one_id_at_a_time_gives(tokenizer, path, data):
         assert decoder.finish("".join(pieces)) == one_by_one.finish("".join(expected))
 
 
+@pytest.mark.parametrize("path", ["tokenizers", "offset-window"])
+def test_pieces_of_items_holding_several_ids_or_none_are_each_items_text(tokenizer, path):
+    ids = tokenizer.encode(SAMPLE, add_special_tokens=False)
+    items = [torch.tensor(ids[:2]), torch.tensor([], dtype=torch.long), *ids[2:]]
+    one_by_one = decoders(tokenizer)[path == "offset-window"]
+    expected = [one_by_one.feed([item]) for item in items]
+    decoder = decoders(tokenizer)[path == "offset-window"]
+    assert decoder.pieces(items) == expected
+    assert len(expected) == len(items) and "".join(expected) == tokenizer.decode(ids)
+    assert decoder.ids == ids
+
+
+def test_a_decoder_with_only_feed_and_finish_still_gives_a_timeline(tiny):
+    # A backend's own decoder needs no pieces(): the recording feeds it one item at a time.
+    from nbstream.backends.local import LocalJob
+
+    class FeedOnly:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def feed(self, items):
+            return self._inner.feed(items)
+
+        def finish(self, emitted):
+            return self._inner.finish(emitted)
+
+    model, tokenizer = tiny
+    run = nbstream.stream(model, tokenizer, "Hi", max_new_tokens=12, do_sample=False)
+    run.wait()
+    plain = run.timeline()
+    original = LocalJob.decoder
+    try:
+        LocalJob.decoder = lambda job: FeedOnly(original(job))
+        assert run.timeline() == plain
+    finally:
+        LocalJob.decoder = original
+
+
 def test_text_pieces_are_the_pieces_as_they_came():
     assert TextDecoder().pieces(["Hel", "", "lo"]) == ["Hel", "", "lo"]
 
