@@ -209,11 +209,12 @@ class TokenDecoder:
             >>> TokenDecoder(tokenizer).pieces(ids)
             ['Hi', ' there']
         """
-        ids = _single_ids(items) if self._backend is not None else None
-        if ids is None:  # an item of more or fewer ids than one, or the offset window
+        backend = self._backend
+        ids = _single_ids(items) if backend is not None else None
+        if backend is None or ids is None:  # the offset window, or an item not of one id
             return [self.feed([item]) for item in items]
         self._ids.extend(ids)
-        step, backend = self._stream.step, self._backend
+        step = self._stream.step
         return [step(backend, token_id) or "" for token_id in ids]
 
     def finish(self, emitted: str) -> str:
