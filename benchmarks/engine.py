@@ -48,6 +48,7 @@ Usage::
     python -m benchmarks.engine --quick          # ~30 s: checks the script end to end
     python -m benchmarks.engine --rounds 9 --models tiny --json engine.json
     python -m benchmarks.engine --models tiny --rounds 5 --parts   # where nbstream's cost goes
+    python -m benchmarks.engine --models tiny --rounds 61 --only nbstream_widget  # one question
     python -m benchmarks.engine --device cuda --dtype bfloat16     # on a GPU (parts included)
 
 The Markdown report goes to stdout, progress to stderr. The exit status is 1 when the
@@ -100,6 +101,15 @@ VARIANTS = (GENERATE, TEXT_ITERATOR, NBSTREAM, NBSTREAM_WIDGET)
 # (3) run it (see the module docstring: OpenMP waits differently there).
 CONTROL_VARIANTS = (GENERATE_THREAD,)
 PART_VARIANTS = (GENERATE_CRITERIA, GENERATE_BUFFER, NBSTREAM_ALTERNATIVES)
+#: What --only may add to (1) and (3).
+ONLY_CHOICES = (
+    GENERATE_THREAD,
+    GENERATE_CRITERIA,
+    GENERATE_BUFFER,
+    TEXT_ITERATOR,
+    NBSTREAM_WIDGET,
+    NBSTREAM_ALTERNATIVES,
+)
 DISPLAY_ORDER = (
     GENERATE,
     GENERATE_THREAD,
@@ -1130,7 +1140,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="the models' weights type, e.g. float16 or bfloat16 (default: as stored)",
     )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="time only (1) and (3) and these (comma-separated; more rounds in the same time "
+        f"for one question): any of {', '.join(ONLY_CHOICES)}, or none",
+    )
     args = parser.parse_args(argv)
+    if args.only is not None:
+        names = [n.strip() for n in args.only.split(",") if n.strip() and n.strip() != "none"]
+        wrong = [n for n in names if n not in ONLY_CHOICES]
+        if wrong:
+            parser.error(f"--only takes {', '.join(ONLY_CHOICES)} or none; got {wrong}")
+        args.only = tuple(v for v in DISPLAY_ORDER if v in names)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = set(args.models) - {"default", "tiny"}
     if unknown or not args.models:
@@ -1222,6 +1244,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = VARIANTS if args.no_control else (*VARIANTS, *CONTROL_VARIANTS)
     if args.parts or args.device != "cpu":
         variants = (*VARIANTS, *CONTROL_VARIANTS, *PART_VARIANTS)
+    if args.only is not None:
+        variants = (GENERATE, NBSTREAM, *args.only)
     for case in cases:
         log(f"{case.key}: {case.rounds} rounds of {case.new_tokens} tokens ...")
         with torch_threads(case.threads), forced_length(case, isin=args.suppress_with_isin):

@@ -252,6 +252,7 @@ def test_the_engine_benchmark_says_when_noise_decides_a_verdict(tmp_path):
     """Seven seconds: two rounds of the tiny model, too few for an interval of the median."""
     out = tmp_path / "engine.json"
     command = ["-m", "benchmarks.engine", "--quick", "--models", "tiny", "--no-fresh-load"]
+    command += ["--only", "nbstream_widget"]  # (1) and (3) always, the widget's (3w) beside
     proc = subprocess.run(
         [sys.executable, *command, "--json", str(out)],
         cwd=REPO,
@@ -262,6 +263,7 @@ def test_the_engine_benchmark_says_when_noise_decides_a_verdict(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(out.read_text())["cases"][0]["throughput"]["summary"]
+    assert set(summary) == {"generate", "nbstream", "nbstream_widget"}
     assert summary["nbstream"]["cpu_ratio_interval"] is None
     assert "median's 95% interval" in proc.stdout
     assert "too few rounds for an interval of the median" in proc.stdout
