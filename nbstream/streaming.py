@@ -237,16 +237,9 @@ class TokenDecoder:
 
 def _single_ids(items: list[Any]) -> list[int] | None:
     """The one token id of each item; None if any holds more or fewer (then feed each)."""
-    ids: list[int] = []
-    for item in items:
-        if isinstance(item, int):
-            ids.append(item)
-            continue
-        value = item.tolist() if item.ndim == 1 else item.reshape(-1).tolist()
-        if len(value) != 1:
-            return None
-        ids.append(value[0])
-    return ids
+    if all(isinstance(item, int) or item.numel() == 1 for item in items):
+        return _to_ids(items)
+    return None
 
 
 def _to_ids(items: list[Any]) -> list[int]:

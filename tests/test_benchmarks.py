@@ -17,22 +17,27 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def run_script(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` in the repository, offline; it must exit 0 (else its stderr's end)."""
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.browser
 def test_widget_benchmark_quick(tmp_path):
     """About a minute: the script starts a JupyterLab and a Chromium of its own and streams
     the same answer with nbstream and with the hand-written recipe (what it compares)."""
     out = tmp_path / "widget.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = ["-m", "benchmarks.widget", "--quick", "--only", "tiny", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, *command],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(*command, timeout=900)
     report = json.loads(out.read_text())
     assert report["invalid"] == []
     tiny = report["results"]["tiny"]
@@ -47,16 +52,7 @@ def test_remote_benchmark_quick(tmp_path):
     """About 25 s: a real `transformers serve` of the default model is started, streamed
     from and stopped twice (the stop on both sides of the wire is what it measures)."""
     out = tmp_path / "remote.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.remote", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script("-m", "benchmarks.remote", "--quick", "--json", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert report["problems"] == []
     # Every stopped request ended cancelled, and the server stopped far short of its length.
@@ -70,16 +66,7 @@ def test_branching_benchmark_quick(tmp_path):
     """About 30 to 50 s: a fresh interpreter loads the default model and times
     `run.distribution` and a branch on a 40-token answer, the script's whole path."""
     out = tmp_path / "branching.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.branching", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script("-m", "benchmarks.branching", "--quick", "--json", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert report["problems"] == []
     assert set(report["distribution_ms"]) == {"5", "20", "35"} and report["ratio"] > 0
@@ -91,16 +78,7 @@ def test_review_benchmark_quick(tmp_path):
     and races) measured as the full run measures it, the timed ones once instead of three
     times."""
     out = tmp_path / "review.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.review", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("-m", "benchmarks.review", "--quick", "--json", str(out), timeout=600)
     report = json.loads(out.read_text())
     assert report["problems"] == []
     # Kept runs hold no tensors, whichever way they ended.
@@ -127,14 +105,7 @@ def test_review_benchmark_quick(tmp_path):
 
 
 def test_shape_prints_each_figure_of_the_code():
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.shape"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script("-m", "benchmarks.shape", timeout=300)
     for heading in (
         "modules per package: nbstream ",
         "Python functions over 60 lines: ",
@@ -154,15 +125,7 @@ def test_trace_benchmark_quick(tmp_path):
     # Figures come from the full run (python -m benchmarks.trace); only validity here.
     out = tmp_path / "trace.json"
     command = ["-m", "benchmarks.trace", "--quick", "--models", "tiny", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, *command],
-        cwd=REPO,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(*command, timeout=600)
     report = json.loads(out.read_text())
     assert report["problems"] == []
     assert all(r["valid"] for r in report["cases"][0]["result"]["rounds"])
@@ -179,16 +142,7 @@ def test_lens_benchmark_quick(tmp_path):
     """About 30 to 45 s: a fresh interpreter loads the default model and streams a 40-token
     run with and without a lens computed beside it (the side by side it reports)."""
     out = tmp_path / "lens.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.lens", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script("-m", "benchmarks.lens", "--quick", "--json", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert report["problems"] == []
     measured = report["side_by_side"]
@@ -207,16 +161,7 @@ def test_coldstart_benchmark_quick(tmp_path):
     importing torch and transformers and loading the default model (one pair, and the
     breakdown of each program's imports)."""
     out = tmp_path / "coldstart.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.coldstart", "--quick", "--json", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script("-m", "benchmarks.coldstart", "--quick", "--json", str(out), timeout=900)
     report = json.loads(out.read_text())
     assert report["summary"]["pairs"] == 1 and report["summary"]["median_ratio"] > 0
     # Each phase's imports were found between the program's marks.
@@ -253,15 +198,7 @@ def test_the_engine_benchmark_says_when_noise_decides_a_verdict(tmp_path):
     out = tmp_path / "engine.json"
     command = ["-m", "benchmarks.engine", "--quick", "--models", "tiny", "--no-fresh-load"]
     command += ["--only", "nbstream_widget"]  # (1) and (3) always, the widget's (3w) beside
-    proc = subprocess.run(
-        [sys.executable, *command, "--json", str(out)],
-        cwd=REPO,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_script(*command, "--json", str(out), timeout=300)
     summary = json.loads(out.read_text())["cases"][0]["throughput"]["summary"]
     assert set(summary) == {"generate", "nbstream", "nbstream_widget"}
     assert summary["nbstream"]["cpu_ratio_interval"] is None
